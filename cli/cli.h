@@ -1,0 +1,72 @@
+/*
+ * cli.h - what the ktune command's subcommands share.
+ */
+#ifndef KTUNE_CLI_H
+#define KTUNE_CLI_H
+
+#include <getopt.h>
+
+#include "db/db.h"
+
+/* Exit codes. */
+#define EXIT_OK 0
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2 /* bad arguments, or no GPU where one is needed */
+
+struct cli {
+	const char *db_path; /* --db; NULL: the default */
+	int device;          /* --device */
+};
+
+struct cmd {
+	const char *name;
+	int (*fn)(int argc, char **argv, struct cli *cli);
+	const char *summary;
+	const char *usage; /* full help text */
+};
+
+extern const struct cmd cli_commands[];
+
+int cmd_compile(int argc, char **argv, struct cli *cli);
+int cmd_info(int argc, char **argv, struct cli *cli);
+int cmd_show(int argc, char **argv, struct cli *cli);
+int cmd_sweep(int argc, char **argv, struct cli *cli);
+int cmd_tune(int argc, char **argv, struct cli *cli);
+int cmd_verify(int argc, char **argv, struct cli *cli);
+
+/* Prints a command's usage to stdout (help) or stderr (errors). */
+void cli_usage(const char *name, FILE *to);
+/* "ktune NAME: MESSAGE" plus a hint, returns EXIT_USAGE. */
+int cli_usage_error(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "ktune: MESSAGE", returns code. */
+int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Options every command takes, for getopt_long: --db, --device, --help.
+ * cli_common handles one of them (returns 1) or not (0); -1 on a bad value.
+ */
+#define CLI_COMMON_OPTIONS                                                                 \
+	{ "db", required_argument, NULL, 'D' }, { "device", required_argument, NULL, 'G' }, \
+		{ "help", no_argument, NULL, 'h' }
+int cli_common(const char *name, int opt, const char *arg, struct cli *cli);
+
+/* Filter options of show, verify and compile: --dtype --layout -m -n -k --gpu --arch --op. */
+#define CLI_FILTER_OPTIONS                                                                 \
+	{ "dtype", required_argument, NULL, 't' }, { "layout", required_argument, NULL, 'l' }, \
+		{ "gpu", required_argument, NULL, 'g' }, { "arch", required_argument, NULL, 'a' }, \
+		{ "op", required_argument, NULL, 'o' }
+/* Handles -m -n -k and the filter options (1), not one (0), a bad value (-1). */
+int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *f);
+
+/* Parses a positive integer argument; -1 with a message on a bad one. */
+int cli_parse_int(const char *name, const char *what, const char *arg, long min, long max,
+		  long *out);
+
+struct ktune_tune_options;
+/* Handles --budget --seed --jobs --progress (1), not one (0), a bad value (-1). */
+int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tune_options *o);
+
+/* Fails with a clear message and EXIT_USAGE when no GPU can be used; 0 if one can. */
+int cli_need_gpu(void);
+
+#endif

@@ -1,0 +1,194 @@
+/*
+ * cmd-compile.c - ktune compile: every configuration of the GEMM space
+ * through NVRTC for an arch, no GPU needed.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "runtime/compile.h"
+#include "search/space.h"
+#include "tuner/candidates.h"
+
+/* Shared memory a block may opt in to, per arch: what the device check would prune. */
+static int arch_smem_limit(const char *arch)
+{
+	int cc = atoi(arch + 3);
+	if (cc >= 90)
+		return 227 * 1024;
+	if (cc == 80 || cc == 87)
+		return 163 * 1024;
+	return 99 * 1024;
+}
+
+static int valid_arch(const char *arch)
+{
+	if (strncmp(arch, "sm_", 3) || !isdigit((unsigned char)arch[3]) ||
+	    !isdigit((unsigned char)arch[4]))
+		return 0;
+	const char *p = arch + 5;
+	while (isdigit((unsigned char)*p))
+		p++;
+	return !*p || (p[0] == 'a' && !p[1]) || (p[0] == 'f' && !p[1]);
+}
+
+/* Distinct compiled kernels of the space: GROUP_SIZE and SPLIT_K are kernel arguments. */
+struct kernels {
+	struct ktune_gemm_config *cfg;
+	int n, cap;
+};
+
+static int add_kernel(const long *values, void *arg)
+{
+	struct kernels *k = arg;
+	struct ktune_gemm_config cfg;
+	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, NULL))
+		return 1;
+	for (int i = 0; i < k->n; i++)
+		if (ktune__gemm_same_kernel(&k->cfg[i], &cfg))
+			return 0;
+	if (k->n == k->cap) {
+		int cap = k->cap ? 2 * k->cap : 256;
+		struct ktune_gemm_config *grown = realloc(k->cfg, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return 1;
+		k->cfg = grown;
+		k->cap = cap;
+	}
+	cfg.group_size = 1;
+	cfg.split_k = 1;
+	k->cfg[k->n++] = cfg;
+	return 0;
+}
+
+int cmd_compile(int argc, char **argv, struct cli *cli)
+{
+	static const struct option opts[] = {
+		CLI_COMMON_OPTIONS,
+		{ "arch", required_argument, NULL, 'a' },
+		{ "dtype", required_argument, NULL, 't' },
+		{ "layout", required_argument, NULL, 'l' },
+		{ "aligned", required_argument, NULL, 'A' },
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "format", required_argument, NULL, 'F' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *arch = "sm_90", *layouts[4] = { "nn", "nt", "tn", "tt" };
+	int ndtypes = 2, nlayouts = 4, aligned_from = 0, aligned_to = 1, csv = 0, c;
+	ktune_dtype dtypes[2] = { KTUNE_F16, KTUNE_BF16 };
+	long jobs = 0, v;
+	struct ktune_err e;
+	struct ktune_key probe;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int r = cli_common("compile", c, optarg, cli);
+		if (r < 0)
+			return EXIT_USAGE;
+		if (r)
+			continue;
+		switch (c) {
+		case 'a':
+			if (!valid_arch(optarg))
+				return cli_usage_error("compile", "--arch '%s' is not like sm_90 or sm_90a", optarg);
+			arch = optarg;
+			break;
+		case 't':
+			if (ktune__dtype_parse(optarg, &dtypes[0]))
+				return cli_usage_error("compile", "--dtype '%s' is not one of f16, bf16", optarg);
+			ndtypes = 1;
+			break;
+		case 'l':
+			if (ktune__layout_parse(optarg, &probe))
+				return cli_usage_error("compile", "--layout '%s' is not one of nn, nt, tn, tt", optarg);
+			layouts[0] = optarg;
+			nlayouts = 1;
+			break;
+		case 'A':
+			if (cli_parse_int("compile", "--aligned", optarg, 0, 1, &v))
+				return EXIT_USAGE;
+			aligned_from = aligned_to = (int)v;
+			break;
+		case 'j':
+			if (cli_parse_int("compile", "--jobs", optarg, 1, 256, &jobs))
+				return EXIT_USAGE;
+			break;
+		case 'F':
+			if (strcmp(optarg, "table") && strcmp(optarg, "csv"))
+				return cli_usage_error("compile", "--format '%s' is not one of table, csv", optarg);
+			csv = !strcmp(optarg, "csv");
+			break;
+		default:
+			return cli_usage_error("compile", "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error("compile", "unexpected argument '%s'", argv[optind]);
+
+	const struct ktune_space *space = ktune__gemm_space(&e);
+	if (!space)
+		return cli_error(EXIT_FAIL, "%s", e.msg);
+	struct kernels k = { 0 };
+	ktune__space_enumerate(space, add_kernel, &k);
+
+	int limit = arch_smem_limit(arch), njobs = 0, nskipped = 0;
+	int total = k.n * ndtypes * nlayouts * (aligned_to - aligned_from + 1);
+	struct ktune_compile_job *jl = calloc((size_t)total + 1, sizeof(*jl));
+	if (!jl)
+		return cli_error(EXIT_FAIL, "out of memory");
+	for (int d = 0; d < ndtypes; d++)
+		for (int l = 0; l < nlayouts; l++)
+			for (int a = aligned_from; a <= aligned_to; a++)
+				for (int i = 0; i < k.n; i++) {
+					struct ktune_key key = { .op = "gemm", .dtype = dtypes[d], .aligned = a };
+					ktune__layout_parse(layouts[l], &key);
+					if (ktune__gemm_smem_bytes(&key, &k.cfg[i]) > (size_t)limit) {
+						nskipped++;
+						continue;
+					}
+					jl[njobs].key = key;
+					jl[njobs].cfg = k.cfg[i];
+					njobs++;
+				}
+	fprintf(stderr, "compiling %d kernels for %s (%d skipped: over %d KiB of shared memory)\n",
+		njobs, arch, nskipped, limit / 1024);
+	double t0 = ktune__now();
+	ktune__compile_jobs(jl, njobs, arch, NULL, (int)jobs);
+	double wall = ktune__now() - t0;
+
+	int failed = 0, spilled = 0;
+	if (csv)
+		printf("dtype,layout,aligned,config,status,registers,spill_bytes,stack,smem_bytes,seconds\n");
+	else
+		printf("%-4s %-6s %-3s %-56s %-6s %5s %6s %6s %8s %6s\n", "type", "layout", "al",
+		       "config", "status", "regs", "spill", "stack", "smem", "sec");
+	for (int i = 0; i < njobs; i++) {
+		struct ktune_compile_job *j = &jl[i];
+		char cfg[256], layout[3];
+		int spill = j->cubin.res.spill_stores + j->cubin.res.spill_loads;
+		ktune__gemm_config_format(&j->cfg, cfg, sizeof(cfg));
+		ktune__layout_name(&j->key, layout);
+		const char *status = j->status ? "FAILED" : spill ? "spills" : "ok";
+		failed += j->status != 0;
+		spilled += !j->status && spill;
+		size_t smem = ktune__gemm_smem_bytes(&j->key, &j->cfg);
+		if (csv)
+			printf("%s,%s,%d,\"%s\",%s,%d,%d,%d,%zu,%.3f\n", ktune__dtype_name(j->key.dtype),
+			       layout, j->key.aligned, cfg, status, j->cubin.res.registers, spill,
+			       j->cubin.res.stack, smem, j->cubin.seconds);
+		else
+			printf("%-4s %-6s %-3d %-56s %-6s %5d %6d %6d %8zu %6.2f\n",
+			       ktune__dtype_name(j->key.dtype), layout, j->key.aligned, cfg, status,
+			       j->cubin.res.registers, spill, j->cubin.res.stack, smem, j->cubin.seconds);
+		if (j->status)
+			fprintf(stderr, "ktune: %s\n", j->log ? j->log : "compile failed");
+	}
+	fprintf(stderr, "%d compiled, %d failed, %d spill registers; %.1f s\n", njobs - failed,
+		failed, spilled, wall);
+	ktune__compile_jobs_free(jl, njobs);
+	free(jl);
+	free(k.cfg);
+	return failed ? EXIT_FAIL : EXIT_OK;
+}

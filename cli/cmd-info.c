@@ -1,0 +1,83 @@
+/*
+ * cmd-info.c - ktune info: the GPU, the toolchain and the database.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "runtime/compile.h"
+#include "runtime/context.h"
+
+static void print_gpu(const struct cli *cli)
+{
+	struct ktune_err e;
+	ktune_ctx *ctx;
+	size_t mem = 0;
+
+	if (ktune__driver_load(&e)) {
+		printf("gpu:          none (%s)\n", e.msg);
+		return;
+	}
+	/* the database path does not matter here: dispatch is not used */
+	if (ktune_open("", cli->device, &ctx, e.msg, sizeof(e.msg))) {
+		printf("gpu:          none (%s)\n", e.msg);
+		return;
+	}
+	ktune_cu.cuDeviceTotalMem_v2(&mem, ctx->dev);
+	printf("gpu:          %s (device %d)\n", ctx->id.name, cli->device);
+	printf("arch:         %s\n", ctx->id.arch);
+	printf("sms:          %d\n", ctx->id.sm_count);
+	printf("memory:       %.1f GiB\n", mem / 1073741824.0);
+	printf("smem/block:   %d KiB (opt-in)\n", ctx->smem_optin / 1024);
+	printf("l2:           %d MiB\n", ctx->l2_bytes >> 20);
+	printf("driver:       CUDA %d.%d\n", ctx->driver_version / 1000,
+	       ctx->driver_version % 1000 / 10);
+	ktune_close(ctx);
+}
+
+int cmd_info(int argc, char **argv, struct cli *cli)
+{
+	static const struct option opts[] = { CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	char path[4096], cache[4096];
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int r = cli_common("info", c, optarg, cli);
+		if (r < 0)
+			return EXIT_USAGE;
+		if (!r)
+			return cli_usage_error("info", "unknown option '%s'", argv[optind - 1]);
+	}
+	if (optind < argc)
+		return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
+
+	printf("ktune:        %s\n", ktune_version());
+	printf("nvrtc:        %s\n", ktune__nvrtc_version());
+	print_gpu(cli);
+	if (cli->db_path)
+		snprintf(path, sizeof(path), "%s", cli->db_path);
+	else
+		ktune__default_db_path(path, sizeof(path));
+	ktune__cache_dir(cache, sizeof(cache));
+	printf("cache:        %s/cubin\n", cache);
+
+	struct ktune_db *db;
+	struct ktune_err e;
+	long results = 0, trials = 0;
+	int rc = ktune__db_open(path, 0, &db, &e);
+	if (rc == KTUNE_ERR_NOT_FOUND) {
+		printf("database:     %s (not created yet)\n", path);
+		return EXIT_OK;
+	}
+	if (rc) {
+		printf("database:     %s (unusable: %s)\n", path, e.msg);
+		return EXIT_FAIL;
+	}
+	rc = ktune__db_count(db, &results, &trials, &e);
+	ktune__db_close(db);
+	if (rc)
+		return cli_error(EXIT_FAIL, "%s", e.msg);
+	printf("database:     %s (%ld results, %ld trials)\n", path, results, trials);
+	return EXIT_OK;
+}

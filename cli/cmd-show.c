@@ -1,0 +1,157 @@
+/*
+ * cmd-show.c - ktune show: the tuned entries as a table, CSV, JSON or YAML.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+enum format { TABLE, CSV, JSON, YAML };
+
+struct show {
+	enum format format;
+	int count;
+};
+
+/* Device names are the only free text; quote them for JSON and YAML. */
+static void print_quoted(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static int show_one(const struct ktune_result *r, void *arg)
+{
+	struct show *s = arg;
+	char layout[3], shape[64];
+	double ratio = r->cublas_us > 0 ? r->cublas_us / r->time_us : 0;
+	ktune__layout_name(&r->key, layout);
+	snprintf(shape, sizeof(shape), "%lldx%lldx%lld", (long long)r->key.m, (long long)r->key.n,
+		 (long long)r->key.k);
+
+	switch (s->format) {
+	case TABLE:
+		if (!s->count)
+			printf("%-24s %-6s %-4s %-6s %-20s %-3s %10s %8s %7s %9s  %s\n", "device",
+			       "arch", "type", "layout", "m x n x k", "al", "time_us", "TFLOP/s",
+			       "ratio", "err", "config");
+		printf("%-24.24s %-6s %-4s %-6s %-20s %-3d %10.2f %8.1f %7.2f %9.2e  %s\n",
+		       r->device.name, r->device.arch, ktune__dtype_name(r->key.dtype), layout, shape,
+		       r->key.aligned, r->time_us, r->tflops, ratio, r->err_fro, r->config);
+		break;
+	case CSV:
+		if (!s->count)
+			printf("device,arch,sms,op,dtype,layout,m,n,k,aligned,time_us,p20_us,p80_us,"
+			       "tflops,cublas_us,ratio,err_fro,err_max,candidates,tune_s,config,"
+			       "template_hash,created_at\n");
+		printf("\"%s\",%s,%d,%s,%s,%s,%lld,%lld,%lld,%d,%.3f,%.3f,%.3f,%.2f,%.3f,%.4f,%.3e,"
+		       "%.3e,%d,%.2f,\"%s\",%s,%s\n",
+		       r->device.name, r->device.arch, r->device.sm_count, r->key.op,
+		       ktune__dtype_name(r->key.dtype), layout, (long long)r->key.m,
+		       (long long)r->key.n, (long long)r->key.k, r->key.aligned, r->time_us, r->p20_us,
+		       r->p80_us, r->tflops, r->cublas_us, ratio, r->err_fro, r->err_max,
+		       r->candidates, r->tune_s, r->config, r->template_hash, r->created_at);
+		break;
+	case JSON:
+		printf("%s\n  {\"device\": ", s->count ? "," : "[");
+		print_quoted(r->device.name);
+		printf(", \"arch\": \"%s\", \"sms\": %d, \"op\": \"%s\", \"dtype\": \"%s\", "
+		       "\"layout\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"aligned\": %d, "
+		       "\"config\": \"%s\", \"time_us\": %.3f, \"p20_us\": %.3f, \"p80_us\": %.3f, "
+		       "\"tflops\": %.2f, \"cublas_us\": %.3f, \"err_fro\": %.3e, \"err_max\": %.3e, "
+		       "\"candidates\": %d, \"template_hash\": \"%s\", \"created_at\": \"%s\"}",
+		       r->device.arch, r->device.sm_count, r->key.op, ktune__dtype_name(r->key.dtype),
+		       layout, (long long)r->key.m, (long long)r->key.n, (long long)r->key.k,
+		       r->key.aligned, r->config, r->time_us, r->p20_us, r->p80_us, r->tflops,
+		       r->cublas_us, r->err_fro, r->err_max, r->candidates, r->template_hash,
+		       r->created_at);
+		break;
+	case YAML:
+		printf("- device: ");
+		print_quoted(r->device.name);
+		printf("\n  arch: %s\n  sms: %d\n  op: %s\n  dtype: %s\n  layout: %s\n"
+		       "  m: %lld\n  n: %lld\n  k: %lld\n  aligned: %d\n  config: \"%s\"\n"
+		       "  time_us: %.3f\n  tflops: %.2f\n  cublas_us: %.3f\n  err_fro: %.3e\n"
+		       "  template_hash: %s\n  created_at: \"%s\"\n",
+		       r->device.arch, r->device.sm_count, r->key.op, ktune__dtype_name(r->key.dtype),
+		       layout, (long long)r->key.m, (long long)r->key.n, (long long)r->key.k,
+		       r->key.aligned, r->config, r->time_us, r->tflops, r->cublas_us, r->err_fro,
+		       r->template_hash, r->created_at);
+		break;
+	}
+	s->count++;
+	return 0;
+}
+
+int cmd_show(int argc, char **argv, struct cli *cli)
+{
+	static const struct option opts[] = {
+		CLI_COMMON_OPTIONS, CLI_FILTER_OPTIONS,
+		{ "format", required_argument, NULL, 'F' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ktune_filter f = { 0 };
+	struct show s = { TABLE, 0 };
+	struct ktune_db *db;
+	struct ktune_err e;
+	char path[4096];
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
+		int r = cli_common("show", c, optarg, cli);
+		if (!r)
+			r = cli_filter("show", c, optarg, &f);
+		if (!r && c == 'F') {
+			r = 1;
+			if (!strcmp(optarg, "table"))
+				s.format = TABLE;
+			else if (!strcmp(optarg, "csv"))
+				s.format = CSV;
+			else if (!strcmp(optarg, "json"))
+				s.format = JSON;
+			else if (!strcmp(optarg, "yaml"))
+				s.format = YAML;
+			else
+				return cli_usage_error("show", "--format '%s' is not one of table, csv, json, yaml",
+						       optarg);
+		}
+		if (r < 0)
+			return EXIT_USAGE;
+		if (!r)
+			return cli_usage_error("show", "unknown option '%s'", argv[optind - 1]);
+	}
+	if (optind < argc)
+		return cli_usage_error("show", "unexpected argument '%s'", argv[optind]);
+	if (cli->db_path)
+		snprintf(path, sizeof(path), "%s", cli->db_path);
+	else
+		ktune__default_db_path(path, sizeof(path));
+	int rc = ktune__db_open(path, 0, &db, &e);
+	if (rc == KTUNE_ERR_NOT_FOUND) {
+		if (s.format == JSON)
+			printf("[]\n");
+		else if (s.format == TABLE)
+			fprintf(stderr, "ktune: no database at '%s' yet: run 'ktune sweep'\n", path);
+		return EXIT_OK;
+	}
+	if (rc)
+		return cli_error(EXIT_FAIL, "%s", e.msg);
+	rc = ktune__db_query(db, &f, show_one, &s, &e);
+	ktune__db_close(db);
+	if (rc < 0)
+		return cli_error(EXIT_FAIL, "%s", e.msg);
+	if (s.format == JSON)
+		printf(s.count ? "\n]\n" : "[]\n");
+	if (s.format == TABLE && !s.count)
+		fprintf(stderr, "ktune: no tuned entries match\n");
+	return EXIT_OK;
+}

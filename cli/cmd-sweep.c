@@ -1,0 +1,104 @@
+/*
+ * cmd-sweep.c - ktune sweep [SPEC.yaml]: tune every key of a spec.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "search/spec.h"
+#include "tuner/tuner.h"
+
+/* A spec bigger than this is surely not a spec. */
+#define MAX_SPEC_BYTES (1u << 20)
+
+/* Options of sweep and tune that shape the search. */
+int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tune_options *o)
+{
+	long v;
+	switch (opt) {
+	case 'b':
+		if (cli_parse_int(name, "--budget", arg, 0, 1000000, &v))
+			return -1;
+		o->budget = (int)v;
+		return 1;
+	case 's':
+		if (cli_parse_int(name, "--seed", arg, 0, 0x7fffffff, &v))
+			return -1;
+		o->seed = (unsigned)v;
+		return 1;
+	case 'j':
+		if (cli_parse_int(name, "--jobs", arg, 1, 256, &v))
+			return -1;
+		o->jobs = (int)v;
+		return 1;
+	case 'P':
+		o->progress = stderr;
+		return 1;
+	}
+	return 0;
+}
+
+int cmd_sweep(int argc, char **argv, struct cli *cli)
+{
+	static const struct option opts[] = {
+		CLI_COMMON_OPTIONS,
+		{ "budget", required_argument, NULL, 'b' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "progress", no_argument, NULL, 'P' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL };
+	struct ktune_spec spec = { 0 };
+	struct ktune_tuner *t = NULL;
+	struct ktune_err e;
+	int c, rc;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int r = cli_common("sweep", c, optarg, cli);
+		if (!r)
+			r = cli_tune_option("sweep", c, optarg, &o);
+		if (!r && c == 'f')
+			o.force = r = 1;
+		if (r < 0)
+			return EXIT_USAGE;
+		if (!r)
+			return cli_usage_error("sweep", "unknown option '%s'", argv[optind - 1]);
+	}
+	if (argc - optind > 1)
+		return cli_usage_error("sweep", "expected at most one spec file, got %d", argc - optind);
+
+	/* The spec first: a bad one is reported before touching the GPU or the database. */
+	if (optind < argc) {
+		char *text;
+		size_t len;
+		if (ktune__read_file(argv[optind], MAX_SPEC_BYTES, &text, &len, &e))
+			return cli_error(EXIT_USAGE, "%s", e.msg);
+		rc = ktune__spec_parse(text, len, argv[optind], &spec, &e);
+		free(text);
+		if (rc)
+			return cli_error(EXIT_USAGE, "%s", e.msg);
+	} else if (ktune__spec_default(&spec, &e)) {
+		return cli_error(EXIT_FAIL, "%s", e.msg);
+	}
+	if (spec.budget && !o.budget)
+		o.budget = spec.budget;
+	if ((rc = cli_need_gpu()))
+		goto out;
+	if (ktune__tuner_open(cli->db_path, cli->device, &t, &e)) {
+		rc = cli_error(EXIT_FAIL, "%s", e.msg);
+		goto out;
+	}
+	int failed = ktune__sweep(t, &spec, &o, stdout, &e);
+	if (failed < 0)
+		rc = cli_error(EXIT_FAIL, "%s", e.msg);
+	else
+		rc = failed ? EXIT_FAIL : EXIT_OK;
+out:
+	ktune__tuner_close(t);
+	ktune__spec_free(&spec);
+	return rc;
+}

@@ -1,0 +1,234 @@
+/*
+ * main.c - the ktune command: finds the subcommand in the table and runs it.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "runtime/driver.h"
+
+#define SHOW_FILTERS                                                                        \
+	"Filters:\n"                                                                        \
+	"  --dtype f16|bf16   --layout nn|nt|tn|tt   -m M  -n N  -k K\n"                    \
+	"  --gpu NAME (substring of the device name)   --arch sm_90   --op gemm\n"
+
+#define COMMON                                                                              \
+	"Common options:\n"                                                                 \
+	"  --db PATH      tuning database (default $KTUNE_DB, else ~/.cache/ktune/ktune.db)\n" \
+	"  --device N     CUDA device ordinal (default 0)\n"                                \
+	"  -h, --help     this help\n"
+
+/* Alphabetical. */
+const struct cmd cli_commands[] = {
+	{ "compile", cmd_compile, "compile every GEMM configuration with NVRTC (no GPU needed)",
+	  "usage: ktune compile [--arch sm_90] [--dtype D] [--layout L] [--aligned 0|1]\n"
+	  "                     [--jobs N] [--format table|csv]\n\n"
+	  "Compiles every configuration that the GEMM search space admits, for each\n"
+	  "selected dtype, layout and alignment variant, and reports registers, spills\n"
+	  "and shared memory.  Exits 1 if any admitted configuration fails to compile.\n"
+	  "Default: every dtype, layout and alignment for --arch sm_90.\n\n" COMMON },
+	{ "info", cmd_info, "show the GPU, the toolchain and the database",
+	  "usage: ktune info [--db PATH] [--device N]\n\n"
+	  "Prints the GPU (name, arch, SMs, shared memory per block, L2), the driver,\n"
+	  "NVRTC and ktune versions, and the database path with its number of results.\n"
+	  "Without a GPU or driver it says so and prints the rest.\n\n" COMMON },
+	{ "show", cmd_show, "list the tuned entries",
+	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
+	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",
+	  "usage: ktune sweep [SPEC.yaml] [--budget N] [--force] [--seed N] [--jobs N] [--progress]\n\n"
+	  "Tunes the keys a spec lists and stores the best configuration of each in the\n"
+	  "database.  Without SPEC, tunes the built-in default suite: f16 and bf16, layouts\n"
+	  "nn and nt, M=N=K in 512..8192, and M in {1,16,128,1024,4096} on the LLM weight\n"
+	  "shapes (N,K) in {(6144,4096), (4096,4096), (28672,4096), (4096,14336)}.\n"
+	  "Keys already tuned with the current template are skipped unless --force, so an\n"
+	  "interrupted sweep resumes where it stopped.\n\n"
+	  "  --budget N    at most N candidates per key (random sample; default: all)\n"
+	  "  --force       retune keys that are already tuned\n"
+	  "  --seed N      random inputs and sampling (default 1)\n"
+	  "  --jobs N      compile threads (default: one per core)\n"
+	  "  --progress    progress on stderr even when it is not a terminal\n\n"
+	  "Spec format:\n"
+	  "  budget: 64\n"
+	  "  gemm:\n"
+	  "    dtypes: [f16, bf16]\n"
+	  "    layouts: [nn, nt]\n"
+	  "    shapes:\n"
+	  "      - {mnk: [512, 1024]}\n"
+	  "      - {m: [1, 16], n: 4096, k: {from: 1024, to: 4096, mul: 2}}\n\n" COMMON },
+	{ "tune", cmd_tune, "tune one GEMM key and compare with cuBLAS",
+	  "usage: ktune tune gemm -m M -n N -k K [--dtype f16|bf16] [--layout nn|nt|tn|tt]\n"
+	  "                  [--budget N] [--seed N] [--jobs N] [--progress]\n\n"
+	  "Tunes one key (always, even if tuned before), stores the winner, and prints its\n"
+	  "config, time, TFLOP/s and error, with cuBLAS's time for the same key measured\n"
+	  "in the same run.  Defaults: --dtype f16 --layout nt.\n\n" COMMON },
+	{ "verify", cmd_verify, "re-run stored variants against the reference",
+	  "usage: ktune verify [filters] [--seed N]\n\n"
+	  "Runs every stored result of this GPU's arch on fresh random inputs and checks\n"
+	  "it against the reference GEMM.  Exits 1 if any result is wrong.\n\n" SHOW_FILTERS
+	  "\n" COMMON },
+	{ NULL, NULL, NULL, NULL },
+};
+
+static const struct cmd *find(const char *name)
+{
+	for (const struct cmd *c = cli_commands; c->name; c++)
+		if (!strcmp(c->name, name))
+			return c;
+	return NULL;
+}
+
+void cli_usage(const char *name, FILE *to)
+{
+	const struct cmd *c = find(name);
+	if (c)
+		fputs(c->usage, to);
+}
+
+int cli_usage_error(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "ktune %s: ", name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'ktune %s --help'.\n", name);
+	return EXIT_USAGE;
+}
+
+int cli_error(int code, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "ktune: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return code;
+}
+
+int cli_parse_int(const char *name, const char *what, const char *arg, long min, long max,
+		  long *out)
+{
+	char *end;
+	long v = strtol(arg, &end, 10);
+	if (!*arg || *end || v < min || v > max) {
+		cli_usage_error(name, "%s '%s' is not an integer in %ld..%ld", what, arg, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int cli_common(const char *name, int opt, const char *arg, struct cli *cli)
+{
+	long v;
+	switch (opt) {
+	case 'D':
+		cli->db_path = arg;
+		return 1;
+	case 'G':
+		if (cli_parse_int(name, "--device", arg, 0, 1024, &v))
+			return -1;
+		cli->device = (int)v;
+		return 1;
+	case 'h':
+		cli_usage(name, stdout);
+		exit(EXIT_OK);
+	}
+	return 0;
+}
+
+int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *f)
+{
+	struct ktune_key k;
+	long v;
+	switch (opt) {
+	case 't':
+		if (ktune__dtype_parse(arg, &f->dtype)) {
+			cli_usage_error(name, "--dtype '%s' is not one of f16, bf16", arg);
+			return -1;
+		}
+		f->has_dtype = 1;
+		return 1;
+	case 'l':
+		if (ktune__layout_parse(arg, &k)) {
+			cli_usage_error(name, "--layout '%s' is not one of nn, nt, tn, tt", arg);
+			return -1;
+		}
+		snprintf(f->layout, sizeof(f->layout), "%s", arg);
+		return 1;
+	case 'g':
+		snprintf(f->device, sizeof(f->device), "%s", arg);
+		return 1;
+	case 'a':
+		snprintf(f->arch, sizeof(f->arch), "%s", arg);
+		return 1;
+	case 'o':
+		if (strcmp(arg, "gemm")) {
+			cli_usage_error(name, "--op '%s' is not one of gemm", arg);
+			return -1;
+		}
+		snprintf(f->op, sizeof(f->op), "%s", arg);
+		return 1;
+	case 'm':
+	case 'n':
+	case 'k': {
+		char what[4] = { '-', (char)opt, 0 };
+		if (cli_parse_int(name, what, arg, 1, 1L << 31, &v))
+			return -1;
+		*(opt == 'm' ? &f->m : opt == 'n' ? &f->n : &f->k) = v;
+		return 1;
+	}
+	}
+	return 0;
+}
+
+int cli_need_gpu(void)
+{
+	struct ktune_err e;
+	if (ktune__driver_load(&e))
+		return cli_error(EXIT_USAGE, "this command needs an NVIDIA GPU: %s", e.msg);
+	return 0;
+}
+
+static void usage(FILE *to)
+{
+	fprintf(to, "usage: ktune <command> [options]\n\nCommands:\n");
+	for (const struct cmd *c = cli_commands; c->name; c++)
+		fprintf(to, "  %-9s %s\n", c->name, c->summary);
+	fprintf(to, "\n'ktune help <command>' or 'ktune <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = { NULL, 0 };
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	const char *name = argv[1];
+	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+		printf("ktune %s\n", ktune_version());
+		return EXIT_OK;
+	}
+	if (!strcmp(name, "help")) {
+		if (argc < 3) {
+			usage(stdout);
+			return EXIT_OK;
+		}
+		if (!find(argv[2]))
+			return cli_error(EXIT_USAGE, "'%s' is not a ktune command; see 'ktune help'", argv[2]);
+		cli_usage(argv[2], stdout);
+		return EXIT_OK;
+	}
+	const struct cmd *c = find(name);
+	if (!c)
+		return cli_error(EXIT_USAGE, "'%s' is not a ktune command; see 'ktune help'", name);
+	return c->fn(argc - 1, argv + 1, &cli);
+}

@@ -1,0 +1,78 @@
+-- schema.sql - the tuning database's schema at version 2 (PRAGMA user_version).
+--
+-- Documentation only: src/db/db.c creates and migrates databases with its
+-- list of migrations, and tests/unit/test-db.c checks that a fresh database
+-- has exactly the tables, columns and indexes below.  Keep the two in sync:
+-- a column added by a migration (ALTER TABLE ... ADD COLUMN) goes at the end
+-- of its table here.
+--
+-- Text encodings: dtype is 'f16' or 'bf16'; layout is two of 'n'/'t' for A
+-- and B ('nt': B stored [N, K], PyTorch's nn.Linear); aligned is 0 or 1;
+-- created_at is ISO 8601 UTC ('2025-01-31T12:00:00Z'); times are in
+-- microseconds.  A NULL time or error in trials stands for NaN.
+
+-- One row per GPU model as tuned: results are per (name, arch, SM count).
+CREATE TABLE devices (
+	id INTEGER PRIMARY KEY,
+	name TEXT NOT NULL,          -- 'NVIDIA H100 80GB HBM3'
+	arch TEXT NOT NULL,          -- 'sm_90'
+	sm_count INTEGER NOT NULL,
+	UNIQUE (name, arch, sm_count)
+);
+
+-- The best configuration per (device, problem key), with its provenance.
+CREATE TABLE results (
+	device_id INTEGER NOT NULL REFERENCES devices (id),
+	op TEXT NOT NULL,            -- 'gemm'
+	dtype TEXT NOT NULL,
+	layout TEXT NOT NULL,
+	m INTEGER NOT NULL,
+	n INTEGER NOT NULL,
+	k INTEGER NOT NULL,
+	aligned INTEGER NOT NULL,
+	family TEXT NOT NULL,        -- template family
+	config TEXT NOT NULL,        -- 'BLOCK_M=128,BLOCK_N=128,...'
+	template_hash TEXT NOT NULL, -- sha256 of the template source; a mismatch marks the result stale
+	time_us REAL NOT NULL,       -- median
+	tflops REAL NOT NULL,
+	cublas_us REAL NOT NULL,     -- baseline from the same run; 0 if none
+	err_fro REAL NOT NULL,       -- relative Frobenius error against the reference
+	err_max REAL NOT NULL,       -- largest element error
+	candidates INTEGER NOT NULL, -- configurations tried
+	tune_s REAL NOT NULL,        -- seconds spent tuning the key
+	nvrtc_version TEXT NOT NULL,
+	driver_version TEXT NOT NULL,
+	ktune_version TEXT NOT NULL,
+	protocol TEXT NOT NULL,      -- benchmark protocol
+	created_at TEXT NOT NULL,
+	p20_us REAL NOT NULL DEFAULT 0, -- version 2
+	p80_us REAL NOT NULL DEFAULT 0, -- version 2
+	PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned)
+);
+
+-- Every candidate measured or rejected, with its outcome.
+CREATE TABLE trials (
+	id INTEGER PRIMARY KEY,
+	device_id INTEGER NOT NULL REFERENCES devices (id),
+	op TEXT NOT NULL,
+	dtype TEXT NOT NULL,
+	layout TEXT NOT NULL,
+	m INTEGER NOT NULL,
+	n INTEGER NOT NULL,
+	k INTEGER NOT NULL,
+	aligned INTEGER NOT NULL,
+	family TEXT NOT NULL,
+	config TEXT NOT NULL,
+	template_hash TEXT NOT NULL,
+	status TEXT NOT NULL,        -- 'ok', 'compile_error', 'launch_error', 'wrong', 'pruned'
+	time_us REAL,                -- 0 unless ok
+	err_fro REAL,
+	err_max REAL,
+	message TEXT NOT NULL,
+	created_at TEXT NOT NULL
+);
+
+-- Version 2.
+CREATE INDEX trials_key ON trials (device_id, op, dtype, layout, m, n, k, aligned);
+
+PRAGMA user_version = 2;

@@ -1,0 +1,132 @@
+/*
+ * ktune.h - the public API of libktune, an autotuned GEMM runtime for NVIDIA GPUs.
+ *
+ * This header is the documentation.  A program opens a context on a device,
+ * then calls ktune_gemm() with device pointers; ktune looks the problem key up
+ * in the tuning database and launches the tuned kernel variant (exact key,
+ * else the same key tuned on another GPU of the same arch, else the nearest
+ * tuned key, else a built-in default).
+ *
+ * The CUDA driver is loaded at run time: a program linked with libktune starts
+ * on a machine without a GPU, and ktune_open() then fails with KTUNE_ERR_NO_DRIVER
+ * or KTUNE_ERR_NO_DEVICE.
+ *
+ * Thread safety: ktune_gemm() may be called from several threads on one
+ * context at once.  Every other function is not thread-safe unless stated.
+ */
+#ifndef KTUNE_H
+#define KTUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ktune_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KTUNE_BUILDING) && defined(__GNUC__)
+#define KTUNE_API __attribute__((visibility("default")))
+#else
+#define KTUNE_API
+#endif
+
+/*
+ * Status codes.  KTUNE_OK is 0, failures are negative.  Codes are never
+ * renumbered: add new ones at the end of the list.
+ */
+#define KTUNE_STATUS_MAP(X)                                                   \
+	X(OK, 0, "success")                                                   \
+	X(ERR_INVALID, -1, "invalid argument")                                \
+	X(ERR_NOMEM, -2, "out of memory")                                     \
+	X(ERR_NO_DRIVER, -3, "CUDA driver not found")                         \
+	X(ERR_NO_DEVICE, -4, "no CUDA device")                                \
+	X(ERR_CUDA, -5, "CUDA driver call failed")                            \
+	X(ERR_COMPILE, -6, "kernel compilation failed")                       \
+	X(ERR_DB, -7, "tuning database error")                                \
+	X(ERR_IO, -8, "input/output error")                                   \
+	X(ERR_PARSE, -9, "malformed input")                                   \
+	X(ERR_UNSUPPORTED, -10, "not supported")                              \
+	X(ERR_NOT_FOUND, -11, "not found")                                    \
+	X(ERR_VERIFY, -12, "result verification failed")
+
+typedef enum {
+#define KTUNE_STATUS_ENUM(name, code, text) KTUNE_##name = code,
+	KTUNE_STATUS_MAP(KTUNE_STATUS_ENUM)
+#undef KTUNE_STATUS_ENUM
+} ktune_status;
+
+/* Element types of GEMM operands (inputs and output; accumulation is fp32). */
+typedef enum {
+	KTUNE_F16 = 0,
+	KTUNE_BF16 = 1,
+} ktune_dtype;
+
+typedef struct ktune_ctx ktune_ctx; /* opaque */
+
+/* The library's version, e.g. 0x000100 for 0.1.0; compare with KTUNE_VERSION_NUMBER. */
+KTUNE_API unsigned ktune_version_number(void);
+/* The library's version as "x.y.z"; a static string. */
+KTUNE_API const char *ktune_version(void);
+
+/* A static English description of a status ("invalid argument").  Thread-safe. */
+KTUNE_API const char *ktune_strerror(ktune_status s);
+/* The enum name of a status without its prefix ("ERR_INVALID").  Thread-safe. */
+KTUNE_API const char *ktune_status_name(ktune_status s);
+
+/*
+ * Opens a context on CUDA device `device` (an ordinal) using the tuning
+ * database at `db_path`; NULL means the default path: $KTUNE_DB, else
+ * $XDG_CACHE_HOME/ktune/ktune.db, else ~/.cache/ktune/ktune.db.  A missing
+ * database is not an error: dispatch then uses built-in defaults.  The context
+ * uses the device's primary context, so pointers from cudaMalloc work.
+ *
+ * On success stores a new context in *out and returns KTUNE_OK.  On failure
+ * *out is NULL; if `errbuf` is not NULL, up to `errlen` bytes of the reason
+ * are written there.
+ */
+KTUNE_API ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out,
+				  char *errbuf, size_t errlen);
+
+/* Releases a context and every resource it holds.  NULL is a no-op. */
+KTUNE_API void ktune_close(ktune_ctx *ctx);
+
+/*
+ * The detail of the last failure on this context (NVRTC log, CUDA error text),
+ * or "" if none.  The context owns the string; it is valid until the next call
+ * on the context.  With several threads, the message may be another thread's.
+ */
+KTUNE_API const char *ktune_errmsg(const ktune_ctx *ctx);
+
+/*
+ * C = alpha * op(A) * op(B) + beta * C, all matrices row-major.
+ *
+ * C is [m, n] with leading dimension ldc >= n.  trans_a 'n': A is stored
+ * [m, k] (lda >= k); 't': A is stored [k, m] (lda >= m).  trans_b 'n': B is
+ * stored [k, n] (ldb >= n); 't': B is stored [n, k] (ldb >= k), the layout of
+ * PyTorch's nn.Linear weights.  Pointers are device pointers in the device's
+ * primary context; any alignment works (aligned ones get the faster variant).
+ * When beta is 0, C is not read (it may hold NaN).  `stream` is a CUstream or
+ * cudaStream_t, NULL for the default stream; the call is asynchronous.
+ *
+ * Returns KTUNE_OK, or KTUNE_ERR_INVALID for bad sizes or leading
+ * dimensions, or another error with its detail in ktune_errmsg().
+ * Thread-safe.
+ */
+KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
+				  int64_t m, int64_t n, int64_t k, float alpha,
+				  const void *a, int64_t lda, const void *b, int64_t ldb,
+				  float beta, void *c, int64_t ldc, ktune_dtype dtype,
+				  void *stream);
+
+/*
+ * Where the last ktune_gemm() call on this thread for this context found its
+ * configuration: "exact", "arch", "nearest" or "default".  A static string.
+ */
+KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KTUNE_H */

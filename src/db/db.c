@@ -1,0 +1,1045 @@
+/*
+ * db.c - the tuning database in SQLite: open with checks that a foreign,
+ * damaged or newer file is refused untouched, forward migrations, and the
+ * reads and writes of results and trials.
+ *
+ * Every statement is prepared with bound parameters.  A write is one
+ * BEGIN IMMEDIATE ... COMMIT, rolled back on any failure, so a reader (WAL
+ * mode) sees a result with all its trials or none of it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strndup, strnlen, O_CLOEXEC under -std=c11 */
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "common.h"
+#include "db.h"
+
+struct ktune_db {
+	sqlite3 *h;
+	char *path;
+};
+
+/*
+ * Migration i takes a database from user_version i to i + 1 and sets
+ * user_version itself, so that the change and the bump commit together.
+ * Append only; never edit a migration that has shipped.  db/schema.sql shows
+ * the result of running them all.
+ */
+static const char *const migrations[] = {
+	/* 1: devices, results, trials. */
+	"CREATE TABLE devices ("
+	" id INTEGER PRIMARY KEY,"
+	" name TEXT NOT NULL,"
+	" arch TEXT NOT NULL,"
+	" sm_count INTEGER NOT NULL,"
+	" UNIQUE (name, arch, sm_count));"
+	"CREATE TABLE results ("
+	" device_id INTEGER NOT NULL REFERENCES devices (id),"
+	" op TEXT NOT NULL,"
+	" dtype TEXT NOT NULL,"
+	" layout TEXT NOT NULL,"
+	" m INTEGER NOT NULL,"
+	" n INTEGER NOT NULL,"
+	" k INTEGER NOT NULL,"
+	" aligned INTEGER NOT NULL,"
+	" family TEXT NOT NULL,"
+	" config TEXT NOT NULL,"
+	" template_hash TEXT NOT NULL,"
+	" time_us REAL NOT NULL,"
+	" tflops REAL NOT NULL,"
+	" cublas_us REAL NOT NULL,"
+	" err_fro REAL NOT NULL,"
+	" err_max REAL NOT NULL,"
+	" candidates INTEGER NOT NULL,"
+	" tune_s REAL NOT NULL,"
+	" nvrtc_version TEXT NOT NULL,"
+	" driver_version TEXT NOT NULL,"
+	" ktune_version TEXT NOT NULL,"
+	" protocol TEXT NOT NULL,"
+	" created_at TEXT NOT NULL,"
+	" PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned));"
+	"CREATE TABLE trials ("
+	" id INTEGER PRIMARY KEY,"
+	" device_id INTEGER NOT NULL REFERENCES devices (id),"
+	" op TEXT NOT NULL,"
+	" dtype TEXT NOT NULL,"
+	" layout TEXT NOT NULL,"
+	" m INTEGER NOT NULL,"
+	" n INTEGER NOT NULL,"
+	" k INTEGER NOT NULL,"
+	" aligned INTEGER NOT NULL,"
+	" family TEXT NOT NULL,"
+	" config TEXT NOT NULL,"
+	" template_hash TEXT NOT NULL,"
+	" status TEXT NOT NULL,"
+	" time_us REAL,"
+	" err_fro REAL,"
+	" err_max REAL,"
+	" message TEXT NOT NULL,"
+	" created_at TEXT NOT NULL);"
+	"PRAGMA user_version = 1;",
+
+	/* 2: the spread of the timings; an index for a key's trials. */
+	"ALTER TABLE results ADD COLUMN p20_us REAL NOT NULL DEFAULT 0;"
+	"ALTER TABLE results ADD COLUMN p80_us REAL NOT NULL DEFAULT 0;"
+	"CREATE INDEX trials_key ON trials (device_id, op, dtype, layout, m, n, k, aligned);"
+	"PRAGMA user_version = 2;",
+};
+
+_Static_assert(sizeof(migrations) / sizeof(migrations[0]) == KTUNE_DB_SCHEMA_VERSION,
+	       "one migration per schema version");
+
+/* The columns every result read selects, in the order of enum result_column. */
+#define RESULT_COLUMNS                                                                  \
+	"d.name, d.arch, d.sm_count, r.op, r.dtype, r.layout, r.m, r.n, r.k, r.aligned," \
+	" r.family, r.config, r.template_hash, r.time_us, r.p20_us, r.p80_us, r.tflops,"  \
+	" r.cublas_us, r.err_fro, r.err_max, r.candidates, r.tune_s, r.nvrtc_version,"    \
+	" r.driver_version, r.ktune_version, r.protocol, r.created_at"
+
+enum result_column {
+	COL_NAME, COL_ARCH, COL_SM_COUNT, COL_OP, COL_DTYPE, COL_LAYOUT, COL_M, COL_N, COL_K,
+	COL_ALIGNED, COL_FAMILY, COL_CONFIG, COL_TEMPLATE_HASH, COL_TIME_US, COL_P20_US,
+	COL_P80_US, COL_TFLOPS, COL_CUBLAS_US, COL_ERR_FRO, COL_ERR_MAX, COL_CANDIDATES,
+	COL_TUNE_S, COL_NVRTC_VERSION, COL_DRIVER_VERSION, COL_KTUNE_VERSION, COL_PROTOCOL,
+	COL_CREATED_AT, COL_COUNT
+};
+
+#define RESULT_FROM " FROM results r JOIN devices d ON d.id = r.device_id"
+
+static const char sql_get[] =
+	"SELECT " RESULT_COLUMNS RESULT_FROM
+	" WHERE d.name = :name AND d.arch = :arch AND d.sm_count = :sm_count"
+	" AND r.op = :op AND r.dtype = :dtype AND r.layout = :layout"
+	" AND r.m = :m AND r.n = :n AND r.k = :k AND r.aligned = :aligned";
+
+static const char sql_query[] =
+	"SELECT " RESULT_COLUMNS RESULT_FROM
+	" WHERE (:device IS NULL OR instr(d.name, :device) > 0)"
+	" AND (:arch IS NULL OR d.arch = :arch)"
+	" AND (:op IS NULL OR r.op = :op)"
+	" AND (:dtype IS NULL OR r.dtype = :dtype)"
+	" AND (:layout IS NULL OR r.layout = :layout)"
+	" AND (:m IS NULL OR r.m = :m)"
+	" AND (:n IS NULL OR r.n = :n)"
+	" AND (:k IS NULL OR r.k = :k)"
+	" ORDER BY d.name, d.arch, d.sm_count, r.op, r.dtype, r.layout, r.m, r.n, r.k,"
+	" r.aligned";
+
+static const char sql_put_device[] =
+	"INSERT OR IGNORE INTO devices (name, arch, sm_count) VALUES (:name, :arch, :sm_count)";
+
+static const char sql_device_id[] =
+	"SELECT id FROM devices WHERE name = :name AND arch = :arch AND sm_count = :sm_count";
+
+static const char sql_put_result[] =
+	"INSERT OR REPLACE INTO results (device_id, op, dtype, layout, m, n, k, aligned,"
+	" family, config, template_hash, time_us, p20_us, p80_us, tflops, cublas_us,"
+	" err_fro, err_max, candidates, tune_s, nvrtc_version, driver_version,"
+	" ktune_version, protocol, created_at)"
+	" VALUES (:device_id, :op, :dtype, :layout, :m, :n, :k, :aligned,"
+	" :family, :config, :template_hash, :time_us, :p20_us, :p80_us, :tflops, :cublas_us,"
+	" :err_fro, :err_max, :candidates, :tune_s, :nvrtc_version, :driver_version,"
+	" :ktune_version, :protocol, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))";
+
+static const char sql_put_trial[] =
+	"INSERT INTO trials (device_id, op, dtype, layout, m, n, k, aligned, family, config,"
+	" template_hash, status, time_us, err_fro, err_max, message, created_at)"
+	" VALUES (:device_id, :op, :dtype, :layout, :m, :n, :k, :aligned, :family, :config,"
+	" :template_hash, :status, :time_us, :err_fro, :err_max, :message,"
+	" strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))";
+
+/* Key encodings.  Kept here rather than in key.c so that the stored text is the db's own. */
+
+static const char *dtype_text(ktune_dtype d)
+{
+	switch (d) {
+	case KTUNE_F16:
+		return "f16";
+	case KTUNE_BF16:
+		return "bf16";
+	}
+	return NULL;
+}
+
+static int dtype_parse(const char *s, ktune_dtype *out)
+{
+	if (strcmp(s, "f16") == 0)
+		*out = KTUNE_F16;
+	else if (strcmp(s, "bf16") == 0)
+		*out = KTUNE_BF16;
+	else
+		return -1;
+	return 0;
+}
+
+static char trans_char(char c)
+{
+	if (c == 'n' || c == 'N')
+		return 'n';
+	if (c == 't' || c == 'T')
+		return 't';
+	return 0;
+}
+
+/* "nt" from trans_a 'n' and trans_b 't' (either case); -1 if either is not n or t. */
+static int layout_text(char trans_a, char trans_b, char buf[3])
+{
+	buf[0] = trans_char(trans_a);
+	buf[1] = trans_char(trans_b);
+	buf[2] = '\0';
+	return buf[0] && buf[1] ? 0 : -1;
+}
+
+static int layout_parse(const char *s, char *trans_a, char *trans_b)
+{
+	if (strlen(s) != 2 || (s[0] != 'n' && s[0] != 't') || (s[1] != 'n' && s[1] != 't'))
+		return -1;
+	*trans_a = s[0];
+	*trans_b = s[1];
+	return 0;
+}
+
+/*
+ * Binding by name: a misspelt name is SQLITE_RANGE, an error, never a silent
+ * NULL.  Text comes from fixed-size fields, so it is bound up to the field's
+ * size even if the caller left it unterminated, and SQLite copies it, so a
+ * binding never points into a stack frame that has gone.
+ */
+static int bind_text(sqlite3_stmt *st, const char *name, const char *s, size_t cap)
+{
+	int i = sqlite3_bind_parameter_index(st, name);
+
+	if (i == 0)
+		return SQLITE_RANGE;
+	return sqlite3_bind_text(st, i, s, (int)strnlen(s, cap), SQLITE_TRANSIENT);
+}
+
+#define BIND_FIELD(st, name, field) bind_text((st), (name), (field), sizeof(field))
+
+static int bind_int(sqlite3_stmt *st, const char *name, sqlite3_int64 v)
+{
+	int i = sqlite3_bind_parameter_index(st, name);
+
+	return i ? sqlite3_bind_int64(st, i, v) : SQLITE_RANGE;
+}
+
+/* SQLite stores NaN as NULL. */
+static int bind_real(sqlite3_stmt *st, const char *name, double v)
+{
+	int i = sqlite3_bind_parameter_index(st, name);
+
+	return i ? sqlite3_bind_double(st, i, v) : SQLITE_RANGE;
+}
+
+static int bind_device(sqlite3_stmt *st, const struct ktune_device_id *dev)
+{
+	int rc;
+
+	if ((rc = BIND_FIELD(st, ":name", dev->name)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":arch", dev->arch)) != SQLITE_OK ||
+	    (rc = bind_int(st, ":sm_count", dev->sm_count)) != SQLITE_OK)
+		return rc;
+	return SQLITE_OK;
+}
+
+/* Binds :op ... :aligned; dtype and layout are the key's encoded texts. */
+static int bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char *dtype,
+		    const char *layout)
+{
+	int rc;
+
+	if ((rc = BIND_FIELD(st, ":op", key->op)) != SQLITE_OK ||
+	    (rc = bind_text(st, ":dtype", dtype, 8)) != SQLITE_OK ||
+	    (rc = bind_text(st, ":layout", layout, 3)) != SQLITE_OK ||
+	    (rc = bind_int(st, ":m", key->m)) != SQLITE_OK ||
+	    (rc = bind_int(st, ":n", key->n)) != SQLITE_OK ||
+	    (rc = bind_int(st, ":k", key->k)) != SQLITE_OK ||
+	    (rc = bind_int(st, ":aligned", key->aligned != 0)) != SQLITE_OK)
+		return rc;
+	return SQLITE_OK;
+}
+
+/* Checks a key and encodes its dtype and layout; `what` names the record in the message. */
+static int check_key(const struct ktune_db *db, const struct ktune_key *key, const char *what,
+		     const char **dtype, char layout[3], struct ktune_err *e)
+{
+	if (strnlen(key->op, sizeof(key->op)) == 0)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "%s for database '%s' has no op", what,
+				   db->path);
+	*dtype = dtype_text(key->dtype);
+	if (!*dtype)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "%s for database '%s' has unknown dtype %d",
+				   what, db->path, (int)key->dtype);
+	if (layout_text(key->trans_a, key->trans_b, layout) != 0)
+		return ktune__fail(e, KTUNE_ERR_INVALID,
+				   "%s for database '%s' has invalid layout '%c%c'", what, db->path,
+				   key->trans_a ? key->trans_a : '?',
+				   key->trans_b ? key->trans_b : '?');
+	if (key->m <= 0 || key->n <= 0 || key->k <= 0)
+		return ktune__fail(e, KTUNE_ERR_INVALID,
+				   "%s for database '%s' has invalid shape %lldx%lldx%lld", what,
+				   db->path, (long long)key->m, (long long)key->n, (long long)key->k);
+	return KTUNE_OK;
+}
+
+static int check_device(const struct ktune_db *db, const struct ktune_device_id *dev,
+			struct ktune_err *e)
+{
+	if (strnlen(dev->name, sizeof(dev->name)) == 0 || strnlen(dev->arch, sizeof(dev->arch)) == 0)
+		return ktune__fail(e, KTUNE_ERR_INVALID,
+				   "result for database '%s' has no device name or arch", db->path);
+	return KTUNE_OK;
+}
+
+/* Copies a text column into a fixed-size field, refusing what does not fit. */
+static int column_text(const struct ktune_db *db, sqlite3_stmt *st, int col, char *buf,
+		       size_t cap, struct ktune_err *e)
+{
+	const unsigned char *s = sqlite3_column_text(st, col);
+	int n = sqlite3_column_bytes(st, col);
+
+	if (!s) {
+		if (sqlite3_errcode(db->h) == SQLITE_NOMEM)
+			return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory reading database '%s'",
+					   db->path);
+		buf[0] = '\0';
+		return KTUNE_OK;
+	}
+	if ((size_t)n >= cap)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "database '%s': results row has a %s of %d bytes, more than %zu",
+				   db->path, sqlite3_column_name(st, col), n, cap - 1);
+	memcpy(buf, s, (size_t)n);
+	buf[n] = '\0';
+	return KTUNE_OK;
+}
+
+#define COLUMN_FIELD(db, st, col, field, e) column_text((db), (st), (col), (field), sizeof(field), (e))
+
+/* Fills *r from a row of RESULT_COLUMNS. */
+static int read_result(const struct ktune_db *db, sqlite3_stmt *st, struct ktune_result *r,
+		       struct ktune_err *e)
+{
+	char dtype[32], layout[32];
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	if ((ret = COLUMN_FIELD(db, st, COL_NAME, r->device.name, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_ARCH, r->device.arch, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_OP, r->key.op, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_DTYPE, dtype, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_LAYOUT, layout, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_FAMILY, r->family, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_CONFIG, r->config, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_TEMPLATE_HASH, r->template_hash, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_NVRTC_VERSION, r->nvrtc_version, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_DRIVER_VERSION, r->driver_version, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_KTUNE_VERSION, r->ktune_version, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_PROTOCOL, r->protocol, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_CREATED_AT, r->created_at, e)) != KTUNE_OK)
+		return ret;
+	if (dtype_parse(dtype, &r->key.dtype) != 0)
+		return ktune__fail(e, KTUNE_ERR_DB, "database '%s': results row has unknown dtype '%s'",
+				   db->path, dtype);
+	if (layout_parse(layout, &r->key.trans_a, &r->key.trans_b) != 0)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "database '%s': results row has unknown layout '%s'", db->path,
+				   layout);
+	r->device.sm_count = sqlite3_column_int(st, COL_SM_COUNT);
+	r->key.m = sqlite3_column_int64(st, COL_M);
+	r->key.n = sqlite3_column_int64(st, COL_N);
+	r->key.k = sqlite3_column_int64(st, COL_K);
+	r->key.aligned = sqlite3_column_int(st, COL_ALIGNED) != 0;
+	r->time_us = sqlite3_column_double(st, COL_TIME_US);
+	r->p20_us = sqlite3_column_double(st, COL_P20_US);
+	r->p80_us = sqlite3_column_double(st, COL_P80_US);
+	r->tflops = sqlite3_column_double(st, COL_TFLOPS);
+	r->cublas_us = sqlite3_column_double(st, COL_CUBLAS_US);
+	r->err_fro = sqlite3_column_double(st, COL_ERR_FRO);
+	r->err_max = sqlite3_column_double(st, COL_ERR_MAX);
+	r->candidates = sqlite3_column_int(st, COL_CANDIDATES);
+	r->tune_s = sqlite3_column_double(st, COL_TUNE_S);
+	return KTUNE_OK;
+}
+
+static int prepare(struct ktune_db *db, const char *sql, sqlite3_stmt **st, struct ktune_err *e)
+{
+	if (sqlite3_prepare_v2(db->h, sql, -1, st, NULL) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot prepare a statement on database '%s': %s",
+				   db->path, sqlite3_errmsg(db->h));
+	return KTUNE_OK;
+}
+
+/* Runs a statement that returns one integer row (a PRAGMA, a count). */
+static int query_long(sqlite3 *h, const char *sql, long *out)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	rc = sqlite3_prepare_v2(h, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		*out = (long)sqlite3_column_int64(st, 0);
+		rc = SQLITE_OK;
+	} else if (rc == SQLITE_DONE) {
+		rc = SQLITE_ERROR;
+	}
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+static void rollback(struct ktune_db *db)
+{
+	if (!sqlite3_get_autocommit(db->h))
+		sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int file_exists(const char *path, const char *suffix)
+{
+	char buf[4096];
+	struct stat st;
+
+	if ((size_t)snprintf(buf, sizeof(buf), "%s%s", path, suffix) >= sizeof(buf))
+		return 1; /* unknown: assume it does, which only skips a check */
+	return stat(buf, &st) == 0;
+}
+
+/*
+ * Checks the 100-byte SQLite header before SQLite sees the file, so that a
+ * foreign or truncated file gets a precise message and is never written to.
+ * An empty file is a new database.
+ */
+static int check_header(const char *path, const struct stat *st, struct ktune_err *e)
+{
+	unsigned char hdr[100];
+	uint32_t page, npages;
+	size_t n = 0;
+	ssize_t r;
+	int fd, ret = KTUNE_OK;
+
+	if (st->st_size == 0)
+		return KTUNE_OK;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return ktune__fail(e, KTUNE_ERR_IO, "cannot open database '%s': %s", path,
+				   strerror(errno));
+	while (n < sizeof(hdr)) {
+		r = read(fd, hdr + n, sizeof(hdr) - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = ktune__fail(e, KTUNE_ERR_IO, "cannot read database '%s': %s", path,
+					  strerror(errno));
+			goto out;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n < 16 || memcmp(hdr, "SQLite format 3", 16) != 0) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "cannot open database '%s': file is not a database", path);
+		goto out;
+	}
+	if (n < sizeof(hdr)) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "cannot open database '%s': file is truncated (%zu bytes)", path, n);
+		goto out;
+	}
+	page = (uint32_t)hdr[16] << 8 | hdr[17];
+	if (page == 1)
+		page = 65536;
+	if (page < 512 || (page & (page - 1)) != 0) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "cannot open database '%s': file is not a database (page size %u)",
+				  path, page);
+		goto out;
+	}
+	if ((uintmax_t)st->st_size % page != 0) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "cannot open database '%s': file is truncated (%jd bytes, not a whole number of %u-byte pages)",
+				  path, (intmax_t)st->st_size, page);
+		goto out;
+	}
+	/*
+	 * The page count at offset 28 is valid when offset 92 matches the change
+	 * counter at 24.  A journal or WAL beside the file may hold pages still
+	 * to be written back, so the file may be short then: skip the check.
+	 */
+	npages = be32(hdr + 28);
+	if (npages > 0 && be32(hdr + 24) == be32(hdr + 92) &&
+	    (uintmax_t)npages * page > (uintmax_t)st->st_size && !file_exists(path, "-wal") &&
+	    !file_exists(path, "-journal")) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "cannot open database '%s': file is truncated (%jd bytes, its header says %ju)",
+				  path, (intmax_t)st->st_size, (uintmax_t)npages * page);
+		goto out;
+	}
+out:
+	close(fd);
+	return ret;
+}
+
+/* Creates the directory a new database goes in. */
+static int make_parent(const char *path, struct ktune_err *e)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir;
+	int ret;
+
+	if (!slash || slash == path)
+		return KTUNE_OK;
+	dir = strndup(path, (size_t)(slash - path));
+	if (!dir)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory opening database '%s'", path);
+	ret = ktune__mkdirs(dir, e);
+	free(dir);
+	return ret;
+}
+
+/*
+ * Whether we may write the file and create its -wal and -shm beside it.  If
+ * not, it is opened read-only: SQLite then reads a WAL database without
+ * creating anything, so a database on a read-only mount still serves lookups.
+ */
+static int writable(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[4096];
+
+	if (access(path, W_OK) != 0)
+		return 0;
+	if (!slash)
+		return access(".", W_OK) == 0;
+	if (slash == path)
+		return access("/", W_OK) == 0;
+	if ((size_t)(slash - path) >= sizeof(dir))
+		return 1; /* let SQLite find out */
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return access(dir, W_OK) == 0;
+}
+
+/* The message for an SQLite failure while first reading a file. */
+static int open_failure(struct ktune_db *db, const char *what, struct ktune_err *e)
+{
+	int rc = sqlite3_errcode(db->h);
+
+	if (rc == SQLITE_CORRUPT)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "cannot open database '%s': %s (the file is damaged or truncated)",
+				   db->path, sqlite3_errmsg(db->h));
+#ifdef SQLITE_READONLY_DIRECTORY
+	/* SQLite reads a WAL database only where it can create the -shm file beside it. */
+	if (sqlite3_extended_errcode(db->h) == SQLITE_READONLY_DIRECTORY ||
+	    sqlite3_extended_errcode(db->h) == SQLITE_READONLY_CANTINIT)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "cannot open database '%s': its directory is read-only, and a WAL database needs its '-shm' file there",
+				   db->path);
+#endif
+	return ktune__fail(e, KTUNE_ERR_DB, "cannot %s database '%s': %s", what, db->path,
+			   sqlite3_errmsg(db->h));
+}
+
+/*
+ * Reads the schema version and which tables exist, in one read transaction,
+ * and refuses a database that is not ours or is newer.  Writes nothing.
+ */
+static int inspect(struct ktune_db *db, long *version, struct ktune_err *e)
+{
+	long ours = 0, others = 0;
+	int ret = KTUNE_OK;
+
+	if (sqlite3_exec(db->h, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||
+	    query_long(db->h, "PRAGMA user_version", version) != SQLITE_OK ||
+	    query_long(db->h,
+		       "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+		       " AND name IN ('devices', 'results', 'trials')",
+		       &ours) != SQLITE_OK ||
+	    query_long(db->h,
+		       "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+		       &others) != SQLITE_OK) {
+		ret = open_failure(db, "open", e);
+		goto out;
+	}
+	if (*version > KTUNE_DB_SCHEMA_VERSION) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "database '%s' has schema version %ld, newer than this ktune (%d): upgrade ktune",
+				  db->path, *version, KTUNE_DB_SCHEMA_VERSION);
+		goto out;
+	}
+	if (*version > 0 && ours != 3) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "database '%s' is not a ktune database: schema version %ld but no ktune tables",
+				  db->path, *version);
+		goto out;
+	}
+	if (*version < 0 || (*version == 0 && others > 0)) {
+		ret = ktune__fail(e, KTUNE_ERR_DB,
+				  "database '%s' is not a ktune database: it holds another program's tables",
+				  db->path);
+		goto out;
+	}
+out:
+	rollback(db);
+	return ret;
+}
+
+/* Applies the migrations from `version` on, each in its own transaction. */
+static int migrate(struct ktune_db *db, long version, struct ktune_err *e)
+{
+	int ret = KTUNE_OK;
+	long i;
+
+	if (version < KTUNE_DB_SCHEMA_VERSION && sqlite3_db_readonly(db->h, "main") == 1)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "cannot migrate database '%s' from schema version %ld: the file is read-only",
+				   db->path, version);
+	for (i = version; i < KTUNE_DB_SCHEMA_VERSION; i++) {
+		if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+			ret = open_failure(db, "migrate", e);
+			goto out;
+		}
+		/* Another process may have migrated while we waited for the lock. */
+		if (query_long(db->h, "PRAGMA user_version", &version) != SQLITE_OK) {
+			ret = open_failure(db, "migrate", e);
+			goto out;
+		}
+		if (version > KTUNE_DB_SCHEMA_VERSION) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' has schema version %ld, newer than this ktune (%d): upgrade ktune",
+					  db->path, version, KTUNE_DB_SCHEMA_VERSION);
+			goto out;
+		}
+		if (version == i &&
+		    sqlite3_exec(db->h, migrations[i], NULL, NULL, NULL) != SQLITE_OK) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "cannot migrate database '%s' to schema version %ld: %s",
+					  db->path, i + 1, sqlite3_errmsg(db->h));
+			goto out;
+		}
+		if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "cannot migrate database '%s' to schema version %ld: %s",
+					  db->path, i + 1, sqlite3_errmsg(db->h));
+			goto out;
+		}
+	}
+out:
+	if (ret != KTUNE_OK)
+		rollback(db);
+	return ret;
+}
+
+/* Per-connection settings, and WAL, which persists in the file. */
+static int configure(struct ktune_db *db, struct ktune_err *e)
+{
+	static const char *const pragmas[] = {
+		"PRAGMA journal_mode = WAL",
+		"PRAGMA synchronous = NORMAL",
+		"PRAGMA foreign_keys = ON",
+	};
+	sqlite3_stmt *st = NULL;
+	size_t i;
+	int rc, ret = KTUNE_OK;
+
+	for (i = 0; i < sizeof(pragmas) / sizeof(pragmas[0]); i++) {
+		/* A file we may only read keeps its journal mode (WAL can be read as it is). */
+		if (i == 0 && sqlite3_db_readonly(db->h, "main") == 1)
+			continue;
+		rc = sqlite3_prepare_v2(db->h, pragmas[i], -1, &st, NULL);
+		if (rc == SQLITE_OK) {
+			do
+				rc = sqlite3_step(st);
+			while (rc == SQLITE_ROW);
+		}
+		if (rc != SQLITE_DONE) {
+			ret = ktune__fail(e, KTUNE_ERR_DB, "cannot set '%s' on database '%s': %s",
+					  pragmas[i], db->path, sqlite3_errmsg(db->h));
+			goto out;
+		}
+		sqlite3_finalize(st);
+		st = NULL;
+	}
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e)
+{
+	struct ktune_db *db = NULL;
+	struct stat st;
+	long version = 0;
+	int rc, flags = SQLITE_OPEN_READWRITE, ret = KTUNE_OK;
+
+	if (out)
+		*out = NULL;
+	if (!path || !*path || !out)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot open a database without a path");
+
+	if (stat(path, &st) != 0) {
+		if (errno != ENOENT)
+			return ktune__fail(e, KTUNE_ERR_IO, "cannot open database '%s': %s", path,
+					   strerror(errno));
+		if (!create)
+			return ktune__fail(e, KTUNE_ERR_NOT_FOUND,
+					   "cannot open database '%s': no such file", path);
+		flags |= SQLITE_OPEN_CREATE;
+		ret = make_parent(path, e);
+	} else if (S_ISDIR(st.st_mode)) {
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot open database '%s': is a directory",
+				   path);
+	} else {
+		if (!writable(path))
+			flags = SQLITE_OPEN_READONLY;
+		ret = check_header(path, &st, e);
+	}
+	if (ret != KTUNE_OK)
+		return ret;
+
+	db = calloc(1, sizeof(*db));
+	if (!db || !(db->path = strdup(path))) {
+		ret = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory opening database '%s'", path);
+		goto out;
+	}
+	rc = sqlite3_open_v2(path, &db->h, flags, NULL);
+	if (rc != SQLITE_OK) {
+		ret = ktune__fail(e, rc == SQLITE_NOMEM ? KTUNE_ERR_NOMEM : KTUNE_ERR_DB,
+				  "cannot open database '%s': %s", path,
+				  db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
+		goto out;
+	}
+	sqlite3_busy_timeout(db->h, 10000);
+
+	if ((ret = inspect(db, &version, e)) != KTUNE_OK ||
+	    (ret = configure(db, e)) != KTUNE_OK ||
+	    (ret = migrate(db, version, e)) != KTUNE_OK)
+		goto out;
+	*out = db;
+	db = NULL;
+out:
+	ktune__db_close(db);
+	return ret;
+}
+
+void ktune__db_close(struct ktune_db *db)
+{
+	if (!db)
+		return;
+	sqlite3_close_v2(db->h);
+	free(db->path);
+	free(db);
+}
+
+const char *ktune__db_path(const struct ktune_db *db)
+{
+	return db ? db->path : NULL;
+}
+
+/* The device's row id, inserting the device if it is new; inside the caller's transaction. */
+static int device_id(struct ktune_db *db, const struct ktune_device_id *dev, sqlite3_int64 *id,
+		     struct ktune_err *e)
+{
+	sqlite3_stmt *ins = NULL, *sel = NULL;
+	int ret;
+
+	if ((ret = prepare(db, sql_put_device, &ins, e)) != KTUNE_OK ||
+	    (ret = prepare(db, sql_device_id, &sel, e)) != KTUNE_OK)
+		goto out;
+	if (bind_device(ins, dev) != SQLITE_OK || sqlite3_step(ins) != SQLITE_DONE ||
+	    bind_device(sel, dev) != SQLITE_OK || sqlite3_step(sel) != SQLITE_ROW) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store device '%s' in database '%s': %s",
+				  dev->name, db->path, sqlite3_errmsg(db->h));
+		goto out;
+	}
+	*id = sqlite3_column_int64(sel, 0);
+out:
+	sqlite3_finalize(ins);
+	sqlite3_finalize(sel);
+	return ret;
+}
+
+static int bind_result(sqlite3_stmt *st, sqlite3_int64 device, const struct ktune_result *r,
+		       const char *dtype, const char *layout)
+{
+	int rc;
+
+	if ((rc = bind_int(st, ":device_id", device)) != SQLITE_OK ||
+	    (rc = bind_key(st, &r->key, dtype, layout)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":family", r->family)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":config", r->config)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":template_hash", r->template_hash)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":time_us", r->time_us)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":p20_us", r->p20_us)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":p80_us", r->p80_us)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":tflops", r->tflops)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":cublas_us", r->cublas_us)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":err_fro", r->err_fro)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":err_max", r->err_max)) != SQLITE_OK ||
+	    (rc = bind_int(st, ":candidates", r->candidates)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":tune_s", r->tune_s)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":nvrtc_version", r->nvrtc_version)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":driver_version", r->driver_version)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":ktune_version", r->ktune_version)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":protocol", r->protocol)) != SQLITE_OK)
+		return rc;
+	return SQLITE_OK;
+}
+
+static int bind_trial(sqlite3_stmt *st, sqlite3_int64 device, const struct ktune_trial *t,
+		      const char *dtype, const char *layout)
+{
+	int rc;
+
+	if ((rc = bind_int(st, ":device_id", device)) != SQLITE_OK ||
+	    (rc = bind_key(st, &t->key, dtype, layout)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":family", t->family)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":config", t->config)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":template_hash", t->template_hash)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":status", t->status)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":time_us", t->time_us)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":err_fro", t->err_fro)) != SQLITE_OK ||
+	    (rc = bind_real(st, ":err_max", t->err_max)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":message", t->message)) != SQLITE_OK)
+		return rc;
+	return SQLITE_OK;
+}
+
+/* A result must be a number everywhere: NaN is stored as NULL, which the schema refuses. */
+static const char *nan_field(const struct ktune_result *r)
+{
+	if (isnan(r->time_us))
+		return "time_us";
+	if (isnan(r->p20_us))
+		return "p20_us";
+	if (isnan(r->p80_us))
+		return "p80_us";
+	if (isnan(r->tflops))
+		return "tflops";
+	if (isnan(r->cublas_us))
+		return "cublas_us";
+	if (isnan(r->err_fro))
+		return "err_fro";
+	if (isnan(r->err_max))
+		return "err_max";
+	if (isnan(r->tune_s))
+		return "tune_s";
+	return NULL;
+}
+
+int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
+			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	sqlite3_int64 dev = 0;
+	const char *dtype, *field;
+	char layout[3], what[32];
+	int i, ret;
+
+	if (!db || !r || ntrials < 0 || (ntrials > 0 && !trials))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store a result");
+	if ((ret = check_device(db, &r->device, e)) != KTUNE_OK ||
+	    (ret = check_key(db, &r->key, "result", &dtype, layout, e)) != KTUNE_OK)
+		return ret;
+	if ((field = nan_field(r)) != NULL)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "result for database '%s' has NaN %s",
+				   db->path, field);
+
+	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot write to database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+		goto out;
+	}
+	if ((ret = device_id(db, &r->device, &dev, e)) != KTUNE_OK ||
+	    (ret = prepare(db, sql_put_result, &st, e)) != KTUNE_OK)
+		goto out;
+	if (bind_result(st, dev, r, dtype, layout) != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store result in database '%s': %s",
+				  db->path, sqlite3_errmsg(db->h));
+		goto out;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if (ntrials > 0 && (ret = prepare(db, sql_put_trial, &st, e)) != KTUNE_OK)
+		goto out;
+	for (i = 0; i < ntrials; i++) {
+		snprintf(what, sizeof(what), "trial %d", i);
+		if ((ret = check_key(db, &trials[i].key, what, &dtype, layout, e)) != KTUNE_OK)
+			goto out;
+		sqlite3_reset(st);
+		if (bind_trial(st, dev, &trials[i], dtype, layout) != SQLITE_OK ||
+		    sqlite3_step(st) != SQLITE_DONE) {
+			ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store %s in database '%s': %s",
+					  what, db->path, sqlite3_errmsg(db->h));
+			goto out;
+		}
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+out:
+	sqlite3_finalize(st);
+	if (ret != KTUNE_OK)
+		rollback(db);
+	return ret;
+}
+
+int ktune__db_get_result(struct ktune_db *db, const struct ktune_device_id *dev,
+			 const struct ktune_key *key, struct ktune_result *out, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	const char *dtype;
+	char layout[3];
+	int rc, ret;
+
+	if (!db || !dev || !key || !out)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to look a result up");
+	if ((ret = check_key(db, key, "lookup", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = prepare(db, sql_get, &st, e)) != KTUNE_OK)
+		goto out;
+	if (bind_device(st, dev) != SQLITE_OK || bind_key(st, key, dtype, layout) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+		goto out;
+	}
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		ret = read_result(db, st, out, e);
+		if (ret == KTUNE_OK)
+			ret = 1;
+	} else if (rc != SQLITE_DONE) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+	}
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* Binds a filter's text field, or NULL (match anything) when it is empty. */
+static int bind_filter_text(sqlite3_stmt *st, const char *name, const char *s, size_t cap)
+{
+	int i;
+
+	if (strnlen(s, cap) > 0)
+		return bind_text(st, name, s, cap);
+	i = sqlite3_bind_parameter_index(st, name);
+	return i ? sqlite3_bind_null(st, i) : SQLITE_RANGE;
+}
+
+static int bind_filter_int(sqlite3_stmt *st, const char *name, int64_t v)
+{
+	int i;
+
+	if (v != 0)
+		return bind_int(st, name, v);
+	i = sqlite3_bind_parameter_index(st, name);
+	return i ? sqlite3_bind_null(st, i) : SQLITE_RANGE;
+}
+
+static int bind_filter(struct ktune_db *db, sqlite3_stmt *st, const struct ktune_filter *f,
+		       struct ktune_err *e)
+{
+	static const struct ktune_filter all;
+	const char *dtype = "";
+	char layout[3] = "";
+	size_t n;
+
+	if (!f)
+		f = &all;
+	if (f->has_dtype && !(dtype = dtype_text(f->dtype)))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "query of database '%s' has unknown dtype %d",
+				   db->path, (int)f->dtype);
+	n = strnlen(f->layout, sizeof(f->layout));
+	if (n > 0 && (n != 2 || layout_text(f->layout[0], f->layout[1], layout) != 0))
+		return ktune__fail(e, KTUNE_ERR_INVALID,
+				   "query of database '%s' has invalid layout '%.*s'", db->path,
+				   (int)n, f->layout);
+	if (bind_filter_text(st, ":device", f->device, sizeof(f->device)) != SQLITE_OK ||
+	    bind_filter_text(st, ":arch", f->arch, sizeof(f->arch)) != SQLITE_OK ||
+	    bind_filter_text(st, ":op", f->op, sizeof(f->op)) != SQLITE_OK ||
+	    bind_filter_text(st, ":dtype", dtype, 8) != SQLITE_OK ||
+	    bind_filter_text(st, ":layout", layout, sizeof(layout)) != SQLITE_OK ||
+	    bind_filter_int(st, ":m", f->m) != SQLITE_OK ||
+	    bind_filter_int(st, ":n", f->n) != SQLITE_OK ||
+	    bind_filter_int(st, ":k", f->k) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot query database '%s': %s", db->path,
+				   sqlite3_errmsg(db->h));
+	return KTUNE_OK;
+}
+
+int ktune__db_query(struct ktune_db *db, const struct ktune_filter *f,
+		    int (*fn)(const struct ktune_result *r, void *arg), void *arg,
+		    struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	struct ktune_result r;
+	int rc, ret;
+
+	if (!db || !fn)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to query a database");
+	if ((ret = prepare(db, sql_query, &st, e)) != KTUNE_OK ||
+	    (ret = bind_filter(db, st, f, e)) != KTUNE_OK)
+		goto out;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if ((ret = read_result(db, st, &r, e)) != KTUNE_OK)
+			goto out;
+		if ((ret = fn(&r, arg)) != 0)
+			goto out;
+	}
+	if (rc != SQLITE_DONE)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot query database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int ktune__db_count(struct ktune_db *db, long *results, long *trials, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	int ret;
+
+	if (!db)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to count a database");
+	/* One statement, so that both counts come from one snapshot. */
+	if ((ret = prepare(db, "SELECT (SELECT count(*) FROM results), (SELECT count(*) FROM trials)",
+			   &st, e)) != KTUNE_OK)
+		goto out;
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot count the rows of database '%s': %s",
+				  db->path, sqlite3_errmsg(db->h));
+		goto out;
+	}
+	if (results)
+		*results = (long)sqlite3_column_int64(st, 0);
+	if (trials)
+		*trials = (long)sqlite3_column_int64(st, 1);
+out:
+	sqlite3_finalize(st);
+	return ret;
+}

@@ -1,0 +1,106 @@
+/*
+ * db.h - the tuning database: SQLite in WAL mode, schema versioned with
+ * PRAGMA user_version and migrated forward on open.  It holds the devices,
+ * the best result per (device, key) with its provenance, and every trial
+ * (candidate measured or failed) with its status.
+ *
+ * Every write is one transaction; readers never see half a result.
+ */
+#ifndef KTUNE_DB_H
+#define KTUNE_DB_H
+
+#include "common.h"
+#include "key.h"
+
+/* The schema version this build writes; older files are migrated, newer refused. */
+#define KTUNE_DB_SCHEMA_VERSION 2
+
+struct ktune_db; /* opaque */
+
+struct ktune_device_id {
+	char name[128]; /* "NVIDIA H100 80GB HBM3" */
+	char arch[16];  /* "sm_90" */
+	int sm_count;
+};
+
+/* The best configuration found for one key on one device, with its provenance. */
+struct ktune_result {
+	struct ktune_key key;
+	struct ktune_device_id device;
+	char family[32];        /* template family: "gemm" */
+	char config[256];       /* canonical "BLOCK_M=128,BLOCK_N=128,..." */
+	char template_hash[65]; /* sha256 of the family's template source */
+	double time_us, p20_us, p80_us;
+	double tflops;
+	double cublas_us;       /* baseline measured in the same run; 0 if none */
+	double err_fro, err_max;
+	int candidates;         /* configurations tried for this key */
+	double tune_s;          /* wall time spent tuning this key */
+	char nvrtc_version[32], driver_version[32], ktune_version[32];
+	char protocol[256];     /* benchmark protocol, e.g. "events;l2flush;warmup=2;reps>=10;median" */
+	char created_at[32];    /* ISO 8601 UTC, set by the database on insert */
+};
+
+/* Outcome of one candidate; status is one of the strings below. */
+#define KTUNE_TRIAL_OK "ok"
+#define KTUNE_TRIAL_COMPILE_ERROR "compile_error"
+#define KTUNE_TRIAL_LAUNCH_ERROR "launch_error"
+#define KTUNE_TRIAL_WRONG "wrong"
+#define KTUNE_TRIAL_PRUNED "pruned"
+
+struct ktune_trial {
+	struct ktune_key key;
+	char family[32];
+	char config[256];
+	char template_hash[65];
+	char status[16];
+	double time_us;  /* 0 unless ok */
+	double err_fro, err_max;
+	char message[512];
+};
+
+/* Which results a query returns; zero fields match anything. */
+struct ktune_filter {
+	char device[128];  /* substring of the device name */
+	char arch[16];
+	char op[16];
+	int has_dtype;
+	ktune_dtype dtype;
+	char layout[3];
+	int64_t m, n, k;
+};
+
+/*
+ * Opens (creating it and its directory if `create`) the database at `path`,
+ * migrating an older schema.  A file that is not a ktune database, is
+ * truncated or has a newer schema gets a clear error naming the path.
+ */
+int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e);
+void ktune__db_close(struct ktune_db *db); /* NULL is a no-op */
+
+/* Stores a result, replacing the one for the same (device, key), and its trials, in one transaction. */
+int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
+			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e);
+
+/*
+ * Looks up the result for exactly (device, key).  Returns 1 and fills *out
+ * if found, 0 if not, a negative status on error.
+ */
+int ktune__db_get_result(struct ktune_db *db, const struct ktune_device_id *dev,
+			 const struct ktune_key *key, struct ktune_result *out, struct ktune_err *e);
+
+/*
+ * Calls fn for each result matching the filter (NULL: all), ordered by
+ * device, op, dtype, layout, m, n, k.  Stops and returns fn's value if non-zero.
+ */
+int ktune__db_query(struct ktune_db *db, const struct ktune_filter *f,
+		    int (*fn)(const struct ktune_result *r, void *arg), void *arg,
+		    struct ktune_err *e);
+
+/* Number of stored results and trials. */
+int ktune__db_count(struct ktune_db *db, long *results, long *trials, struct ktune_err *e);
+
+/* The path the database was opened with. */
+const char *ktune__db_path(const struct ktune_db *db);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * context.c - opening and closing a ktune context on a device.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/context.h"
+
+int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e)
+{
+	if (ctx && e && e->msg != ctx->errmsg)
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "%s", e->msg);
+	return status;
+}
+
+const char *ktune_errmsg(const ktune_ctx *ctx)
+{
+	return ctx ? ctx->errmsg : "no context";
+}
+
+int ktune__ctx_enter(ktune_ctx *ctx, int *pushed, struct ktune_err *e)
+{
+	CUcontext cur = NULL;
+	*pushed = 0;
+	CU_TRY(e, cuCtxGetCurrent(&cur));
+	if (cur != ctx->cu) {
+		CU_TRY(e, cuCtxPushCurrent_v2(ctx->cu));
+		*pushed = 1;
+	}
+	return KTUNE_OK;
+}
+
+void ktune__ctx_leave(ktune_ctx *ctx, int pushed)
+{
+	CUcontext popped;
+	(void)ctx;
+	if (pushed)
+		ktune_cu.cuCtxPopCurrent_v2(&popped);
+}
+
+static int read_device(ktune_ctx *ctx, struct ktune_err *e)
+{
+	int count = 0, major = 0, minor = 0;
+	CU_TRY(e, cuDeviceGetCount(&count));
+	if (count == 0)
+		return ktune__fail(e, KTUNE_ERR_NO_DEVICE, "no CUDA device");
+	if (ctx->ordinal < 0 || ctx->ordinal >= count)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "device %d does not exist (%d device%s)",
+				   ctx->ordinal, count, count == 1 ? "" : "s");
+	CU_TRY(e, cuDeviceGet(&ctx->dev, ctx->ordinal));
+	CU_TRY(e, cuDeviceGetName(ctx->id.name, sizeof(ctx->id.name), ctx->dev));
+	CU_TRY(e, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev));
+	CU_TRY(e, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev));
+	CU_TRY(e, cuDeviceGetAttribute(&ctx->id.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+				       ctx->dev));
+	CU_TRY(e, cuDeviceGetAttribute(&ctx->smem_optin,
+				       CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->dev));
+	CU_TRY(e, cuDeviceGetAttribute(&ctx->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->dev));
+	CU_TRY(e, cuDriverGetVersion(&ctx->driver_version));
+	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_%d%d", major, minor);
+	if (major < 8)
+		return ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
+				   "device %d '%s' is %s; ktune needs sm_80 or newer",
+				   ctx->ordinal, ctx->id.name, ctx->id.arch);
+	return KTUNE_OK;
+}
+
+ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *errbuf,
+			size_t errlen)
+{
+	struct ktune_err e = { "" };
+	ktune_ctx *ctx = NULL;
+	int rc;
+
+	if (!out)
+		return KTUNE_ERR_INVALID;
+	*out = NULL;
+	if ((rc = ktune__driver_load(&e)))
+		goto fail;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		rc = ktune__fail(&e, KTUNE_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	pthread_mutex_init(&ctx->lock, NULL);
+	ctx->ordinal = device;
+	if (db_path)
+		snprintf(ctx->db_path, sizeof(ctx->db_path), "%s", db_path);
+	else
+		ktune__default_db_path(ctx->db_path, sizeof(ctx->db_path));
+	const char *no_cache = getenv("KTUNE_NO_CACHE");
+	if (no_cache && *no_cache && strcmp(no_cache, "0")) {
+		ctx->cache_dir[0] = 0;
+	} else {
+		char base[4000];
+		ktune__cache_dir(base, sizeof(base));
+		snprintf(ctx->cache_dir, sizeof(ctx->cache_dir), "%s/cubin", base);
+	}
+	if ((rc = read_device(ctx, &e)))
+		goto fail;
+	{
+		CUresult r = ktune_cu.cuDevicePrimaryCtxRetain(&ctx->cu, ctx->dev);
+		if (r != CUDA_SUCCESS) {
+			char d[256];
+			ktune__cu_describe(r, d, sizeof(d));
+			rc = ktune__fail(&e, KTUNE_ERR_CUDA, "cannot retain the primary context of device %d: %s",
+					 device, d);
+			ctx->cu = NULL;
+			goto fail;
+		}
+	}
+	if ((rc = ktune__dispatch_load(ctx, &e)))
+		goto fail;
+	*out = ctx;
+	return KTUNE_OK;
+fail:
+	if (errbuf && errlen)
+		snprintf(errbuf, errlen, "%s", e.msg);
+	ktune_close(ctx);
+	return rc;
+}
+
+void ktune_close(ktune_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	if (ctx->cu) {
+		int pushed = 0;
+		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
+			ktune__workspaces_free(ctx);
+			for (struct ktune_kernel *k = ctx->kernels; k; k = k->next)
+				ktune_cu.cuModuleUnload(k->module);
+			ktune__ctx_leave(ctx, pushed);
+		}
+		ktune_cu.cuDevicePrimaryCtxRelease_v2(ctx->dev);
+	}
+	for (struct ktune_kernel *k = ctx->kernels, *next; k; k = next) {
+		next = k->next;
+		free(k);
+	}
+	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
+		for (struct ktune_resolved *r = ctx->resolved[i], *next; r; r = next) {
+			next = r->next;
+			free(r);
+		}
+	free(ctx->entries);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+}

@@ -1,0 +1,122 @@
+/*
+ * context.h - what a ktune_ctx holds, for the runtime's files and the tuner:
+ * the device, the loaded kernels, the dispatch table and the split-K
+ * scratch buffers of each stream.
+ */
+#ifndef KTUNE_CONTEXT_H
+#define KTUNE_CONTEXT_H
+
+#include <pthread.h>
+
+#include "common.h"
+#include "db/db.h"
+#include "ops/gemm.h"
+#include "runtime/compile.h"
+#include "runtime/driver.h"
+
+/* A compiled and loaded kernel variant: one per (key variant, compiled config). */
+struct ktune_kernel {
+	ktune_dtype dtype;
+	char trans_a, trans_b;
+	int aligned;
+	struct ktune_gemm_config cfg; /* group_size and split_k unused */
+	CUmodule module;
+	CUfunction fn;
+	size_t smem;
+	struct ktune_resources res;
+	struct ktune_kernel *next;
+};
+
+/* A tuned result loaded from the database. */
+struct ktune_entry {
+	struct ktune_key key;
+	struct ktune_gemm_config cfg;
+	int same_device; /* 0: another device of the same arch */
+};
+
+/* A key already resolved to a config and a kernel; the hot path's hash table. */
+struct ktune_resolved {
+	struct ktune_key key;
+	struct ktune_gemm_config cfg;
+	const char *source; /* "exact", "arch", "nearest", "default" */
+	struct ktune_kernel *kernel;
+	struct ktune_resolved *next;
+};
+
+/* Split-K scratch of one stream: kernels on one stream run in order, so they can share it. */
+struct ktune_workspace {
+	CUstream stream;
+	CUdeviceptr partials, counters;
+	size_t partials_bytes, ncounters;
+};
+
+#define KTUNE_RESOLVED_BUCKETS 1024
+#define KTUNE_MAX_WORKSPACES 64
+
+struct ktune_ctx {
+	int ordinal;
+	CUdevice dev;
+	CUcontext cu;
+	struct ktune_device_id id;
+	int smem_optin;  /* shared memory per block after opt-in */
+	int l2_bytes;
+	int driver_version;
+	char db_path[4096];
+	char cache_dir[4096]; /* cubin cache; "" disables */
+
+	pthread_mutex_t lock; /* guards everything below */
+	struct ktune_entry *entries;
+	int nentries;
+	struct ktune_resolved *resolved[KTUNE_RESOLVED_BUCKETS];
+	struct ktune_kernel *kernels;
+	struct ktune_workspace workspaces[KTUNE_MAX_WORKSPACES];
+	int nworkspaces;
+	long misses; /* keys served by "nearest" or "default" */
+	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
+};
+
+/* Stores e's message as the context's last error and returns status. */
+int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e);
+
+/* Makes the context's CUDA context current; *pushed tells whether to pop it after. */
+int ktune__ctx_enter(ktune_ctx *ctx, int *pushed, struct ktune_err *e);
+void ktune__ctx_leave(ktune_ctx *ctx, int pushed);
+
+/*
+ * The loaded kernel for the key's variant of cfg, compiling (or loading from
+ * the disk cache) on first use; with `cubin` non-NULL that code is loaded
+ * instead of compiling.  Caller holds ctx->lock and has the context current.
+ */
+int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
+		      const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+		      struct ktune_kernel **out, struct ktune_err *e);
+
+/* Compiles (no GPU needed) the key's variant of cfg for arch. */
+int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+			  const char *arch, const char *cache_dir, struct ktune_cubin *out,
+			  struct ktune_err *e);
+
+/* Loads the device's tuned entries from the database at ctx->db_path. */
+int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e);
+
+/*
+ * The configuration for a key: exact -> same arch -> nearest -> default.
+ * Caller holds ctx->lock.  *source is a static string.
+ */
+void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
+			    struct ktune_gemm_config *cfg, const char **source);
+
+/*
+ * Launches one GEMM with a given kernel and config (split-K scratch from the
+ * stream's workspace).  Caller has the context current; takes ctx->lock only
+ * to find the workspace.
+ */
+int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
+		       const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
+		       CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
+		       CUstream stream, struct ktune_err *e);
+
+/* Frees every workspace (the context must be current). */
+void ktune__workspaces_free(ktune_ctx *ctx);
+
+#endif

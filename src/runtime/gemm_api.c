@@ -1,0 +1,222 @@
+/*
+ * gemm_api.c - ktune_gemm(): validate, resolve the key to a kernel, launch.
+ *
+ * The hot path for a key seen before is one hash lookup under the context's
+ * lock and one cuLaunchKernel.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/context.h"
+
+static __thread const char *last_dispatch = "none";
+
+const char *ktune_last_dispatch(const ktune_ctx *ctx)
+{
+	(void)ctx;
+	return last_dispatch;
+}
+
+static unsigned key_hash(const struct ktune_key *k)
+{
+	uint64_t h = 1469598103934665603ull;
+	uint64_t parts[5] = { (uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k,
+			      ((uint64_t)k->dtype << 24) | ((uint64_t)(unsigned char)k->trans_a << 16) |
+				      ((uint64_t)(unsigned char)k->trans_b << 8) | (uint64_t)k->aligned,
+			      0 };
+	for (int i = 0; i < 4; i++) {
+		h ^= parts[i];
+		h *= 1099511628211ull;
+		h ^= h >> 29;
+	}
+	return (unsigned)(h % KTUNE_RESOLVED_BUCKETS);
+}
+
+static int same_key(const struct ktune_key *a, const struct ktune_key *b)
+{
+	return a->m == b->m && a->n == b->n && a->k == b->k && a->dtype == b->dtype &&
+	       a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->aligned == b->aligned;
+}
+
+/* The resolved entry for key, resolving (and maybe compiling) it on first use.  Holds ctx->lock. */
+static int resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_resolved **out,
+		   struct ktune_err *e)
+{
+	unsigned h = key_hash(key);
+	struct ktune_resolved *r;
+
+	for (r = ctx->resolved[h]; r; r = r->next)
+		if (same_key(&r->key, key)) {
+			*out = r;
+			return KTUNE_OK;
+		}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	r->key = *key;
+	ktune__dispatch_choose(ctx, key, &r->cfg, &r->source);
+	int rc = ktune__kernel_get(ctx, key, &r->cfg, NULL, &r->kernel, e);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	r->next = ctx->resolved[h];
+	ctx->resolved[h] = r;
+	*out = r;
+	return KTUNE_OK;
+}
+
+/* The stream's split-K scratch, grown to fit.  Holds ctx->lock. */
+static int workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes,
+			 size_t ncounters, struct ktune_workspace **out, struct ktune_err *e)
+{
+	struct ktune_workspace *w = NULL;
+	for (int i = 0; i < ctx->nworkspaces; i++)
+		if (ctx->workspaces[i].stream == stream)
+			w = &ctx->workspaces[i];
+	if (!w) {
+		if (ctx->nworkspaces == KTUNE_MAX_WORKSPACES)
+			return ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
+					   "split-K on more than %d streams of one context",
+					   KTUNE_MAX_WORKSPACES);
+		w = &ctx->workspaces[ctx->nworkspaces++];
+		memset(w, 0, sizeof(*w));
+		w->stream = stream;
+	}
+	if (w->partials_bytes < partials_bytes || w->ncounters < ncounters) {
+		/* kernels queued on this stream may still use the old buffers */
+		CU_TRY(e, cuStreamSynchronize(stream));
+		if (w->partials_bytes < partials_bytes) {
+			if (w->partials)
+				ktune_cu.cuMemFree_v2(w->partials);
+			w->partials = 0;
+			w->partials_bytes = 0;
+			CU_TRY(e, cuMemAlloc_v2(&w->partials, partials_bytes));
+			w->partials_bytes = partials_bytes;
+		}
+		if (w->ncounters < ncounters) {
+			if (w->counters)
+				ktune_cu.cuMemFree_v2(w->counters);
+			w->counters = 0;
+			w->ncounters = 0;
+			CU_TRY(e, cuMemAlloc_v2(&w->counters, ncounters * sizeof(int)));
+			/* the kernel leaves the counters at zero; they start there */
+			CU_TRY(e, cuMemsetD32_v2(w->counters, 0, ncounters));
+			w->ncounters = ncounters;
+		}
+	}
+	*out = w;
+	return KTUNE_OK;
+}
+
+void ktune__workspaces_free(ktune_ctx *ctx)
+{
+	for (int i = 0; i < ctx->nworkspaces; i++) {
+		if (ctx->workspaces[i].partials)
+			ktune_cu.cuMemFree_v2(ctx->workspaces[i].partials);
+		if (ctx->workspaces[i].counters)
+			ktune_cu.cuMemFree_v2(ctx->workspaces[i].counters);
+	}
+	ctx->nworkspaces = 0;
+}
+
+int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
+		       const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
+		       CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
+		       CUstream stream, struct ktune_err *e)
+{
+	CUdeviceptr partials = 0, counters = 0;
+	unsigned grid[3];
+	int m = (int)key->m, n = (int)key->n, k = (int)key->k;
+	int group = cfg->group_size, split = cfg->split_k;
+	long long lda_ = lda, ldb_ = ldb, ldc_ = ldc;
+
+	if (split > 1) {
+		struct ktune_workspace *w = NULL;
+		pthread_mutex_lock(&ctx->lock);
+		int rc = workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg),
+				       ktune__gemm_counters(key, cfg), &w, e);
+		if (!rc) {
+			partials = w->partials;
+			counters = w->counters;
+		}
+		pthread_mutex_unlock(&ctx->lock);
+		if (rc)
+			return rc;
+	}
+	ktune__gemm_grid(key, cfg, grid);
+	void *args[] = { &a, &b, &c, &m, &n, &k, &lda_, &ldb_, &ldc_, &alpha, &beta,
+			 &group, &split, &partials, &counters };
+	CU_TRY(e, cuLaunchKernel(kernel->fn, grid[0], grid[1], grid[2],
+				 (unsigned)ktune__gemm_threads(cfg), 1, 1, (unsigned)kernel->smem,
+				 stream, args, NULL));
+	return KTUNE_OK;
+}
+
+static int check_args(char ta, char tb, int64_t m, int64_t n, int64_t k, const void *a,
+		      int64_t lda, const void *b, int64_t ldb, const void *c, int64_t ldc,
+		      ktune_dtype dtype, struct ktune_err *e)
+{
+	if (ta != 'n' && ta != 't')
+		return ktune__fail(e, KTUNE_ERR_INVALID, "trans_a '%c' is not 'n' or 't'", ta);
+	if (tb != 'n' && tb != 't')
+		return ktune__fail(e, KTUNE_ERR_INVALID, "trans_b '%c' is not 'n' or 't'", tb);
+	if (dtype != KTUNE_F16 && dtype != KTUNE_BF16)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "unknown dtype %d", (int)dtype);
+	if (m < 1 || n < 1 || k < 1 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+		return ktune__fail(e, KTUNE_ERR_INVALID,
+				   "sizes m=%lld n=%lld k=%lld must be in 1..2^31-1",
+				   (long long)m, (long long)n, (long long)k);
+	if (lda < (ta == 'n' ? k : m))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "lda=%lld is less than the row length %lld",
+				   (long long)lda, (long long)(ta == 'n' ? k : m));
+	if (ldb < (tb == 'n' ? n : k))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "ldb=%lld is less than the row length %lld",
+				   (long long)ldb, (long long)(tb == 'n' ? n : k));
+	if (ldc < n)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "ldc=%lld is less than n=%lld",
+				   (long long)ldc, (long long)n);
+	if (!a || !b || !c)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "a NULL matrix pointer");
+	if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 2)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "matrix pointers must be 2-byte aligned");
+	return KTUNE_OK;
+}
+
+ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b, int64_t m, int64_t n,
+			int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+			int64_t ldb, float beta, void *c, int64_t ldc, ktune_dtype dtype,
+			void *stream)
+{
+	struct ktune_err e;
+	struct ktune_key key = { .op = "gemm" };
+	struct ktune_resolved *r = NULL;
+	int pushed, rc;
+
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	if ((rc = check_args(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, dtype, &e)))
+		return ktune__ctx_error(ctx, rc, &e);
+	key.dtype = dtype;
+	key.trans_a = trans_a;
+	key.trans_b = trans_b;
+	key.m = m;
+	key.n = n;
+	key.k = k;
+	key.aligned = ktune__gemm_aligned(a, lda, b, ldb, c, ldc);
+
+	if ((rc = ktune__ctx_enter(ctx, &pushed, &e)))
+		return ktune__ctx_error(ctx, rc, &e);
+	pthread_mutex_lock(&ctx->lock);
+	rc = resolve(ctx, &key, &r, &e);
+	pthread_mutex_unlock(&ctx->lock);
+	if (!rc) {
+		last_dispatch = r->source;
+		rc = ktune__gemm_launch(ctx, r->kernel, &key, &r->cfg, alpha, (CUdeviceptr)a, lda,
+					(CUdeviceptr)b, ldb, beta, (CUdeviceptr)c, ldc,
+					(CUstream)stream, &e);
+	}
+	ktune__ctx_leave(ctx, pushed);
+	return rc ? ktune__ctx_error(ctx, rc, &e) : KTUNE_OK;
+}

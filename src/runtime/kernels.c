@@ -1,0 +1,85 @@
+/*
+ * kernels.c - the loaded kernel variants of a context: compiled with NVRTC
+ * (or read from the disk cache) on first use, then kept for the context's life.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/compile.h"
+#include "runtime/context.h"
+#include "runtime/templates.h"
+
+int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+			  const char *arch, const char *cache_dir, struct ktune_cubin *out,
+			  struct ktune_err *e)
+{
+	char defines[KTUNE_MAX_OPTIONS][48];
+	const char *opts[KTUNE_MAX_OPTIONS];
+	const struct ktune_template_file *src = ktune__template_file(KTUNE_GEMM_SOURCE);
+
+	if (!src)
+		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no embedded template '%s'",
+				   KTUNE_GEMM_SOURCE);
+	int n = ktune__gemm_defines(key, cfg, defines, KTUNE_MAX_OPTIONS);
+	for (int i = 0; i < n; i++)
+		opts[i] = defines[i];
+	return ktune__compile(src->name, src->text, src->len, opts, n, arch, cache_dir, out, e);
+}
+
+static int same_variant(const struct ktune_kernel *k, const struct ktune_key *key,
+			const struct ktune_gemm_config *cfg)
+{
+	return k->dtype == key->dtype && k->trans_a == key->trans_a &&
+	       k->trans_b == key->trans_b && k->aligned == key->aligned &&
+	       ktune__gemm_same_kernel(&k->cfg, cfg);
+}
+
+int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
+		      const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+		      struct ktune_kernel **out, struct ktune_err *e)
+{
+	struct ktune_cubin compiled = { 0 };
+	struct ktune_kernel *k;
+	int rc = KTUNE_OK;
+
+	for (k = ctx->kernels; k; k = k->next)
+		if (same_variant(k, key, cfg)) {
+			*out = k;
+			return KTUNE_OK;
+		}
+	if (!cubin) {
+		if ((rc = ktune__kernel_compile(key, cfg, ctx->id.arch, ctx->cache_dir, &compiled, e)))
+			return rc;
+		cubin = &compiled;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k) {
+		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	k->dtype = key->dtype;
+	k->trans_a = key->trans_a;
+	k->trans_b = key->trans_b;
+	k->aligned = key->aligned;
+	k->cfg = *cfg;
+	k->res = cubin->res;
+	k->smem = ktune__gemm_smem_bytes(key, cfg);
+	CU_GOTO(e, rc, cuModuleLoadData(&k->module, cubin->data));
+	CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module, "gemm_kernel"));
+	if (k->smem > 48 * 1024)
+		CU_GOTO(e, rc, cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+						  (int)k->smem));
+	k->next = ctx->kernels;
+	ctx->kernels = k;
+	*out = k;
+	k = NULL;
+out:
+	if (k) {
+		if (k->module)
+			ktune_cu.cuModuleUnload(k->module);
+		free(k);
+	}
+	ktune__cubin_free(&compiled);
+	return rc;
+}

@@ -1,0 +1,25 @@
+/*
+ * templates.h - the kernel template sources and their search spaces
+ * (kernels/templates/), embedded into the library at build time.
+ */
+#ifndef KTUNE_TEMPLATES_H
+#define KTUNE_TEMPLATES_H
+
+#include <stddef.h>
+
+struct ktune_template_file {
+	const char *name; /* "gemm.cu", "gemm.yaml" */
+	const char *text; /* NUL-terminated */
+	size_t len;
+};
+
+/* Every embedded file; the list ends with a NULL name. */
+extern const struct ktune_template_file ktune__template_files[];
+
+/* The embedded file called `name`, or NULL. */
+const struct ktune_template_file *ktune__template_file(const char *name);
+
+/* sha256 of the embedded file (cached; thread-safe), or "" if there is none. */
+const char *ktune__template_hash(const char *name);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * candidates.h - the configurations worth trying for a key (the space,
+ * pruned for the device and the key), and compiling many of them at once.
+ */
+#ifndef KTUNE_CANDIDATES_H
+#define KTUNE_CANDIDATES_H
+
+#include "ops/gemm.h"
+#include "runtime/compile.h"
+
+/*
+ * Every admitted configuration of the GEMM space that ktune__gemm_prune
+ * keeps for the key (sm_count/smem_limit 0: no device checks), in space
+ * order; with budget > 0 and more candidates than that, a random sample of
+ * `budget` of them (seeded, so a rerun picks the same ones).
+ */
+int ktune__gemm_candidates(const struct ktune_key *key, int sm_count, int smem_limit,
+			   int budget, unsigned seed, struct ktune_gemm_config **out, int *n,
+			   int *npruned, struct ktune_err *e);
+
+/* One compile job: a key variant and a config; filled with the outcome. */
+struct ktune_compile_job {
+	struct ktune_key key;
+	struct ktune_gemm_config cfg;
+	struct ktune_cubin cubin; /* on success */
+	int status;               /* ktune_status */
+	char *log;                /* malloc'd message on failure */
+};
+
+/* Compiles the jobs on `threads` threads (0: one per core).  Never fails as a whole. */
+void ktune__compile_jobs(struct ktune_compile_job *jobs, int n, const char *arch,
+			 const char *cache_dir, int threads);
+
+/* Frees the cubins and logs of the jobs. */
+void ktune__compile_jobs_free(struct ktune_compile_job *jobs, int n);
+
+#endif

@@ -1,0 +1,303 @@
+/*
+ * tune.c - tuning one key: candidates, compile, screen, measure, store.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/templates.h"
+#include "tuner/candidates.h"
+#include "tuner/tuner.h"
+
+struct ktune_tuner {
+	ktune_ctx *ctx;
+	struct ktune_db *db;
+	struct ktune_worker *worker;
+};
+
+int ktune__tuner_open(const char *db_path, int device, struct ktune_tuner **out,
+		      struct ktune_err *e)
+{
+	struct ktune_tuner *t = calloc(1, sizeof(*t));
+	char path[4096];
+	int rc, pushed;
+
+	if (!t)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	if (db_path)
+		snprintf(path, sizeof(path), "%s", db_path);
+	else
+		ktune__default_db_path(path, sizeof(path));
+	/* create the database first so that the context loads from it */
+	if ((rc = ktune__db_open(path, 1, &t->db, e)))
+		goto fail;
+	if ((rc = ktune_open(path, device, &t->ctx, e->msg, sizeof(e->msg))))
+		goto fail;
+	if ((rc = ktune__ctx_enter(t->ctx, &pushed, e)))
+		goto fail;
+	rc = ktune__worker_open(t->ctx, &t->worker, e);
+	if (rc)
+		goto fail;
+	*out = t;
+	return KTUNE_OK;
+fail:
+	ktune__tuner_close(t);
+	return rc;
+}
+
+void ktune__tuner_close(struct ktune_tuner *t)
+{
+	if (!t)
+		return;
+	ktune__worker_close(t->worker);
+	ktune_close(t->ctx);
+	ktune__db_close(t->db);
+	free(t);
+}
+
+ktune_ctx *ktune__tuner_ctx(struct ktune_tuner *t)
+{
+	return t->ctx;
+}
+
+struct ktune_db *ktune__tuner_db(struct ktune_tuner *t)
+{
+	return t->db;
+}
+
+/* One candidate's state through screening and measurement. */
+struct candidate {
+	struct ktune_gemm_config cfg;
+	int job;      /* its compile job */
+	struct ktune_trial trial;
+	struct ktune_timing timing;
+};
+
+static int by_time(const void *a, const void *b)
+{
+	const struct candidate *x = a, *y = b;
+	int xo = !strcmp(x->trial.status, KTUNE_TRIAL_OK), yo = !strcmp(y->trial.status, KTUNE_TRIAL_OK);
+	if (xo != yo)
+		return yo - xo;
+	return x->timing.median_us < y->timing.median_us ? -1 : x->timing.median_us > y->timing.median_us;
+}
+
+static void progress(const struct ktune_tune_options *o, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void progress(const struct ktune_tune_options *o, const char *fmt, ...)
+{
+	va_list ap;
+	if (!o->progress)
+		return;
+	va_start(ap, fmt);
+	vfprintf(o->progress, fmt, ap);
+	va_end(ap);
+	fflush(o->progress);
+}
+
+/* Compiles each distinct kernel of the candidates once; c[i].job points at its job. */
+static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key,
+			      struct candidate *c, int n, const struct ktune_tune_options *o,
+			      struct ktune_compile_job **jobs_out, int *njobs_out, struct ktune_err *e)
+{
+	struct ktune_compile_job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
+	int njobs = 0;
+	if (!jobs)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		int j;
+		for (j = 0; j < njobs; j++)
+			if (ktune__gemm_same_kernel(&jobs[j].cfg, &c[i].cfg))
+				break;
+		if (j == njobs) {
+			jobs[njobs].key = *key;
+			jobs[njobs].cfg = c[i].cfg;
+			njobs++;
+		}
+		c[i].job = j;
+	}
+	double t0 = ktune__now();
+	ktune__compile_jobs(jobs, njobs, t->ctx->id.arch, t->ctx->cache_dir, o->jobs);
+	int cached = 0;
+	for (int j = 0; j < njobs; j++)
+		cached += jobs[j].status == KTUNE_OK && jobs[j].cubin.cached;
+	progress(o, "  compiled %d kernels (%d from cache) in %.1f s\n", njobs, cached,
+		 ktune__now() - t0);
+	*jobs_out = jobs;
+	*njobs_out = njobs;
+	return KTUNE_OK;
+}
+
+static void fill_provenance(struct ktune_tuner *t, struct ktune_result *res)
+{
+	snprintf(res->family, sizeof(res->family), "gemm");
+	snprintf(res->template_hash, sizeof(res->template_hash), "%s",
+		 ktune__template_hash(KTUNE_GEMM_SOURCE));
+	snprintf(res->nvrtc_version, sizeof(res->nvrtc_version), "%s", ktune__nvrtc_version());
+	snprintf(res->driver_version, sizeof(res->driver_version), "%d.%d",
+		 t->ctx->driver_version / 1000, t->ctx->driver_version % 1000 / 10);
+	snprintf(res->ktune_version, sizeof(res->ktune_version), "%s", ktune_version());
+	snprintf(res->protocol, sizeof(res->protocol), "%s", KTUNE_PROTOCOL);
+	res->device = t->ctx->id;
+}
+
+int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
+		    const struct ktune_tune_options *o, struct ktune_tune_report *r,
+		    struct ktune_err *e)
+{
+	struct ktune_gemm_config *cfgs = NULL;
+	struct candidate *c = NULL;
+	struct ktune_compile_job *jobs = NULL;
+	struct ktune_trial *trials = NULL;
+	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed };
+	int n = 0, njobs = 0, rc;
+	double t0 = ktune__now();
+	char keytext[128];
+
+	memset(r, 0, sizeof(*r));
+	/* The tuner's buffers are packed and aligned, so the key must be the aligned class. */
+	if ((rc = ktune__worker_set_problem(t->worker, &prob, e)))
+		goto out;
+	const struct ktune_key *key = &ktune__worker_problem(t->worker)->key;
+	ktune__key_format(key, keytext, sizeof(keytext));
+
+	if ((rc = ktune__gemm_candidates(key, t->ctx->id.sm_count, t->ctx->smem_optin, o->budget,
+					 o->seed, &cfgs, &n, &r->pruned, e)))
+		goto out;
+	if (n == 0) {
+		rc = ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no candidate for %s survives pruning", keytext);
+		goto out;
+	}
+	c = calloc((size_t)n, sizeof(*c));
+	trials = calloc((size_t)n, sizeof(*trials));
+	if (!c || !trials) {
+		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		c[i].cfg = cfgs[i];
+	if ((rc = compile_candidates(t, key, c, n, o, &jobs, &njobs, e)))
+		goto out;
+
+	/* Screen: verify every candidate, time it briefly. */
+	for (int i = 0; i < n; i++) {
+		struct ktune_trial *tr = &c[i].trial;
+		struct ktune_compile_job *job = &jobs[c[i].job];
+		tr->key = *key;
+		snprintf(tr->family, sizeof(tr->family), "gemm");
+		snprintf(tr->template_hash, sizeof(tr->template_hash), "%s",
+			 ktune__template_hash(KTUNE_GEMM_SOURCE));
+		ktune__gemm_config_format(&c[i].cfg, tr->config, sizeof(tr->config));
+		if (job->status) {
+			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_COMPILE_ERROR);
+			snprintf(tr->message, sizeof(tr->message), "%s", job->log ? job->log : "");
+		} else if (job->cubin.res.spill_stores || job->cubin.res.spill_loads) {
+			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
+			snprintf(tr->message, sizeof(tr->message), "spills %d bytes of registers",
+				 job->cubin.res.spill_stores + job->cubin.res.spill_loads);
+		} else if ((rc = ktune__worker_run(t->worker, &c[i].cfg, &job->cubin, KTUNE_RUN_SCREEN, tr,
+						   &c[i].timing, e))) {
+			goto out;
+		}
+		if (o->progress && (i % 16 == 15 || i == n - 1)) {
+			double best = 0;
+			for (int j = 0; j <= i; j++)
+				if (!strcmp(c[j].trial.status, KTUNE_TRIAL_OK) &&
+				    (best == 0 || c[j].timing.median_us < best))
+					best = c[j].timing.median_us;
+			progress(o, "\r  candidate %d/%d, best so far %.1f us", i + 1, n, best);
+		}
+	}
+	progress(o, "\n");
+	for (int i = 0; i < n; i++) {
+		const char *s = c[i].trial.status;
+		if (!strcmp(s, KTUNE_TRIAL_OK))
+			r->ok++;
+		else if (!strcmp(s, KTUNE_TRIAL_WRONG))
+			r->wrong++;
+		else if (!strcmp(s, KTUNE_TRIAL_PRUNED))
+			r->pruned++;
+		else
+			r->failed++;
+	}
+	if (r->ok == 0) {
+		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
+				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
+		goto out;
+	}
+
+	/* Measure: the fastest few by the full protocol. */
+	qsort(c, (size_t)n, sizeof(*c), by_time);
+	int finalists = o->finalists > 0 ? o->finalists : 8;
+	if (finalists > r->ok)
+		finalists = r->ok;
+	for (int i = 0; i < finalists; i++)
+		if ((rc = ktune__worker_run(t->worker, &c[i].cfg, &jobs[c[i].job].cubin, KTUNE_RUN_MEASURE,
+					    &c[i].trial, &c[i].timing, e)))
+			goto out;
+	qsort(c, (size_t)finalists, sizeof(*c), by_time);
+	if (strcmp(c[0].trial.status, KTUNE_TRIAL_OK)) {
+		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: every finalist failed on its second run: %s",
+				 keytext, c[0].trial.message);
+		goto out;
+	}
+
+	struct ktune_result *res = &r->result;
+	res->key = *key;
+	fill_provenance(t, res);
+	snprintf(res->config, sizeof(res->config), "%s", c[0].trial.config);
+	res->time_us = c[0].timing.median_us;
+	res->p20_us = c[0].timing.p20_us;
+	res->p80_us = c[0].timing.p80_us;
+	res->tflops = ktune__gemm_flops(key) / (res->time_us * 1e-6) / 1e12;
+	res->err_fro = c[0].trial.err_fro;
+	res->err_max = c[0].trial.err_max;
+	res->candidates = n;
+
+	struct ktune_check cb_check;
+	struct ktune_timing cb_time;
+	if (ktune__worker_cublas(t->worker, &cb_check, &cb_time, NULL) == KTUNE_OK) {
+		res->cublas_us = cb_time.median_us;
+		r->cublas_err_fro = cb_check.err_fro;
+		r->has_cublas = 1;
+	}
+	res->tune_s = ktune__now() - t0;
+	for (int i = 0; i < n; i++)
+		trials[i] = c[i].trial;
+	rc = ktune__db_put_result(t->db, res, trials, n, e);
+out:
+	if (jobs)
+		ktune__compile_jobs_free(jobs, njobs);
+	free(jobs);
+	free(trials);
+	free(c);
+	free(cfgs);
+	return rc;
+}
+
+int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
+			 struct ktune_check *check, struct ktune_err *e)
+{
+	struct ktune_gemm_config cfg;
+	struct ktune_trial trial = { 0 };
+	struct ktune_timing timing;
+	struct ktune_problem prob = { .key = r->key, .alpha = 1, .beta = 0, .seed = seed };
+	int rc;
+
+	memset(check, 0, sizeof(*check));
+	if ((rc = ktune__gemm_config_parse(r->config, &cfg, e)))
+		return rc;
+	if (!r->key.aligned)
+		prob.offset = 1; /* reproduce the unaligned class */
+	if ((rc = ktune__worker_set_problem(t->worker, &prob, e)))
+		return rc;
+	if ((rc = ktune__worker_run(t->worker, &cfg, NULL, KTUNE_RUN_VERIFY, &trial, &timing, e)))
+		return rc;
+	check->err_fro = trial.err_fro;
+	check->err_max = trial.err_max;
+	check->pass = !strcmp(trial.status, KTUNE_TRIAL_OK);
+	if (!check->pass)
+		return ktune__fail(e, KTUNE_OK, "%s: %s", trial.status, trial.message);
+	return KTUNE_OK;
+}

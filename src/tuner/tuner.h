@@ -1,0 +1,68 @@
+/*
+ * tuner.h - tuning keys and sweeping specs: what the CLI's tune, sweep and
+ * verify commands call.
+ *
+ * A key is tuned in four steps: candidates (the space pruned for the key and
+ * device, sampled to the budget), compile (in parallel, through the disk
+ * cache), screen (each candidate verified against the reference and timed
+ * briefly), and measure (the fastest few, and cuBLAS, timed by the full
+ * protocol).  The winner, every trial and the provenance go to the database
+ * in one transaction.
+ */
+#ifndef KTUNE_TUNER_H
+#define KTUNE_TUNER_H
+
+#include <stdio.h>
+
+#include "db/db.h"
+#include "runtime/context.h"
+#include "search/spec.h"
+#include "tuner/worker.h"
+
+struct ktune_tuner;
+
+struct ktune_tune_options {
+	int budget;      /* candidates per key; 0: all */
+	int force;       /* retune keys already tuned with the current template */
+	unsigned seed;   /* inputs and budget sampling */
+	int jobs;        /* compile threads; 0: one per core */
+	int finalists;   /* candidates re-timed by the full protocol; 0: 8 */
+	FILE *progress;  /* where progress lines go; NULL: none */
+};
+
+struct ktune_tune_report {
+	struct ktune_result result;
+	int skipped;          /* already tuned: result is the stored one */
+	int ok, wrong, failed, pruned; /* trial counts */
+	double cublas_err_fro;
+	int has_cublas;
+};
+
+/* Opens the device, the database (created if missing) and a worker. */
+int ktune__tuner_open(const char *db_path, int device, struct ktune_tuner **out,
+		      struct ktune_err *e);
+void ktune__tuner_close(struct ktune_tuner *t);
+ktune_ctx *ktune__tuner_ctx(struct ktune_tuner *t);
+struct ktune_db *ktune__tuner_db(struct ktune_tuner *t);
+
+/* Tunes one key and stores the winner.  KTUNE_ERR_VERIFY if no candidate was right. */
+int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
+		    const struct ktune_tune_options *o, struct ktune_tune_report *r,
+		    struct ktune_err *e);
+
+/*
+ * Tunes every key of the spec (skipping those already tuned unless force),
+ * printing a summary table to `out`.  Returns the number of keys that
+ * failed (0: all tuned) or a negative status.
+ */
+int ktune__sweep(struct ktune_tuner *t, const struct ktune_spec *spec,
+		 const struct ktune_tune_options *o, FILE *out, struct ktune_err *e);
+
+/*
+ * Re-runs a stored result's config on fresh random inputs against the
+ * reference.  Fills *check; returns a negative status only if it could not run.
+ */
+int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
+			 struct ktune_check *check, struct ktune_err *e);
+
+#endif
