@@ -78,8 +78,9 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
 /*
  * Opens a context on CUDA device `device` (an ordinal) using the tuning
  * database at `db_path`; NULL means the default path: $KTUNE_DB, else
- * $XDG_CACHE_HOME/ktune/ktune.db, else ~/.cache/ktune/ktune.db.  A missing
- * database is not an error: dispatch then uses built-in defaults.  The context
+ * $XDG_CACHE_HOME/ktune/ktune.db, else ~/.cache/ktune/ktune.db; "" means no
+ * database.  A missing database is not an error: dispatch then uses
+ * built-in defaults.  The context
  * uses the device's primary context, so pointers from cudaMalloc work.
  *
  * On success stores a new context in *out and returns KTUNE_OK.  On failure

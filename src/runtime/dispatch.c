@@ -59,6 +59,8 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 	struct ktune_filter f = { 0 };
 	struct load_state st = { ctx, ktune__template_hash(KTUNE_GEMM_SOURCE), 0, 0 };
 
+	if (!ctx->db_path[0])
+		return KTUNE_OK; /* "": no database, by request */
 	int rc = ktune__db_open(ctx->db_path, 0, &db, e);
 	if (rc == KTUNE_ERR_NOT_FOUND)
 		return KTUNE_OK; /* no database yet: defaults serve */

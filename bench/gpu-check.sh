@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/gpu-check.sh - the whole GPU check in one go, on a machine with a GPU,
+# over a build made by scripts/build-device.sh.  Logs go under $OUT.
+#
+#   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench]     (default: all)
+#
+#   tests  the GPU tests and the example program
+#   tune   'ktune tune' on a few keys
+#   sweep  'ktune sweep' on the built-in default suite, then show and verify
+#   bench  host overhead of ktune_gemm
+set -u
+B=${BUILD:-build-device}
+OUT=${OUT:-/tmp/ktune-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export KTUNE_DB=${KTUNE_DB:-$OUT/ktune.db}
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ktune-cache}
+steps=${*:-tests tune sweep bench}
+status=0
+
+run() { # run LOG CMD...: run a command, append its output to $OUT/LOG
+	local log=$1
+	shift
+	echo "\$ $*" | tee -a "$OUT/$log"
+	local t0=$SECONDS
+	"$@" 2>&1 | tee -a "$OUT/$log"
+	local rc=${PIPESTATUS[0]}
+	echo "(exit $rc, $((SECONDS - t0)) s)" | tee -a "$OUT/$log"
+	[ "$rc" = 0 ] || status=1
+}
+
+{ nvidia-smi; echo; $B/ktune info; } >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+for step in $steps; do
+	case $step in
+	tests)
+		run tests.log $B/tests/test-gemm-gpu
+		run tests.log $B/tests/test-dispatch-gpu
+		run tests.log env KTUNE_DB=/tmp/example.db $B/examples/gemm_example 16 4096 4096
+		run tests.log env KTUNE_DB=/tmp/example.db $B/examples/gemm_example 333 1000 77
+		;;
+	tune)
+		run tune.log $B/ktune tune gemm -m 16 -n 4096 -k 4096 --dtype f16 --layout nt
+		run tune.log $B/ktune tune gemm -m 4096 -n 4096 -k 4096 --dtype bf16 --layout nt
+		;;
+	sweep)
+		run sweep.log $B/ktune sweep --progress
+		$B/ktune show --format csv >"$OUT/results.csv"
+		run verify.log $B/ktune verify
+		;;
+	bench)
+		run bench.log $B/bench/overhead
+		;;
+	*)
+		echo "unknown step '$step'"
+		exit 2
+		;;
+	esac
+done
+exit $status

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""bench/report.py - turn a sweep's results into bench/results/<gpu>.md and .csv.
+
+    python3 bench/report.py RESULTS.csv SWEEP.log OUT_PREFIX [COMMAND]
+
+RESULTS.csv is `ktune show --format csv` after the sweep; SWEEP.log is the
+sweep's output (for its wall time); OUT_PREFIX e.g. bench/results/h100.
+Adds the roofline floor (max of bytes / 3.0 TB/s and FLOPs / 800 TFLOP/s),
+the ratio cuBLAS time / ktune time measured in the same run, and the Triton
+tutorial matmul's ratio from bench/anchors/ for the same key (layout nn only:
+the anchors were measured for nn).
+"""
+import csv
+import math
+import os
+import re
+import sys
+
+BW = 3.0e12      # bytes/s, measured device-to-device copy
+PEAK = 800e12    # FLOP/s, measured large bf16 GEMM
+ANCHORS = os.path.join(os.path.dirname(__file__), "anchors", "h100-gemm-cublas-triton.csv")
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def main():
+    results, log, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+    command = sys.argv[4] if len(sys.argv) > 4 else "ktune sweep"
+    rows = list(csv.DictReader(open(results)))
+    triton = {}
+    for a in csv.DictReader(open(ANCHORS)):
+        dt = {"float16": "f16", "bfloat16": "bf16"}[a["dtype"]]
+        triton[(dt, int(a["M"]), int(a["N"]), int(a["K"]))] = float(a["triton_over_cublas"])
+    wall = ""
+    m = re.search(r"keys: .*?; ([0-9.]+) s", open(log).read()) if os.path.exists(log) else None
+    if m:
+        wall = m.group(1)
+
+    out = []
+    for r in rows:
+        M, N, K = int(r["m"]), int(r["n"]), int(r["k"])
+        flops = 2.0 * M * N * K
+        bytes_ = 2.0 * (M * K + K * N + M * N)
+        t_bw, t_fl = bytes_ / BW * 1e6, flops / PEAK * 1e6
+        floor = max(t_bw, t_fl)
+        t = float(r["time_us"])
+        cub = float(r["cublas_us"])
+        out.append({
+            "dtype": r["dtype"], "layout": r["layout"], "m": M, "n": N, "k": K,
+            "ktune_us": t, "ktune_tflops": flops / t / 1e6,
+            "cublas_us": cub, "cublas_tflops": flops / cub / 1e6 if cub > 0 else 0,
+            "ratio": cub / t if cub > 0 else 0,
+            "floor_us": floor, "bound": "memory" if t_bw > t_fl else "compute",
+            "ktune_over_floor": t / floor,
+            "triton_ratio": triton.get((r["dtype"], M, N, K), "") if r["layout"] == "nn" else "",
+            "candidates": int(r["candidates"]), "tune_s": float(r["tune_s"]),
+            "err_fro": float(r["err_fro"]), "config": r["config"],
+        })
+    out.sort(key=lambda o: (o["dtype"], o["layout"], o["m"] != o["n"] or o["n"] != o["k"],
+                            o["n"], o["k"], o["m"]))
+    with open(prefix + ".csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(out[0].keys()))
+        w.writeheader()
+        for o in out:
+            w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in o.items()})
+
+    gpu = rows[0]["device"] if rows else "?"
+    lines = [f"# ktune GEMM on {gpu}: the default suite", "",
+             f"Made by `{command}` (see bench/README.md), then "
+             f"`python3 bench/report.py`. Ratio = cuBLAS time / ktune time, both measured in the same "
+             f"run by the same protocol ({rows[0]['template_hash'][:12] if rows else ''}... template): "
+             "CUDA events, L2 flushed before every run, warm-up, repetitions until the p20-p80 spread is "
+             "within 2% of the median (at most 200 or 0.5 s), median. Inputs uniform random in [-1, 1). "
+             "Floor = max(bytes / 3.0 TB/s, FLOPs / 800 TFLOP/s).", ""]
+    ratios = [o["ratio"] for o in out if o["ratio"] > 0]
+    lines.append(f"- keys: {len(out)}; sweep wall time: {wall or '?'} s; "
+                 f"candidates timed per key: {min(o['candidates'] for o in out)}-"
+                 f"{max(o['candidates'] for o in out)} (total {sum(o['candidates'] for o in out)})")
+    lines.append(f"- geometric mean of cuBLAS time / ktune time: **{geomean(ratios):.3f}** "
+                 f"(range {min(ratios):.2f}-{max(ratios):.2f})")
+    for dt in ("f16", "bf16"):
+        for lay in ("nn", "nt"):
+            sel = [o["ratio"] for o in out if o["dtype"] == dt and o["layout"] == lay]
+            if sel:
+                lines.append(f"  - {dt} {lay}: {geomean(sel):.3f}")
+    nn = [o for o in out if o["layout"] == "nn" and o["triton_ratio"] != ""]
+    if nn:
+        lines.append(f"- Triton tutorial matmul (anchors, layout nn, same keys): geometric mean "
+                     f"{geomean([o['triton_ratio'] for o in nn]):.3f}; ktune on the same {len(nn)} keys: "
+                     f"**{geomean([o['ratio'] for o in nn]):.3f}**")
+    small = [o for o in out if o["m"] <= 16 and o["m"] != o["n"]]
+    if small:
+        worst = min(small, key=lambda o: o["ratio"])
+        lines.append(f"- M <= 16 on the LLM weight shapes: {sum(o['ratio'] > 1 for o in small)}/"
+                     f"{len(small)} keys faster than cuBLAS; the lowest ratio is {worst['ratio']:.2f} "
+                     f"({worst['dtype']} {worst['layout']} {worst['m']}x{worst['n']}x{worst['k']})")
+    lines += ["", "| dtype | layout | M x N x K | ktune us | TFLOP/s | cuBLAS us | cuBLAS TFLOP/s | "
+              "ratio | Triton ratio | floor us | bound | x floor | cands | tune s | config |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+    for o in out:
+        tr = f"{o['triton_ratio']:.2f}" if o["triton_ratio"] != "" else ""
+        cfg = re.sub(r"(BLOCK_|WARPS_|GROUP_SIZE|SPLIT_K|STAGES)", lambda m: {
+            "BLOCK_": "", "WARPS_": "W", "GROUP_SIZE": "G", "SPLIT_K": "SK", "STAGES": "S"}[m.group(1)],
+            o["config"])
+        lines.append(f"| {o['dtype']} | {o['layout']} | {o['m']}x{o['n']}x{o['k']} | {o['ktune_us']:.1f} | "
+                     f"{o['ktune_tflops']:.1f} | {o['cublas_us']:.1f} | {o['cublas_tflops']:.1f} | "
+                     f"{o['ratio']:.2f} | {tr} | {o['floor_us']:.1f} | {o['bound']} | "
+                     f"{o['ktune_over_floor']:.2f} | {o['candidates']} | {o['tune_s']:.1f} | {cfg} |")
+    open(prefix + ".md", "w").write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# scripts/build-device.sh - build, on this machine, everything the GPU
+# machine runs, into build-device/ (ignored by git; carried by the device tool).
+# The GPU machine has CUDA and libsqlite3.so.0 but no libyaml, libcmocka or
+# headers: the ktune command and tests link SQLite and libyaml statically, and
+# the shared libraries that remain are copied next to the binaries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build-device
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKTUNE_BUILD_TESTS=ON >/dev/null
+cmake --build $B -j"$(nproc)"
+cmake --install $B --prefix $B/install >/dev/null
+cp -L /usr/lib/x86_64-linux-gnu/libyaml-0.so.2 $B/install/lib/
+cp -L /usr/lib/x86_64-linux-gnu/libcmocka.so.0 $B/tests/
+cmake -S examples -B $B/examples -DCMAKE_PREFIX_PATH="$PWD/$B/install" >/dev/null
+cmake --build $B/examples
+# what travels: binaries, not objects
+find $B -name '*.o' -delete
+du -sh $B

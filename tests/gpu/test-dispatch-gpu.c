@@ -1,0 +1,220 @@
+/*
+ * test-dispatch-gpu.c - tune a few keys into a fresh database, then call
+ * ktune_gemm through the public runtime: tuned keys dispatch exactly, others
+ * take the nearest or the default, all compute the right result, also from
+ * several threads on their own streams.  Skipped where no GPU is present.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "gpu_test.h"
+#include "tuner/tuner.h"
+
+static char db_path[4200];
+
+static const struct ktune_key tuned[] = {
+	{ "gemm", KTUNE_F16, 'n', 't', 16, 4096, 4096, 1 },
+	{ "gemm", KTUNE_BF16, 'n', 'n', 128, 1024, 512, 1 },
+	{ "gemm", KTUNE_F16, 't', 'n', 33, 100, 200, 0 }, /* ldb = 100: the unaligned class */
+};
+#define NTUNED (int)(sizeof(tuned) / sizeof(tuned[0]))
+
+static int setup(void **state)
+{
+	const char *base = getenv("KTUNE_TEST_TMP");
+	char dir[4096];
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/dispatch-XXXXXX", base && *base ? base : "/tmp");
+	if (base && *base)
+		ktune__mkdirs(base, NULL);
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(db_path, sizeof(db_path), "%s/tuned.db", dir);
+	return 0;
+}
+
+static void test_dispatch__tune_then_call_through_runtime(void **state)
+{
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 3 };
+	(void)state;
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
+	for (int i = 0; i < NTUNED; i++) {
+		struct ktune_tune_report r;
+		int rc = ktune__tune_key(t, &tuned[i], &o, &r, &e);
+		if (rc)
+			fail_msg("tuning key %d: %s", i, e.msg);
+		assert_int_equal(r.result.key.aligned, tuned[i].aligned);
+		assert_true(r.result.time_us > 0);
+		assert_true(r.ok > 0);
+	}
+	ktune__tuner_close(t);
+
+	/* a new context loads what was stored */
+	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
+	struct ktune_worker *w = NULL;
+	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	int pushed;
+	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
+	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
+
+	struct {
+		struct ktune_key key;
+		const char *source;
+	} calls[] = {
+		{ tuned[0], "exact" },
+		{ tuned[1], "exact" },
+		{ tuned[2], "exact" },
+		{ { "gemm", KTUNE_F16, 'n', 't', 20, 4000, 4096, 1 }, "nearest" },
+		{ { "gemm", KTUNE_BF16, 'n', 'n', 100, 1000, 500, 1 }, "nearest" },
+		{ { "gemm", KTUNE_BF16, 't', 't', 50, 60, 70, 1 }, "default" },
+		{ { "gemm", KTUNE_F16, 'n', 'n', 1, 1, 1, 1 }, "default" },
+	};
+	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+		struct ktune_problem p = { .key = calls[i].key, .alpha = 1, .beta = i % 2 ? 0.5f : 0,
+					   .seed = (unsigned)(40 + i) };
+		struct ktune_check check;
+		const char *source = NULL;
+		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
+		if (ktune__worker_run_public(w, &check, &source, &e))
+			fail_msg("call %zu: %s", i, e.msg);
+		if (!check.pass || strcmp(source, calls[i].source))
+			fail_msg("call %zu: pass %d err %.3g, served by '%s', expected '%s'", i, check.pass,
+				 check.err_fro, source, calls[i].source);
+	}
+	ktune__worker_close(w);
+	ktune__tuner_close(t);
+}
+
+/* Several threads, each with its own stream and output, on one context. */
+struct thread_arg {
+	ktune_ctx *ctx;
+	struct ktune_key key;
+	CUdeviceptr a, b, c;
+	int64_t lda, ldb, ldc;
+	int calls, failures;
+	char msg[256];
+};
+
+static void *thread_main(void *p)
+{
+	struct thread_arg *ta = p;
+	CUstream stream;
+	if (ktune_cu.cuCtxSetCurrent(ta->ctx->cu) || ktune_cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
+		ta->failures++;
+		return NULL;
+	}
+	for (int i = 0; i < ta->calls; i++) {
+		int rc = ktune_gemm(ta->ctx, ta->key.trans_a, ta->key.trans_b, ta->key.m, ta->key.n,
+				    ta->key.k, 1.0f, (void *)ta->a, ta->lda, (void *)ta->b, ta->ldb, 0.0f,
+				    (void *)ta->c, ta->ldc, ta->key.dtype, stream);
+		if (rc) {
+			snprintf(ta->msg, sizeof(ta->msg), "%s", ktune_errmsg(ta->ctx));
+			ta->failures++;
+			break;
+		}
+	}
+	ktune_cu.cuStreamSynchronize(stream);
+	ktune_cu.cuStreamDestroy_v2(stream);
+	return NULL;
+}
+
+static void test_dispatch__concurrent_calls_from_threads(void **state)
+{
+	enum { THREADS = 4 };
+	struct ktune_tuner *t;
+	struct ktune_worker *w;
+	struct ktune_err e;
+	struct thread_arg args[THREADS];
+	pthread_t tids[THREADS];
+	int pushed;
+	(void)state;
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
+	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
+	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
+	/* the tuned split-K key and an untuned one */
+	struct ktune_key keys[2] = { tuned[0], { "gemm", KTUNE_F16, 'n', 't', 8, 4096, 4096, 1 } };
+	for (int kk = 0; kk < 2; kk++) {
+		struct ktune_problem p = { .key = keys[kk], .alpha = 1, .seed = 77 };
+		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
+		const struct ktune_problem *q = ktune__worker_problem(w);
+		CUdeviceptr a, b, c_init, c, ref;
+		ktune__worker_buffers(w, &a, &b, &c_init, &c, &ref);
+		size_t cbytes = (size_t)q->ldc * (size_t)q->key.m * 2;
+		for (int i = 0; i < THREADS; i++) {
+			args[i] = (struct thread_arg){ ctx, q->key, a, b, 0, q->lda, q->ldb, q->ldc, 50, 0, "" };
+			assert_int_equal(ktune_cu.cuMemAlloc_v2(&args[i].c, cbytes), CUDA_SUCCESS);
+			assert_int_equal(ktune_cu.cuMemsetD16_v2(args[i].c, 0x7e00, cbytes / 2), CUDA_SUCCESS);
+		}
+		for (int i = 0; i < THREADS; i++)
+			assert_int_equal(pthread_create(&tids[i], NULL, thread_main, &args[i]), 0);
+		for (int i = 0; i < THREADS; i++)
+			pthread_join(tids[i], NULL);
+		assert_int_equal(ktune_cu.cuCtxSynchronize(), CUDA_SUCCESS);
+		for (int i = 0; i < THREADS; i++) {
+			struct ktune_check check;
+			if (args[i].failures)
+				fail_msg("thread %d: %s", i, args[i].msg);
+			/* check each thread's output through the worker's C buffer */
+			assert_int_equal(ktune_cu.cuMemcpyDtoD_v2(c, args[i].c, cbytes), CUDA_SUCCESS);
+			assert_int_equal(ktune__worker_check(w, &check, &e), KTUNE_OK);
+			if (!check.pass)
+				fail_msg("key %d thread %d: error %.3g, %llu NaN", kk, i, check.err_fro, check.bad);
+			ktune_cu.cuMemFree_v2(args[i].c);
+		}
+	}
+	ktune__worker_close(w);
+	ktune__tuner_close(t);
+}
+
+/* Bad arguments come back as statuses with a message, never a crash. */
+static void test_dispatch__bad_arguments(void **state)
+{
+	ktune_ctx *ctx;
+	char err[256];
+	(void)state;
+	assert_int_equal(ktune_open(db_path, 0, &ctx, err, sizeof(err)), KTUNE_OK);
+	void *p = (void *)(uintptr_t)0x1000;
+	assert_int_equal(ktune_gemm(ctx, 'x', 'n', 4, 4, 4, 1, p, 4, p, 4, 0, p, 4, KTUNE_F16, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "trans_a"));
+	assert_int_equal(ktune_gemm(ctx, 'n', 'n', 0, 4, 4, 1, p, 4, p, 4, 0, p, 4, KTUNE_F16, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_int_equal(ktune_gemm(ctx, 'n', 'n', 4, 4, 8, 1, p, 4, p, 4, 0, p, 4, KTUNE_F16, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "lda=4"));
+	assert_int_equal(ktune_gemm(ctx, 'n', 'n', 4, 4, 4, 1, NULL, 4, p, 4, 0, p, 4, KTUNE_F16, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_int_equal(ktune_gemm(ctx, 'n', 'n', 4, 4, 4, 1, p, 4, p, 4, 0, p, 4, (ktune_dtype)7, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_int_equal(ktune_gemm(NULL, 'n', 'n', 4, 4, 4, 1, p, 4, p, 4, 0, p, 4, KTUNE_F16, NULL),
+			 KTUNE_ERR_INVALID);
+	ktune_close(ctx);
+	ktune_close(NULL);
+	assert_int_equal(ktune_open(db_path, 999, &ctx, err, sizeof(err)), KTUNE_ERR_INVALID);
+	assert_null(ctx);
+	assert_non_null(strstr(err, "device 999"));
+}
+
+int main(void)
+{
+	int skip = gpu_test_available("test-dispatch-gpu");
+	if (skip)
+		return skip;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dispatch__tune_then_call_through_runtime),
+		cmocka_unit_test(test_dispatch__concurrent_calls_from_threads),
+		cmocka_unit_test(test_dispatch__bad_arguments),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}

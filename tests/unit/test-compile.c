@@ -1,0 +1,373 @@
+/*
+ * test-compile.c - NVRTC compiles of the embedded templates (no GPU needed):
+ * every compiled kernel of the GEMM space for sm_90, the disk cache, the
+ * helper kernels, and compile failures that must come back as clean errors.
+ *
+ * The full compile takes about two minutes on two cores.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ops/gemm.h"
+#include "runtime/compile.h"
+#include "runtime/context.h"
+#include "runtime/templates.h"
+#include "search/space.h"
+#include "tuner/candidates.h"
+
+#define ARCH "sm_90"
+
+/* gemm.yaml's distinct compiled kernels: BLOCK_M/N/K, WARPS_M/N, STAGES (test-space checks it too). */
+#define NKERNELS 285
+
+static char tmp_dir[4096];
+
+/* Removes a directory and the files directly inside it (the cache is flat). */
+static void remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char path[8192];
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (unlink(path))
+			remove_dir(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+static int setup(void **state)
+{
+	const char *base = getenv("KTUNE_TEST_TMP");
+	(void)state;
+	if (base && *base && ktune__mkdirs(base, NULL) == KTUNE_OK)
+		snprintf(tmp_dir, sizeof(tmp_dir), "%s/compile-XXXXXX", base);
+	else
+		snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/ktune-test-compile-XXXXXX");
+	return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	remove_dir(tmp_dir);
+	return 0;
+}
+
+/* A fresh, empty cache directory under the test's temp dir. */
+static void fresh_dir(const char *name, char *out, size_t len)
+{
+	snprintf(out, len, "%s/%s", tmp_dir, name);
+	remove_dir(out);
+	assert_int_equal(ktune__mkdirs(out, NULL), KTUNE_OK);
+}
+
+static int is_cubin_with(const struct ktune_cubin *c, const char *symbol)
+{
+	return c->data && c->size > 4 && !memcmp(c->data, "\177ELF", 4) &&
+	       memmem(c->data, c->size, symbol, strlen(symbol)) != NULL;
+}
+
+struct kernels {
+	struct ktune_gemm_config cfg[NKERNELS + 1];
+	int n;
+};
+
+/* Collects one config per compiled kernel; stops (1) if there are more than NKERNELS. */
+static int add_kernel(const long *values, void *arg)
+{
+	struct kernels *k = arg;
+	struct ktune_gemm_config cfg;
+	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, NULL))
+		return 1;
+	for (int i = 0; i < k->n; i++)
+		if (ktune__gemm_same_kernel(&k->cfg[i], &cfg))
+			return 0;
+	if (k->n == NKERNELS + 1)
+		return 1;
+	k->cfg[k->n++] = cfg;
+	return 0;
+}
+
+/* The variant of config i: i % 16 runs over dtype x layout x aligned. */
+static struct ktune_key variant(int i)
+{
+	static const char *const layouts[4] = { "nn", "nt", "tn", "tt" };
+	int v = i % 16;
+	struct ktune_key key = { .op = "gemm", .m = 1024, .n = 1024, .k = 1024 };
+	key.dtype = (v & 1) ? KTUNE_BF16 : KTUNE_F16;
+	key.aligned = (v >> 1) & 1;
+	assert_int_equal(ktune__layout_parse(layouts[v >> 2], &key), 0);
+	return key;
+}
+
+static void test_compile__every_gemm_kernel_then_cache(void **state)
+{
+	static struct kernels k;
+	struct ktune_compile_job *jobs, *again;
+	struct ktune_err e;
+	char cache[4200];
+	int covered[16] = { 0 }, nspill = 0;
+	(void)state;
+
+	const struct ktune_space *s = ktune__gemm_space(&e);
+	if (!s)
+		fail_msg("gemm space: %s", e.msg);
+	k.n = 0;
+	assert_int_equal(ktune__space_enumerate(s, add_kernel, &k), 0);
+	assert_int_equal(k.n, NKERNELS);
+
+	jobs = calloc(NKERNELS, sizeof(*jobs));
+	again = calloc(NKERNELS, sizeof(*again));
+	assert_non_null(jobs);
+	assert_non_null(again);
+	for (int i = 0; i < NKERNELS; i++) {
+		jobs[i].key = variant(i);
+		jobs[i].cfg = k.cfg[i];
+		covered[i % 16]++;
+		again[i].key = jobs[i].key;
+		again[i].cfg = jobs[i].cfg;
+	}
+	for (int v = 0; v < 16; v++)
+		assert_true(covered[v] >= NKERNELS / 16);
+
+	fresh_dir("cubin", cache, sizeof(cache));
+	double t0 = ktune__now();
+	ktune__compile_jobs(jobs, NKERNELS, ARCH, cache, 0);
+	double cold = ktune__now() - t0;
+
+	for (int i = 0; i < NKERNELS; i++) {
+		struct ktune_compile_job *j = &jobs[i];
+		char cfg[256], key[128];
+		ktune__gemm_config_format(&j->cfg, cfg, sizeof(cfg));
+		ktune__key_format(&j->key, key, sizeof(key));
+		if (j->status)
+			fail_msg("%s / %s: %s: %s", key, cfg, ktune_status_name(j->status),
+				 j->log ? j->log : "(no log)");
+		assert_null(j->log);
+		if (!is_cubin_with(&j->cubin, "gemm_kernel"))
+			fail_msg("%s / %s: %zu bytes, not a CUBIN with gemm_kernel", key, cfg,
+				 j->cubin.size);
+		assert_int_equal(j->cubin.cached, 0); /* a fresh cache: really compiled */
+		assert_true(j->cubin.seconds > 0);
+		/* ptxas -v was parsed; gemm.cu uses dynamic shared memory only */
+		if (j->cubin.res.registers <= 0 || j->cubin.res.registers > 255)
+			fail_msg("%s / %s: %d registers", key, cfg, j->cubin.res.registers);
+		if (j->cubin.res.smem_static != 0)
+			fail_msg("%s / %s: %d bytes of static shared memory", key, cfg,
+				 j->cubin.res.smem_static);
+		nspill += j->cubin.res.spill_stores + j->cubin.res.spill_loads > 0;
+	}
+
+	t0 = ktune__now();
+	ktune__compile_jobs(again, NKERNELS, ARCH, cache, 0);
+	double warm = ktune__now() - t0;
+	for (int i = 0; i < NKERNELS; i++) {
+		assert_int_equal(again[i].status, KTUNE_OK);
+		assert_int_equal(again[i].cubin.cached, 1);
+		assert_true(again[i].cubin.seconds == 0);
+		assert_int_equal(again[i].cubin.size, jobs[i].cubin.size);
+		assert_memory_equal(again[i].cubin.data, jobs[i].cubin.data, jobs[i].cubin.size);
+		assert_memory_equal(&again[i].cubin.res, &jobs[i].cubin.res,
+				    sizeof(struct ktune_resources));
+	}
+	print_message("%d kernels for %s: %.1f s compiled, %.3f s from the cache; %d spill\n",
+		      NKERNELS, ARCH, cold, warm, nspill);
+	assert_true(warm * 20 < cold);
+
+	ktune__compile_jobs_free(jobs, NKERNELS);
+	ktune__compile_jobs_free(again, NKERNELS);
+	for (int i = 0; i < NKERNELS; i++) {
+		assert_null(jobs[i].cubin.data);
+		assert_null(again[i].log);
+	}
+	free(jobs);
+	free(again);
+}
+
+/* One variant's options differ from another's: the cache must not confuse them. */
+static void test_compile__cache_keys_on_options(void **state)
+{
+	struct ktune_gemm_config cfg = { 64, 128, 32, 2, 2, 3, 1, 1 };
+	struct ktune_key f16 = variant(2), bf16 = variant(3); /* f16/bf16, nn, aligned */
+	struct ktune_cubin a, b, a2;
+	struct ktune_err e;
+	char cache[4200];
+	(void)state;
+
+	fresh_dir("options", cache, sizeof(cache));
+	assert_int_equal(f16.dtype, KTUNE_F16);
+	assert_int_equal(bf16.dtype, KTUNE_BF16);
+	assert_int_equal(ktune__kernel_compile(&f16, &cfg, ARCH, cache, &a, &e), KTUNE_OK);
+	assert_int_equal(ktune__kernel_compile(&bf16, &cfg, ARCH, cache, &b, &e), KTUNE_OK);
+	assert_int_equal(a.cached, 0);
+	assert_int_equal(b.cached, 0); /* not served f16's cubin */
+	assert_false(a.size == b.size && !memcmp(a.data, b.data, a.size));
+	assert_int_equal(ktune__kernel_compile(&f16, &cfg, ARCH, cache, &a2, &e), KTUNE_OK);
+	assert_int_equal(a2.cached, 1);
+	assert_int_equal(a2.size, a.size);
+	assert_memory_equal(a2.data, a.data, a.size);
+	ktune__cubin_free(&a);
+	ktune__cubin_free(&b);
+	ktune__cubin_free(&a2);
+	assert_null(a.data);
+	ktune__cubin_free(NULL);
+}
+
+static void test_compile__broken_source_gives_log(void **state)
+{
+	static const char src[] =
+		"extern \"C\" __global__ void broken(int *p)\n"
+		"{\n"
+		"\t*p = undeclared_thing + 1;\n"
+		"}\n";
+	struct ktune_cubin c;
+	struct ktune_err e = { "" };
+	char cache[4200];
+	(void)state;
+
+	fresh_dir("broken", cache, sizeof(cache));
+	int rc = ktune__compile("broken.cu", src, sizeof(src) - 1, NULL, 0, ARCH, cache, &c, &e);
+	assert_int_equal(rc, KTUNE_ERR_COMPILE);
+	assert_null(c.data);
+	assert_int_equal(c.size, 0);
+	assert_non_null(strstr(e.msg, "broken.cu"));
+	assert_non_null(strstr(e.msg, ARCH));
+	/* NVRTC's log: the line and the name it could not find */
+	assert_non_null(strstr(e.msg, "broken.cu(3)"));
+	assert_non_null(strstr(e.msg, "undeclared_thing"));
+
+	/* a failure is not cached: the same source fails again, with the log */
+	e.msg[0] = 0;
+	rc = ktune__compile("broken.cu", src, sizeof(src) - 1, NULL, 0, ARCH, cache, &c, &e);
+	assert_int_equal(rc, KTUNE_ERR_COMPILE);
+	assert_non_null(strstr(e.msg, "undeclared_thing"));
+
+	/* a bad define in a real template fails the same way */
+	const struct ktune_template_file *f = ktune__template_file(KTUNE_GEMM_SOURCE);
+	const char *opts[] = { "-DBLOCK_M=24", "-DWARPS_M=1" }; /* not whole m16 tiles */
+	assert_non_null(f);
+	e.msg[0] = 0;
+	rc = ktune__compile(f->name, f->text, f->len, opts, 2, ARCH, cache, &c, &e);
+	assert_int_equal(rc, KTUNE_ERR_COMPILE);
+	assert_non_null(strstr(e.msg, "a warp owns whole m16 mma tiles"));
+}
+
+static void test_compile__bad_arch_fails_cleanly(void **state)
+{
+	static const char src[] = "extern \"C\" __global__ void k(int *p) { *p = 1; }\n";
+	static const char *const bad[] = { "sm_1", "sm_", "compute_90x", "" };
+	struct ktune_cubin c;
+	char cache[4200];
+	(void)state;
+
+	fresh_dir("arch", cache, sizeof(cache));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct ktune_err e = { "" };
+		int rc = ktune__compile("k.cu", src, sizeof(src) - 1, NULL, 0, bad[i], cache, &c, &e);
+		if (rc != KTUNE_ERR_COMPILE)
+			fail_msg("arch '%s': %s", bad[i], ktune_status_name(rc));
+		assert_null(c.data);
+		assert_int_equal(c.size, 0);
+		assert_non_null(strstr(e.msg, "k.cu"));
+		assert_true(strlen(e.msg) > 10);
+	}
+	/* the same source is fine for a real arch */
+	struct ktune_err e = { "" };
+	assert_int_equal(ktune__compile("k.cu", src, sizeof(src) - 1, NULL, 0, ARCH, cache, &c, &e),
+			 KTUNE_OK);
+	assert_true(is_cubin_with(&c, "k"));
+	ktune__cubin_free(&c);
+}
+
+static void test_compile__too_many_options(void **state)
+{
+	static const char src[] = "extern \"C\" __global__ void k(int *p) { *p = 1; }\n";
+	const char *opts[KTUNE_MAX_OPTIONS + 1];
+	struct ktune_cubin c;
+	struct ktune_err e = { "" };
+	(void)state;
+
+	for (int i = 0; i <= KTUNE_MAX_OPTIONS; i++)
+		opts[i] = "-DX=1";
+	assert_int_equal(ktune__compile("k.cu", src, sizeof(src) - 1, opts, KTUNE_MAX_OPTIONS + 1,
+					ARCH, "", &c, &e),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(e.msg, "too many"));
+	assert_null(c.data);
+}
+
+static void test_compile__helper_kernels(void **state)
+{
+	static const struct {
+		const char *file;
+		const char *symbols[2];
+	} helpers[] = {
+		{ "util.cu", { "fill_random", "compare_to_reference" } },
+		{ "gemm_reference.cu", { "gemm_reference", "gemm_reference" } },
+	};
+	char cache[4200];
+	(void)state;
+
+	fresh_dir("helpers", cache, sizeof(cache));
+	for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++) {
+		const struct ktune_template_file *f = ktune__template_file(helpers[i].file);
+		struct ktune_cubin c;
+		struct ktune_err e = { "" };
+		assert_non_null(f);
+		assert_string_equal(f->name, helpers[i].file);
+		assert_int_equal(strlen(f->text), f->len);
+		int rc = ktune__compile(f->name, f->text, f->len, NULL, 0, ARCH, cache, &c, &e);
+		if (rc)
+			fail_msg("%s: %s", f->name, e.msg);
+		assert_int_equal(c.cached, 0);
+		for (int s = 0; s < 2; s++)
+			if (!is_cubin_with(&c, helpers[i].symbols[s]))
+				fail_msg("%s: no '%s' in its CUBIN", f->name, helpers[i].symbols[s]);
+		assert_true(c.res.registers > 0);
+		ktune__cubin_free(&c);
+	}
+	assert_null(ktune__template_file("no-such-template.cu"));
+	assert_string_equal(ktune__template_hash("no-such-template.cu"), "");
+	assert_int_equal(strlen(ktune__template_hash("gemm.cu")), 64);
+}
+
+static void test_compile__nvrtc_version(void **state)
+{
+	int major = 0, minor = -1;
+	(void)state;
+	const char *v = ktune__nvrtc_version();
+	assert_int_equal(sscanf(v, "%d.%d", &major, &minor), 2);
+	assert_true(major >= 11);
+	assert_true(minor >= 0);
+	assert_ptr_equal(ktune__nvrtc_version(), v);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_compile__nvrtc_version),
+		cmocka_unit_test(test_compile__broken_source_gives_log),
+		cmocka_unit_test(test_compile__bad_arch_fails_cleanly),
+		cmocka_unit_test(test_compile__too_many_options),
+		cmocka_unit_test(test_compile__helper_kernels),
+		cmocka_unit_test(test_compile__cache_keys_on_options),
+		cmocka_unit_test(test_compile__every_gemm_kernel_then_cache),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

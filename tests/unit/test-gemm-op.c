@@ -1,0 +1,827 @@
+/*
+ * test-gemm-op.c - the GEMM op family without a GPU: configuration text,
+ * the space's admission, the launch contract's shared memory, pruning,
+ * the built-in default, split-K fitting, alignment, candidate sampling,
+ * and dispatch (exact -> arch -> nearest -> default) on a hand-built context.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/gemm.h"
+#include "runtime/context.h"
+#include "runtime/templates.h"
+#include "search/space.h"
+#include "tuner/candidates.h"
+
+#define SMS 132
+#define SMEM_LIMIT (227 * 1024) /* H100's opt-in shared memory per block */
+
+static const char *const layouts[4] = { "nn", "nt", "tn", "tt" };
+
+static struct ktune_key make_key(ktune_dtype dtype, const char *layout, int64_t m, int64_t n,
+				 int64_t k)
+{
+	struct ktune_key key = { .op = "gemm", .dtype = dtype, .m = m, .n = n, .k = k, .aligned = 1 };
+	assert_int_equal(ktune__layout_parse(layout, &key), 0);
+	return key;
+}
+
+static int config_equal(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+{
+	return a->block_m == b->block_m && a->block_n == b->block_n && a->block_k == b->block_k &&
+	       a->warps_m == b->warps_m && a->warps_n == b->warps_n && a->stages == b->stages &&
+	       a->group_size == b->group_size && a->split_k == b->split_k;
+}
+
+static void assert_config_equal(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+{
+	char ta[256], tb[256];
+	if (config_equal(a, b))
+		return;
+	ktune__gemm_config_format(a, ta, sizeof(ta));
+	ktune__gemm_config_format(b, tb, sizeof(tb));
+	fail_msg("configs differ:\n  %s\n  %s", ta, tb);
+}
+
+/* Every admitted configuration of the space, in space order. */
+struct all_configs {
+	struct ktune_gemm_config *cfg;
+	int n, cap;
+};
+
+static int collect_config(const long *values, void *arg)
+{
+	struct all_configs *a = arg;
+	struct ktune_gemm_config cfg;
+	struct ktune_err e;
+	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, &e))
+		fail_msg("from_values: %s", e.msg);
+	if (a->n == a->cap) {
+		a->cap = a->cap ? 2 * a->cap : 1024;
+		a->cfg = realloc(a->cfg, (size_t)a->cap * sizeof(*a->cfg));
+		assert_non_null(a->cfg);
+	}
+	a->cfg[a->n++] = cfg;
+	return 0;
+}
+
+static struct all_configs all_configs(void)
+{
+	struct all_configs a = { 0 };
+	struct ktune_err e;
+	const struct ktune_space *s = ktune__gemm_space(&e);
+	if (!s)
+		fail_msg("gemm space: %s", e.msg);
+	assert_int_equal(ktune__space_enumerate(s, collect_config, &a), 0);
+	assert_int_equal(a.n, ktune__space_count(s));
+	assert_true(a.n > 0);
+	return a;
+}
+
+/* ------------------------------------------------------------ config text */
+
+static void test_gemm_op__config_text_round_trip(void **state)
+{
+	struct all_configs a = all_configs();
+	struct ktune_err e;
+	char text[256];
+	(void)state;
+
+	for (int i = 0; i < a.n; i++) {
+		struct ktune_gemm_config back;
+		ktune__gemm_config_format(&a.cfg[i], text, sizeof(text));
+		if (ktune__gemm_config_parse(text, &back, &e))
+			fail_msg("'%s': %s", text, e.msg);
+		assert_config_equal(&back, &a.cfg[i]);
+	}
+	free(a.cfg);
+
+	struct ktune_gemm_config c = { 128, 256, 32, 2, 4, 3, 8, 16 }, back;
+	ktune__gemm_config_format(&c, text, sizeof(text));
+	assert_string_equal(text, "BLOCK_M=128,BLOCK_N=256,BLOCK_K=32,WARPS_M=2,WARPS_N=4,"
+				  "STAGES=3,GROUP_SIZE=8,SPLIT_K=16");
+	/* any order */
+	assert_int_equal(ktune__gemm_config_parse("SPLIT_K=16,GROUP_SIZE=8,STAGES=3,WARPS_N=4,"
+						  "WARPS_M=2,BLOCK_K=32,BLOCK_N=256,BLOCK_M=128",
+						  &back, &e),
+			 KTUNE_OK);
+	assert_config_equal(&back, &c);
+
+	/* a short buffer gets a terminated prefix */
+	char small[12];
+	memset(small, 'x', sizeof(small));
+	ktune__gemm_config_format(&c, small, sizeof(small));
+	assert_string_equal(small, "BLOCK_M=128");
+}
+
+/* Parses text expecting KTUNE_ERR_PARSE; returns the message. */
+static const char *parse_error(const char *text)
+{
+	static struct ktune_err e;
+	struct ktune_gemm_config c;
+	e.msg[0] = 0;
+	int rc = ktune__gemm_config_parse(text, &c, &e);
+	if (rc != KTUNE_ERR_PARSE)
+		fail_msg("'%s' parsed (%d)", text, rc);
+	assert_non_null(strstr(e.msg, text)); /* the message quotes the input */
+	return e.msg;
+}
+
+#define REST "BLOCK_N=128,BLOCK_K=32,WARPS_M=2,WARPS_N=2,STAGES=4,GROUP_SIZE=8,SPLIT_K=1"
+
+static void assert_contains(const char *msg, const char *part)
+{
+	if (!strstr(msg, part))
+		fail_msg("'%s' does not contain '%s'", msg, part);
+}
+
+static void test_gemm_op__config_parse_errors(void **state)
+{
+	struct ktune_gemm_config c;
+	struct ktune_err e;
+	(void)state;
+
+	assert_int_equal(ktune__gemm_config_parse("BLOCK_M=128," REST, &c, &e), KTUNE_OK);
+	assert_int_equal(c.block_m, 128);
+	assert_int_equal(c.group_size, 8);
+
+	assert_contains(parse_error("BLOCK_X=128," REST), "unknown parameter 'BLOCK_X'");
+	assert_contains(parse_error("BLOCK=128," REST), "unknown parameter 'BLOCK'");
+	assert_contains(parse_error("BLOCK_MM=128," REST), "unknown parameter 'BLOCK_MM'");
+	assert_contains(parse_error("block_m=128," REST), "unknown parameter 'block_m'");
+
+	assert_contains(parse_error("BLOCK_M=128,BLOCK_M=64," REST), "'BLOCK_M' given twice");
+	assert_contains(parse_error("BLOCK_M=128," REST ",SPLIT_K=1"), "'SPLIT_K' given twice");
+
+	assert_contains(parse_error(REST), "'BLOCK_M' is missing");
+	assert_contains(parse_error("BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,WARPS_M=2,WARPS_N=2,"
+				    "STAGES=4,GROUP_SIZE=8"),
+			"'SPLIT_K' is missing");
+	assert_contains(parse_error(""), "is missing");
+
+	assert_contains(parse_error("BLOCK_M=abc," REST), "'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=12x," REST), "'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=," REST), "'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=1.5," REST), "'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=99999999999999999999," REST),
+			"'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=0," REST), "'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=-16," REST), "'BLOCK_M' is not a positive integer");
+	assert_contains(parse_error("BLOCK_M=128," REST "=2"), "'SPLIT_K' is not a positive integer");
+
+	assert_contains(parse_error("BLOCK_M," REST), "expected NAME=VALUE");
+	assert_contains(parse_error("BLOCK_M=128,," REST), "expected NAME=VALUE");
+	assert_contains(parse_error("BLOCK_M=128," REST ","), "is missing");
+}
+
+/* -------------------------------------------------------------- admission */
+
+static void test_gemm_op__config_admitted(void **state)
+{
+	struct ktune_gemm_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
+	struct ktune_err e;
+	(void)state;
+
+	e.msg[0] = 0;
+	assert_int_equal(ktune__gemm_config_admitted(&c, &e), 1);
+
+	c.block_m = 48; /* not in the list */
+	assert_int_equal(ktune__gemm_config_admitted(&c, &e), 0);
+	assert_contains(e.msg, "BLOCK_M=48 is not one of 16, 32, 64, 128, 256");
+
+	c.block_m = 128;
+	c.split_k = 3;
+	assert_int_equal(ktune__gemm_config_admitted(&c, &e), 0);
+	assert_contains(e.msg, "SPLIT_K=3");
+
+	/* each value in its list, but a warp would hold half an m16 tile */
+	struct ktune_gemm_config v = { 16, 128, 32, 2, 2, 3, 1, 1 };
+	assert_int_equal(ktune__gemm_config_admitted(&v, &e), 0);
+	assert_contains(e.msg, "violates 'BLOCK_M % (WARPS_M * 16) == 0'");
+
+	/* BLOCK_K=64 only with up to 3 stages */
+	struct ktune_gemm_config deep = { 64, 128, 64, 2, 2, 4, 1, 1 };
+	assert_int_equal(ktune__gemm_config_admitted(&deep, &e), 0);
+	assert_contains(e.msg, "violates 'BLOCK_K == 32 || STAGES <= 3'");
+	deep.stages = 3;
+	assert_int_equal(ktune__gemm_config_admitted(&deep, &e), 1);
+}
+
+/* ---------------------------------------------------------- shared memory */
+
+/*
+ * gemm.cu's header, written out again:
+ *   SMEM_BYTES = STAGES * (A_TILE + B_TILE) * 2 bytes,
+ *   A_TILE = TRANS_A ? BLOCK_K * (BLOCK_M + 8) : BLOCK_M * (BLOCK_K + 8)
+ *   B_TILE = TRANS_B ? BLOCK_N * (BLOCK_K + 8) : BLOCK_K * (BLOCK_N + 8)
+ */
+static size_t header_smem(int trans_a, int trans_b, const struct ktune_gemm_config *c)
+{
+	long bm = c->block_m, bn = c->block_n, bk = c->block_k;
+	long a_rows = trans_a ? bk : bm, a_cols = trans_a ? bm : bk;
+	long b_rows = trans_b ? bn : bk, b_cols = trans_b ? bk : bn;
+	long a_tile = a_rows * (a_cols + 8), b_tile = b_rows * (b_cols + 8);
+	return (size_t)(c->stages * (a_tile + b_tile) * 2);
+}
+
+static void test_gemm_op__smem_bytes_per_layout(void **state)
+{
+	struct ktune_gemm_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
+	(void)state;
+
+	/* the formula is still the one in gemm.cu's header */
+	const struct ktune_template_file *f = ktune__template_file(KTUNE_GEMM_SOURCE);
+	assert_non_null(f);
+	assert_non_null(strstr(f->text, "SMEM_BYTES = STAGES * (A_TILE + B_TILE) * 2 bytes"));
+	assert_non_null(strstr(f->text, "A_TILE = TRANS_A ? BLOCK_K * (BLOCK_M + 8) : BLOCK_M * (BLOCK_K + 8)"));
+	assert_non_null(strstr(f->text, "B_TILE = TRANS_B ? BLOCK_N * (BLOCK_K + 8) : BLOCK_K * (BLOCK_N + 8)"));
+
+	/* by hand, for 128x128x32 with 4 stages */
+	static const size_t expect[4] = {
+		4 * (128 * 40 + 32 * 136) * 2, /* nn: A [128][32+8], B [32][128+8] */
+		4 * (128 * 40 + 128 * 40) * 2, /* nt: B [128][32+8] */
+		4 * (32 * 136 + 32 * 136) * 2, /* tn: A [32][128+8] */
+		4 * (32 * 136 + 128 * 40) * 2, /* tt */
+	};
+	for (int l = 0; l < 4; l++) {
+		struct ktune_key key = make_key(KTUNE_F16, layouts[l], 4096, 4096, 4096);
+		assert_int_equal(ktune__gemm_smem_bytes(&key, &c), expect[l]);
+	}
+	assert_int_equal(expect[0], 75776);
+	assert_int_equal(expect[1], 81920);
+
+	/* every config of the space, every layout, both dtypes (2-byte elements both) */
+	struct all_configs a = all_configs();
+	for (int i = 0; i < a.n; i++)
+		for (int l = 0; l < 4; l++)
+			for (int d = 0; d < 2; d++) {
+				struct ktune_key key = make_key((ktune_dtype)d, layouts[l], 7, 33, 100);
+				key.aligned = i & 1;
+				assert_int_equal(ktune__gemm_smem_bytes(&key, &a.cfg[i]),
+						 header_smem(l >> 1, l & 1, &a.cfg[i]));
+			}
+	free(a.cfg);
+}
+
+static void test_gemm_op__launch_contract(void **state)
+{
+	struct ktune_gemm_config c = { 128, 64, 32, 2, 2, 4, 8, 4 };
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 300, 130, 1000);
+	unsigned grid[3];
+	(void)state;
+
+	assert_int_equal(ktune__gemm_threads(&c), 128);
+	ktune__gemm_grid(&key, &c, grid);
+	assert_int_equal(grid[0], 3 * 3); /* ceil(300/128) * ceil(130/64) */
+	assert_int_equal(grid[1], 1);
+	assert_int_equal(grid[2], 4);
+	assert_int_equal(ktune__gemm_partials_bytes(&key, &c), 4 * 300 * 130 * 4);
+	assert_int_equal(ktune__gemm_counters(&key, &c), 9);
+	c.split_k = 1;
+	assert_int_equal(ktune__gemm_partials_bytes(&key, &c), 0);
+	assert_int_equal(ktune__gemm_counters(&key, &c), 0);
+
+	char opts[KTUNE_MAX_OPTIONS][48];
+	struct ktune_key bt = make_key(KTUNE_BF16, "tn", 1, 1, 1);
+	bt.aligned = 0;
+	int n = ktune__gemm_defines(&bt, &c, opts, KTUNE_MAX_OPTIONS);
+	assert_int_equal(n, 10);
+	static const char *const want[] = { "-DBLOCK_M=128", "-DBLOCK_N=64", "-DBLOCK_K=32",
+					    "-DWARPS_M=2", "-DWARPS_N=2", "-DSTAGES=4",
+					    "-DDTYPE_BF16=1", "-DTRANS_A=1", "-DTRANS_B=0",
+					    "-DALIGNED=0" };
+	for (int i = 0; i < n; i++)
+		assert_string_equal(opts[i], want[i]);
+	assert_int_equal(ktune__gemm_defines(&bt, &c, opts, 9), -1);
+
+	/* GROUP_SIZE and SPLIT_K are kernel arguments: they do not change the kernel */
+	struct ktune_gemm_config d = c;
+	d.group_size = 1;
+	d.split_k = 16;
+	assert_true(ktune__gemm_same_kernel(&c, &d));
+	d.stages = 3;
+	assert_false(ktune__gemm_same_kernel(&c, &d));
+}
+
+/* ---------------------------------------------------------------- pruning */
+
+static int prune(const struct ktune_key *key, const struct ktune_gemm_config *c, int smem_limit,
+		 char *why, size_t len)
+{
+	why[0] = 0;
+	return ktune__gemm_prune(key, c, SMS, smem_limit, why, len);
+}
+
+static void test_gemm_op__prune(void **state)
+{
+	struct ktune_key big = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
+	struct ktune_gemm_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
+	char why[256];
+	(void)state;
+
+	/* kept: a sensible tile for a big key */
+	assert_int_equal(prune(&big, &c, SMEM_LIMIT, why, sizeof(why)), 0);
+	assert_int_equal(prune(&big, &c, 0, why, sizeof(why)), 0); /* 0: no smem check */
+
+	/* shared memory over the device's limit */
+	assert_int_equal(prune(&big, &c, 48 * 1024, why, sizeof(why)), 1);
+	assert_contains(why, "81920 bytes of shared memory");
+	assert_contains(why, "49152");
+	assert_int_equal(prune(&big, &c, 81920, why, sizeof(why)), 0); /* exactly at the limit */
+
+	/* BLOCK_M far above M */
+	struct ktune_key m16 = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
+	assert_int_equal(prune(&m16, &c, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "BLOCK_M=128");
+	assert_contains(why, "M=16");
+	struct ktune_gemm_config m32 = { 32, 128, 32, 2, 2, 4, 1, 1 };
+	assert_int_equal(prune(&m16, &m32, SMEM_LIMIT, why, sizeof(why)), 1);
+	struct ktune_key m17 = make_key(KTUNE_F16, "nt", 17, 4096, 4096);
+	assert_int_equal(prune(&m17, &m32, SMEM_LIMIT, why, sizeof(why)), 0);
+	struct ktune_gemm_config m16c = { 16, 128, 64, 1, 4, 3, 1, 1 };
+	struct ktune_key m1 = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
+	assert_int_equal(prune(&m1, &m16c, SMEM_LIMIT, why, sizeof(why)), 0); /* the smallest tile stays */
+
+	/* BLOCK_N far above N */
+	struct ktune_key n32 = make_key(KTUNE_F16, "nt", 4096, 32, 4096);
+	struct ktune_gemm_config n128 = { 128, 128, 32, 2, 2, 4, 1, 1 };
+	assert_int_equal(prune(&n32, &n128, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "BLOCK_N=128");
+
+	/* split-K where 32 x 32 = 1024 tiles already fill 132 SMs */
+	struct ktune_gemm_config split = c;
+	split.split_k = 2;
+	assert_int_equal(prune(&big, &split, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "SPLIT_K=2");
+	assert_contains(why, "1024 tiles");
+
+	/* split-K that helps: 32 tiles for M=16, 64 K tiles, 4 splits */
+	struct ktune_gemm_config skinny = { 16, 128, 64, 1, 4, 3, 1, 4 };
+	assert_int_equal(prune(&m16, &skinny, SMEM_LIMIT, why, sizeof(why)), 0);
+	/* ... but not so many splits that each gets under two K tiles */
+	struct ktune_key shortk = make_key(KTUNE_F16, "nt", 16, 4096, 256); /* 4 K tiles */
+	assert_int_equal(prune(&shortk, &skinny, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "under two K tiles");
+	/* ... nor more than 8 blocks per SM: 32 tiles x 16 splits = 512 <= 1056 is fine, 4x that is not */
+	struct ktune_key wide = make_key(KTUNE_F16, "nt", 16, 4 * 4096 - 128, 65536); /* 127 tiles */
+	struct ktune_gemm_config s16 = skinny;
+	s16.split_k = 16;
+	assert_int_equal(prune(&wide, &s16, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "blocks for 132 SMs");
+
+	/* GROUP_SIZE with one row of tiles */
+	struct ktune_key m64 = make_key(KTUNE_F16, "nt", 64, 4096, 4096);
+	struct ktune_gemm_config grouped = { 64, 128, 32, 2, 2, 4, 8, 1 };
+	assert_int_equal(prune(&m64, &grouped, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "GROUP_SIZE=8");
+	grouped.group_size = 1;
+	assert_int_equal(prune(&m64, &grouped, SMEM_LIMIT, why, sizeof(why)), 0);
+	struct ktune_key m65 = make_key(KTUNE_F16, "nt", 65, 4096, 4096); /* two rows */
+	grouped.group_size = 8;
+	assert_int_equal(prune(&m65, &grouped, SMEM_LIMIT, why, sizeof(why)), 0);
+}
+
+/* ---------------------------------------------------------------- default */
+
+static void test_gemm_op__default_config_admitted(void **state)
+{
+	static const int64_t ms[] = { 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128,
+				      129, 1000, 1024, 2047, 4096, 5000, 8191, 8192 };
+	static const int64_t ns[] = { 1, 7, 64, 100, 1024, 4096, 6144, 14336, 28672 };
+	static const int64_t ks[] = { 1, 7, 64, 100, 1024, 4096, 14336, 65536 };
+	static const int sms[] = { 0, 1, 8, 108, 132, 1000 };
+	struct ktune_err e;
+	long checked = 0;
+	(void)state;
+
+	for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
+		for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
+			for (size_t c = 0; c < sizeof(ks) / sizeof(ks[0]); c++)
+				for (size_t s = 0; s < sizeof(sms) / sizeof(sms[0]); s++) {
+					struct ktune_key key = make_key(KTUNE_F16, layouts[(a + b + c) % 4],
+									ms[a], ns[b], ks[c]);
+					struct ktune_gemm_config cfg =
+						ktune__gemm_default_config(&key, sms[s]);
+					int sm = sms[s] > 0 ? sms[s] : SMS;
+					unsigned grid[3];
+					if (!ktune__gemm_config_admitted(&cfg, &e))
+						fail_msg("default for %lldx%lldx%lld: %s", (long long)ms[a],
+							 (long long)ns[b], (long long)ks[c], e.msg);
+					ktune__gemm_grid(&key, &cfg, grid);
+					assert_true(ktune__gemm_smem_bytes(&key, &cfg) <= 99 * 1024);
+					if (cfg.split_k > 1) {
+						/* split only to fill the GPU, each split with >= 2 K tiles */
+						assert_true((long)grid[0] * cfg.split_k <= sm);
+						assert_true((ks[c] + cfg.block_k - 1) / cfg.block_k >=
+							    2 * cfg.split_k);
+					}
+					checked++;
+				}
+	assert_true(checked > 10000);
+
+	/* a decode GEMV-like key: 32 tiles cannot fill 132 SMs, so K is split */
+	struct ktune_key gemv = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
+	struct ktune_gemm_config cfg = ktune__gemm_default_config(&gemv, SMS);
+	assert_int_equal(cfg.block_m, 16);
+	assert_true(cfg.split_k > 1);
+	char why[256] = "";
+	if (ktune__gemm_prune(&gemv, &cfg, SMS, SMEM_LIMIT, why, sizeof(why)))
+		fail_msg("the default for M=1 is pruned: %s", why);
+	/* a big key needs no split */
+	struct ktune_key big = make_key(KTUNE_BF16, "nn", 4096, 4096, 4096);
+	cfg = ktune__gemm_default_config(&big, SMS);
+	assert_int_equal(cfg.split_k, 1);
+	assert_int_equal(ktune__gemm_prune(&big, &cfg, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+}
+
+static void test_gemm_op__fit_split(void **state)
+{
+	struct ktune_gemm_config cfg = { 16, 128, 64, 1, 4, 3, 1, 16 }; /* tuned for M=1 */
+	(void)state;
+
+	/* 512 x 64 tiles: 16 splits would make 524288 blocks */
+	struct ktune_key huge = make_key(KTUNE_F16, "nt", 8192, 8192, 65536);
+	ktune__gemm_fit_split(&huge, &cfg, SMS);
+	assert_int_equal(cfg.split_k, 1);
+
+	/* a key like the one it was tuned for keeps its split */
+	struct ktune_key gemv = make_key(KTUNE_F16, "nt", 2, 4096, 4096); /* 32 tiles */
+	cfg.split_k = 16;
+	ktune__gemm_fit_split(&gemv, &cfg, SMS);
+	assert_int_equal(cfg.split_k, 16); /* 512 blocks <= 8 x 132 */
+
+	/* in between: 96 tiles x 16 = 1536 blocks > 1056, 8 splits make 768 */
+	struct ktune_key mid = make_key(KTUNE_F16, "nt", 48, 4096, 4096);
+	cfg.split_k = 16;
+	ktune__gemm_fit_split(&mid, &cfg, SMS);
+	assert_int_equal(cfg.split_k, 8);
+
+	/* fp32 scratch over 256 MiB is lowered too, even when the block count is fine */
+	struct ktune_gemm_config tall = { 256, 256, 32, 4, 2, 3, 1, 16 };
+	struct ktune_key square = make_key(KTUNE_F16, "nn", 4096, 4096, 1 << 20);
+	ktune__gemm_fit_split(&square, &tall, 1000); /* 256 tiles: the block limit allows 16 */
+	assert_true(ktune__gemm_partials_bytes(&square, &tall) <= (256u << 20));
+	assert_int_equal(tall.split_k, 4);
+
+	/* split_k = 1 is left alone */
+	cfg.split_k = 1;
+	ktune__gemm_fit_split(&huge, &cfg, SMS);
+	assert_int_equal(cfg.split_k, 1);
+}
+
+static void test_gemm_op__aligned(void **state)
+{
+	char *base = (char *)(uintptr_t)0x10000;
+	(void)state;
+
+	assert_int_equal(ktune__gemm_aligned(base, 8, base + 4096, 16, base + 8192, 4096), 1);
+	assert_int_equal(ktune__gemm_aligned(base + 2, 8, base + 4096, 16, base + 8192, 4096), 0);
+	assert_int_equal(ktune__gemm_aligned(base, 8, base + 4104, 16, base + 8192, 4096), 0);
+	assert_int_equal(ktune__gemm_aligned(base, 8, base + 4096, 16, base + 8200, 4096), 0);
+	assert_int_equal(ktune__gemm_aligned(base, 7, base + 4096, 16, base + 8192, 4096), 0);
+	assert_int_equal(ktune__gemm_aligned(base, 8, base + 4096, 12, base + 8192, 4096), 0);
+	assert_int_equal(ktune__gemm_aligned(base, 8, base + 4096, 16, base + 8192, 4100), 0);
+	assert_int_equal(ktune__gemm_aligned(base + 16, 4104, base + 32, 8, base + 48, 24), 1);
+}
+
+static void test_gemm_op__counts_and_tolerance(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_BF16, "nt", 16, 4096, 1024);
+	double fro16, max16, fro_bf, max_bf;
+	(void)state;
+
+	assert_true(ktune__gemm_flops(&key) == 2.0 * 16 * 4096 * 1024);
+	assert_true(ktune__gemm_bytes(&key) == 2.0 * (16 * 1024 + 1024 * 4096 + 16 * 4096));
+	ktune__gemm_tolerance(KTUNE_F16, &fro16, &max16);
+	ktune__gemm_tolerance(KTUNE_BF16, &fro_bf, &max_bf);
+	/* looser for bf16's 8-bit significand, far below the error of a wrong answer (~1) */
+	assert_true(fro16 > 0 && fro16 < fro_bf && fro_bf < 0.1);
+	assert_true(max16 >= fro16 && max_bf >= fro_bf && max_bf < 0.5);
+}
+
+/* ------------------------------------------------------------- candidates */
+
+static int same_list(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!config_equal(&a[i], &b[i]))
+			return 0;
+	return 1;
+}
+
+static void test_gemm_op__candidates(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
+	struct ktune_gemm_config *all, *s1, *s1again, *s2;
+	int nall, n1, n1again, n2, pall, p1, p1again, p2;
+	struct ktune_err e;
+	char why[256];
+	(void)state;
+
+	const long total = ktune__space_count(ktune__gemm_space(NULL));
+	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 0, 1, &all, &nall, &pall, &e),
+			 KTUNE_OK);
+	assert_true(nall > 10);
+	assert_true(pall > 0); /* split-K is pointless for 1024 tiles */
+	assert_int_equal(nall + pall, total);
+	for (int i = 0; i < nall; i++) {
+		if (!ktune__gemm_config_admitted(&all[i], &e))
+			fail_msg("candidate %d not admitted: %s", i, e.msg);
+		if (ktune__gemm_prune(&key, &all[i], SMS, SMEM_LIMIT, why, sizeof(why)))
+			fail_msg("candidate %d pruned: %s", i, why);
+		assert_int_equal(all[i].split_k, 1);
+		for (int j = 0; j < i; j++)
+			assert_false(config_equal(&all[i], &all[j]));
+	}
+
+	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 10, 1, &s1, &n1, &p1, &e),
+			 KTUNE_OK);
+	assert_int_equal(n1, 10);
+	assert_int_equal(n1 + p1, total);
+	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 10, 1, &s1again, &n1again,
+						&p1again, &e),
+			 KTUNE_OK);
+	assert_int_equal(n1again, 10);
+	assert_true(same_list(s1, s1again, 10));
+	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 10, 2, &s2, &n2, &p2, &e),
+			 KTUNE_OK);
+	assert_int_equal(n2, 10);
+	assert_false(same_list(s1, s2, 10));
+
+	/* a sample: distinct members of the full list */
+	for (int i = 0; i < 10; i++) {
+		int found = 0;
+		for (int j = 0; j < nall && !found; j++)
+			found = config_equal(&s1[i], &all[j]);
+		assert_true(found);
+		for (int j = 0; j < i; j++)
+			assert_false(config_equal(&s1[i], &s1[j]));
+		assert_int_equal(ktune__gemm_config_admitted(&s2[i], &e), 1);
+		assert_int_equal(ktune__gemm_prune(&key, &s2[i], SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	}
+
+	/* a budget at or above the count returns everything, in space order */
+	struct ktune_gemm_config *big;
+	int nbig, pbig;
+	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, nall, 7, &big, &nbig, &pbig, &e),
+			 KTUNE_OK);
+	assert_int_equal(nbig, nall);
+	assert_true(same_list(big, all, nall));
+
+	/* a skinny key keeps split-K candidates; npruned may be NULL */
+	struct ktune_key gemv = make_key(KTUNE_BF16, "nn", 1, 4096, 4096);
+	struct ktune_gemm_config *sk;
+	int nsk, splits = 0;
+	assert_int_equal(ktune__gemm_candidates(&gemv, SMS, SMEM_LIMIT, 0, 1, &sk, &nsk, NULL, &e),
+			 KTUNE_OK);
+	assert_true(nsk > 0);
+	for (int i = 0; i < nsk; i++) {
+		splits += sk[i].split_k > 1;
+		assert_true(sk[i].block_m <= 16);
+		assert_int_equal(ktune__gemm_prune(&gemv, &sk[i], SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	}
+	assert_true(splits > 0);
+
+	free(all);
+	free(s1);
+	free(s1again);
+	free(s2);
+	free(big);
+	free(sk);
+}
+
+/* --------------------------------------------------------------- dispatch */
+
+static const struct ktune_gemm_config cfg_a = { 128, 128, 32, 2, 2, 4, 8, 1 };
+static const struct ktune_gemm_config cfg_b = { 64, 128, 32, 2, 2, 4, 1, 1 };
+static const struct ktune_gemm_config cfg_c = { 128, 256, 32, 2, 4, 3, 8, 1 };
+static const struct ktune_gemm_config cfg_d = { 256, 128, 32, 4, 2, 3, 8, 1 };
+static const struct ktune_gemm_config cfg_e = { 32, 128, 32, 2, 2, 4, 1, 1 };
+static const struct ktune_gemm_config cfg_split = { 16, 128, 64, 1, 4, 3, 1, 16 };
+
+static ktune_ctx *make_ctx(const struct ktune_entry *entries, int n)
+{
+	ktune_ctx *ctx = calloc(1, sizeof(*ctx));
+	assert_non_null(ctx);
+	snprintf(ctx->id.name, sizeof(ctx->id.name), "NVIDIA H100 80GB HBM3");
+	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_90");
+	ctx->id.sm_count = SMS;
+	ctx->smem_optin = SMEM_LIMIT;
+	if (n) {
+		ctx->entries = malloc((size_t)n * sizeof(*entries));
+		assert_non_null(ctx->entries);
+		memcpy(ctx->entries, entries, (size_t)n * sizeof(*entries));
+	}
+	ctx->nentries = n;
+	return ctx;
+}
+
+static void free_ctx(ktune_ctx *ctx)
+{
+	free(ctx->entries);
+	free(ctx);
+}
+
+static const char *choose(ktune_ctx *ctx, struct ktune_key key, struct ktune_gemm_config *cfg)
+{
+	const char *source = NULL;
+	memset(cfg, 0, sizeof(*cfg));
+	ktune__dispatch_choose(ctx, &key, cfg, &source);
+	assert_non_null(source);
+	return source;
+}
+
+static struct ktune_entry entry(struct ktune_key key, struct ktune_gemm_config cfg, int same)
+{
+	struct ktune_entry e = { .key = key, .cfg = cfg, .same_device = same };
+	return e;
+}
+
+static void test_gemm_op__dispatch_exact_beats_arch(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	/* the other device's entry first, so order does not decide */
+	struct ktune_entry both[] = { entry(key, cfg_a, 0), entry(key, cfg_b, 1) };
+	ktune_ctx *ctx = make_ctx(both, 2);
+	assert_string_equal(choose(ctx, key, &cfg), "exact");
+	assert_config_equal(&cfg, &cfg_b);
+	assert_int_equal(ctx->misses, 0);
+	free_ctx(ctx);
+
+	struct ktune_entry reversed[] = { entry(key, cfg_b, 1), entry(key, cfg_a, 0) };
+	ctx = make_ctx(reversed, 2);
+	assert_string_equal(choose(ctx, key, &cfg), "exact");
+	assert_config_equal(&cfg, &cfg_b);
+	free_ctx(ctx);
+}
+
+static void test_gemm_op__dispatch_arch(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
+	struct ktune_key near = make_key(KTUNE_F16, "nt", 17, 4096, 4096);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	/* another device's exact key beats this device's nearby key */
+	struct ktune_entry ents[] = { entry(near, cfg_b, 1), entry(key, cfg_split, 0) };
+	ktune_ctx *ctx = make_ctx(ents, 2);
+	assert_string_equal(choose(ctx, key, &cfg), "arch");
+	assert_config_equal(&cfg, &cfg_split); /* taken as tuned */
+	assert_int_equal(ctx->misses, 0);
+
+	/* the alignment class is part of the key */
+	struct ktune_key unaligned = key;
+	unaligned.aligned = 0;
+	assert_string_equal(choose(ctx, unaligned, &cfg), "nearest");
+	assert_int_equal(ctx->misses, 1);
+	free_ctx(ctx);
+}
+
+static void test_gemm_op__dispatch_nearest(void **state)
+{
+	struct ktune_key query = make_key(KTUNE_F16, "nt", 1500, 4096, 4096);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	struct ktune_entry ents[] = {
+		/* other dtypes and layouts at the very shape asked for: never taken */
+		entry(make_key(KTUNE_BF16, "nt", 1500, 4096, 4096), cfg_e, 1),
+		entry(make_key(KTUNE_F16, "nn", 1500, 4096, 4096), cfg_e, 1),
+		entry(make_key(KTUNE_F16, "tt", 1500, 4096, 4096), cfg_e, 1),
+		entry(make_key(KTUNE_F16, "tn", 1500, 4096, 4096), cfg_e, 0),
+		/* same dtype and layout: log distances 2.38 (M=16), 0.15 (M=1024), 1.01 (M=4096) */
+		entry(make_key(KTUNE_F16, "nt", 16, 4096, 4096), cfg_split, 1),
+		entry(make_key(KTUNE_F16, "nt", 1024, 4096, 4096), cfg_c, 1),
+		entry(make_key(KTUNE_F16, "nt", 4096, 4096, 4096), cfg_d, 1),
+		/* closer in M, much further in K */
+		entry(make_key(KTUNE_F16, "nt", 1500, 4096, 512), cfg_a, 1),
+	};
+	ktune_ctx *ctx = make_ctx(ents, (int)(sizeof(ents) / sizeof(ents[0])));
+
+	assert_string_equal(choose(ctx, query, &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_c);
+	assert_int_equal(ctx->misses, 1);
+
+	/* distance is in log space: M=3000 is nearer 4096 (0.10) than 1024 (1.15) */
+	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 3000, 4096, 4096), &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_d);
+	/* ... and in every dimension: K=600 picks the K=512 entry */
+	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 1500, 4096, 600), &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_a);
+	assert_int_equal(ctx->misses, 3);
+
+	/* a borrowed split-K config is fitted to the key: M=20000 has far too many tiles */
+	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 2, 4096, 4096), &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_split);
+	struct ktune_key tall = make_key(KTUNE_F16, "nt", 16, 65536, 65536);
+	assert_string_equal(choose(ctx, tall, &cfg), "nearest");
+	assert_int_equal(cfg.block_m, cfg_split.block_m);
+	assert_true(cfg.split_k < cfg_split.split_k);
+	assert_int_equal(ctx->misses, 5);
+
+	/* every other dtype/layout pair of the table finds its own entry only */
+	assert_string_equal(choose(ctx, make_key(KTUNE_BF16, "nt", 8, 64, 64), &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_e);
+	free_ctx(ctx);
+}
+
+static void test_gemm_op__dispatch_nearest_prefers_this_device(void **state)
+{
+	struct ktune_key tuned = make_key(KTUNE_BF16, "nn", 1024, 1024, 1024);
+	struct ktune_key query = make_key(KTUNE_BF16, "nn", 512, 1024, 1024);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	/* the same key tuned on both devices: this device's wins the tie, in either order */
+	struct ktune_entry ents[] = { entry(tuned, cfg_a, 0), entry(tuned, cfg_b, 1) };
+	ktune_ctx *ctx = make_ctx(ents, 2);
+	assert_string_equal(choose(ctx, query, &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_b);
+	free_ctx(ctx);
+	struct ktune_entry rev[] = { entry(tuned, cfg_b, 1), entry(tuned, cfg_a, 0) };
+	ctx = make_ctx(rev, 2);
+	assert_string_equal(choose(ctx, query, &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_b);
+
+	/* the same shape in the other alignment class beats a neighbouring shape */
+	struct ktune_key unaligned = tuned;
+	unaligned.aligned = 0;
+	struct ktune_entry mixed[] = { entry(make_key(KTUNE_BF16, "nn", 1100, 1024, 1024), cfg_c, 1),
+				       entry(unaligned, cfg_d, 1) };
+	free_ctx(ctx);
+	ctx = make_ctx(mixed, 2);
+	assert_string_equal(choose(ctx, tuned, &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_d);
+	free_ctx(ctx);
+}
+
+static void test_gemm_op__dispatch_default(void **state)
+{
+	struct ktune_key query = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	/* no entries at all */
+	ktune_ctx *ctx = make_ctx(NULL, 0);
+	assert_string_equal(choose(ctx, query, &cfg), "default");
+	struct ktune_gemm_config want = ktune__gemm_default_config(&query, SMS);
+	assert_config_equal(&cfg, &want);
+	assert_true(cfg.split_k > 1);
+	assert_int_equal(ctx->misses, 1);
+	free_ctx(ctx);
+
+	/* entries, but none of this dtype and layout */
+	struct ktune_entry ents[] = {
+		entry(make_key(KTUNE_BF16, "nt", 1, 4096, 4096), cfg_a, 1),
+		entry(make_key(KTUNE_F16, "nn", 1, 4096, 4096), cfg_a, 1),
+		entry(make_key(KTUNE_F16, "tt", 1, 4096, 4096), cfg_a, 0),
+		entry(make_key(KTUNE_F16, "tn", 1, 4096, 4096), cfg_a, 1),
+	};
+	ctx = make_ctx(ents, 4);
+	assert_string_equal(choose(ctx, query, &cfg), "default");
+	assert_config_equal(&cfg, &want);
+	struct ktune_key big = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
+	assert_string_equal(choose(ctx, big, &cfg), "default");
+	want = ktune__gemm_default_config(&big, SMS);
+	assert_config_equal(&cfg, &want);
+	assert_int_equal(ctx->misses, 2);
+	/* exact hits do not count as misses */
+	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nn", 1, 4096, 4096), &cfg), "exact");
+	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "tt", 1, 4096, 4096), &cfg), "arch");
+	assert_int_equal(ctx->misses, 2);
+	free_ctx(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gemm_op__config_text_round_trip),
+		cmocka_unit_test(test_gemm_op__config_parse_errors),
+		cmocka_unit_test(test_gemm_op__config_admitted),
+		cmocka_unit_test(test_gemm_op__smem_bytes_per_layout),
+		cmocka_unit_test(test_gemm_op__launch_contract),
+		cmocka_unit_test(test_gemm_op__prune),
+		cmocka_unit_test(test_gemm_op__default_config_admitted),
+		cmocka_unit_test(test_gemm_op__fit_split),
+		cmocka_unit_test(test_gemm_op__aligned),
+		cmocka_unit_test(test_gemm_op__counts_and_tolerance),
+		cmocka_unit_test(test_gemm_op__candidates),
+		cmocka_unit_test(test_gemm_op__dispatch_exact_beats_arch),
+		cmocka_unit_test(test_gemm_op__dispatch_arch),
+		cmocka_unit_test(test_gemm_op__dispatch_nearest),
+		cmocka_unit_test(test_gemm_op__dispatch_nearest_prefers_this_device),
+		cmocka_unit_test(test_gemm_op__dispatch_default),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
