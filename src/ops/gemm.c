@@ -68,10 +68,13 @@ int ktune__gemm_config_parse(const char *text, struct ktune_gemm_config *c, stru
 					   fields[i].name);
 		char *num_end;
 		long v = strtol(eq + 1, &num_end, 10);
-		if (num_end != end || eq + 1 == end || v < 1 || v > 1 << 20)
+		/* digits only: one config has one text */
+		if (num_end != end || eq[1] < '1' || eq[1] > '9' || v < 1 || v > 1 << 20)
 			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': '%s' is not a positive integer",
 					   text, fields[i].name);
 		*field_ptr(c, i) = (int)v;
+		if (*end && !end[1])
+			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': trailing ','", text);
 		p = *end ? end + 1 : end;
 	}
 	for (int i = 0; i < NFIELDS; i++)

@@ -176,9 +176,10 @@ int ktune__compile(const char *name, const char *source, size_t len,
 				 name, arch, nvrtcGetErrorString(cr), log);
 		goto out;
 	}
-	if ((r = nvrtcGetCUBINSize(prog, &out->size)) != NVRTC_SUCCESS) {
+	/* a virtual arch (compute_90) gives PTX only: NVRTC reports a 0-byte CUBIN */
+	if ((r = nvrtcGetCUBINSize(prog, &out->size)) != NVRTC_SUCCESS || !out->size) {
 		rc = ktune__fail(e, KTUNE_ERR_COMPILE, "no CUBIN for '%s' (%s): is '%s' a real arch?",
-				 name, nvrtcGetErrorString(r), arch);
+				 name, r != NVRTC_SUCCESS ? nvrtcGetErrorString(r) : "empty", arch);
 		goto out;
 	}
 	out->data = malloc(out->size);

@@ -77,6 +77,19 @@ static void fresh_dir(const char *name, char *out, size_t len)
 	assert_int_equal(ktune__mkdirs(out, NULL), KTUNE_OK);
 }
 
+/* Entries of dir, but . and .. */
+static int count_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 static int is_cubin_with(const struct ktune_cubin *c, const char *symbol)
 {
 	return c->data && c->size > 4 && !memcmp(c->data, "\177ELF", 4) &&
@@ -150,6 +163,7 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	double t0 = ktune__now();
 	ktune__compile_jobs(jobs, NKERNELS, ARCH, cache, 0);
 	double cold = ktune__now() - t0;
+	assert_int_equal(count_files(cache), 2 * NKERNELS); /* a .cubin and a .res each */
 
 	for (int i = 0; i < NKERNELS; i++) {
 		struct ktune_compile_job *j = &jobs[i];
@@ -257,6 +271,7 @@ static void test_compile__broken_source_gives_log(void **state)
 	rc = ktune__compile("broken.cu", src, sizeof(src) - 1, NULL, 0, ARCH, cache, &c, &e);
 	assert_int_equal(rc, KTUNE_ERR_COMPILE);
 	assert_non_null(strstr(e.msg, "undeclared_thing"));
+	assert_int_equal(count_files(cache), 0);
 
 	/* a bad define in a real template fails the same way */
 	const struct ktune_template_file *f = ktune__template_file(KTUNE_GEMM_SOURCE);
@@ -270,7 +285,7 @@ static void test_compile__broken_source_gives_log(void **state)
 
 static void test_compile__bad_arch_fails_cleanly(void **state)
 {
-	static const char src[] = "extern \"C\" __global__ void k(int *p) { *p = 1; }\n";
+	static const char src[] = "extern \"C\" __global__ void tiny_kernel(int *p) { *p = 1; }\n";
 	static const char *const bad[] = { "sm_1", "sm_", "compute_90x", "" };
 	struct ktune_cubin c;
 	char cache[4200];
@@ -284,14 +299,28 @@ static void test_compile__bad_arch_fails_cleanly(void **state)
 			fail_msg("arch '%s': %s", bad[i], ktune_status_name(rc));
 		assert_null(c.data);
 		assert_int_equal(c.size, 0);
-		assert_non_null(strstr(e.msg, "k.cu"));
-		assert_true(strlen(e.msg) > 10);
+		assert_non_null(strstr(e.msg, "compile of 'k.cu' for"));
+		assert_non_null(strstr(e.msg, bad[i]));
+		assert_non_null(strstr(e.msg, "NVRTC_ERROR_INVALID_OPTION"));
 	}
-	/* the same source is fine for a real arch */
+	/* a virtual arch compiles to PTX, not to a CUBIN: an error, and nothing cached */
 	struct ktune_err e = { "" };
+	for (int round = 0; round < 2; round++) {
+		int rc = ktune__compile("k.cu", src, sizeof(src) - 1, NULL, 0, "compute_90", cache, &c,
+					&e);
+		assert_int_equal(rc, KTUNE_ERR_COMPILE);
+		assert_null(c.data);
+		assert_int_equal(c.size, 0);
+		assert_non_null(strstr(e.msg, "no CUBIN for 'k.cu'"));
+		assert_non_null(strstr(e.msg, "compute_90"));
+	}
+	assert_int_equal(count_files(cache), 0);
+
+	/* the same source is fine for a real arch */
 	assert_int_equal(ktune__compile("k.cu", src, sizeof(src) - 1, NULL, 0, ARCH, cache, &c, &e),
 			 KTUNE_OK);
-	assert_true(is_cubin_with(&c, "k"));
+	assert_true(is_cubin_with(&c, "tiny_kernel"));
+	assert_int_equal(count_files(cache), 2); /* its .cubin and .res */
 	ktune__cubin_free(&c);
 }
 
