@@ -41,6 +41,9 @@
  * result does not depend on scheduling), applies alpha and beta, writes C and
  * resets the counter.
  *
+ * READ_ONCE_A / READ_ONCE_B (set by the host when the key has one column /
+ * one row of tiles) stream that operand through L2 as evict_first.
+ *
  * Limits:
  *   - any M, N, K >= 1: all loads and stores are predicated, and elements
  *     outside the matrices are read as zero
@@ -82,6 +85,12 @@
 #endif
 #ifndef ALIGNED
 #define ALIGNED 1 /* 1: 16-byte cp.async loads (host guarantees alignment); 0: element loads */
+#endif
+#ifndef READ_ONCE_A
+#define READ_ONCE_A 0 /* 1: one column of tiles, each A element read by one block: stream it */
+#endif
+#ifndef READ_ONCE_B
+#define READ_ONCE_B 0 /* 1: one row of tiles, each B element read by one block: stream it */
 #endif
 
 /* ---------------------------------------------------------- derived sizes */
@@ -161,6 +170,19 @@ static __device__ __forceinline__ void cp_async_16(u32 dst, const void *src, int
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
 		     :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+
+/*
+ * The same, for an operand that only one block reads (READ_ONCE_*): it goes
+ * through L2 as evict_first, so the stream neither pushes out what other
+ * work keeps in L2 nor forces dirty lines back to memory while it runs.
+ */
+static __device__ __forceinline__ void cp_async_16_stream(u32 dst, const void *src, int src_bytes)
+{
+	asm volatile("{\n\t.reg .b64 policy;\n\t"
+		     "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+		     "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;\n\t}\n"
+		     :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 #endif
 
 static __device__ __forceinline__ void cp_async_commit(void)
@@ -214,11 +236,15 @@ static __device__ __forceinline__ void mma_16816(float d[4], const u32 a[4], con
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* A load that bypasses L1 (.cg), so another block's recent writes are seen. */
+/*
+ * A load that bypasses L1 (.cg), so another block's recent writes are seen.
+ * volatile keeps it after the fence and the counter; no memory clobber, so a
+ * run of them is issued before the first result is used.
+ */
 static __device__ __forceinline__ float ld_cg(const float *p)
 {
 	float v;
-	asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p) : "memory");
+	asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
 	return v;
 }
 
@@ -305,7 +331,7 @@ static __device__ __forceinline__ int acc_col(int lane, int ni) { return ni * 8 
  * ROWS_PER_PASS whole rows, thread tid the chunk (tid / CHUNKS_PER_ROW,
  * tid % CHUNKS_PER_ROW) of them.
  */
-template <int ROWS, int COLS>
+template <int ROWS, int COLS, bool STREAM>
 static __device__ __forceinline__ void load_tile(u32 dst, const elem *src, i64 ld, int row0,
 						 int col0, int rows, int cols, int tid)
 {
@@ -328,7 +354,10 @@ static __device__ __forceinline__ void load_tile(u32 dst, const elem *src, i64 l
 		u32 dp = d + (u32)(p * ROWS_PER_PASS * (COLS + 8)) * 2;
 		const elem *sp = s + p * pass_stride;
 #if ALIGNED
-		cp_async_16(dp, n > 0 ? (const void *)sp : (const void *)src, n * 2);
+		if (STREAM)
+			cp_async_16_stream(dp, n > 0 ? (const void *)sp : (const void *)src, n * 2);
+		else
+			cp_async_16(dp, n > 0 ? (const void *)sp : (const void *)src, n * 2);
 #else
 		elem e[8];
 #pragma unroll
@@ -348,47 +377,53 @@ static __device__ __forceinline__ void load_stage(u32 a_smem, u32 b_smem, int sl
 	u32 b_dst = b_smem + (u32)(slot * B_TILE) * 2;
 	int k0 = kt * BLOCK_K;
 #if TRANS_A == 0
-	load_tile<BLOCK_M, BLOCK_K>(a_dst, A, lda, m0, k0, M, K, tid);
+	load_tile<BLOCK_M, BLOCK_K, READ_ONCE_A>(a_dst, A, lda, m0, k0, M, K, tid);
 #else
-	load_tile<BLOCK_K, BLOCK_M>(a_dst, A, lda, k0, m0, K, M, tid);
+	load_tile<BLOCK_K, BLOCK_M, READ_ONCE_A>(a_dst, A, lda, k0, m0, K, M, tid);
 #endif
 #if TRANS_B == 1
-	load_tile<BLOCK_N, BLOCK_K>(b_dst, B, ldb, n0, k0, N, K, tid);
+	load_tile<BLOCK_N, BLOCK_K, READ_ONCE_B>(b_dst, B, ldb, n0, k0, N, K, tid);
 #else
-	load_tile<BLOCK_K, BLOCK_N>(b_dst, B, ldb, k0, n0, K, N, tid);
+	load_tile<BLOCK_K, BLOCK_N, READ_ONCE_B>(b_dst, B, ldb, k0, n0, K, N, tid);
 #endif
 }
 
 /* -------------------------------------------------------------------- mma */
 
-/* acc += this warp's part of the A tile times the B tile held in stage slot. */
-static __device__ __forceinline__ void mma_stage(float (&acc)[MMA_M][MMA_N][4], u32 a_smem,
-						 u32 b_smem, int slot, int warp_m, int warp_n, int lane)
+#define K_STEPS (BLOCK_K / 16) /* mma k-steps per stage */
+static_assert(K_STEPS % 2 == 0, "fragments alternate between two buffers across stages");
+
+/* This warp's A and B fragments for k-step ks (0, 16, ...) of the tiles in stage slot. */
+static __device__ __forceinline__ void load_fragments(u32 (&a)[MMA_M][4], u32 (&b)[MMA_N][2],
+						      u32 a_smem, u32 b_smem, int slot, int ks,
+						      int warp_m, int warp_n, int lane)
 {
 	u32 a_stage = a_smem + (u32)(slot * A_TILE) * 2;
 	u32 b_stage = b_smem + (u32)(slot * B_TILE) * 2;
 	int wm = warp_m * WARP_TILE_M, wn = warp_n * WARP_TILE_N;
 #pragma unroll
-	for (int ks = 0; ks < BLOCK_K; ks += 16) {
-		u32 a[MMA_M][4], b[MMA_N][2];
+	for (int mi = 0; mi < MMA_M; mi++)
+		ldmatrix_x4<TRANS_A == 1>(a[mi], a_stage + (u32)a_frag_offset(lane, wm + mi * 16, ks) * 2);
 #pragma unroll
-		for (int mi = 0; mi < MMA_M; mi++)
-			ldmatrix_x4<TRANS_A == 1>(a[mi], a_stage + (u32)a_frag_offset(lane, wm + mi * 16, ks) * 2);
-#pragma unroll
-		for (int nj = 0; nj < MMA_N / 2; nj++) {
-			u32 r[4];
-			ldmatrix_x4<TRANS_B == 0>(r, b_stage + (u32)b_frag_offset(lane, ks, wn + nj * 16) * 2);
-			b[2 * nj][0] = r[0];
-			b[2 * nj][1] = r[1];
-			b[2 * nj + 1][0] = r[2];
-			b[2 * nj + 1][1] = r[3];
-		}
-#pragma unroll
-		for (int mi = 0; mi < MMA_M; mi++)
-#pragma unroll
-			for (int ni = 0; ni < MMA_N; ni++)
-				mma_16816(acc[mi][ni], a[mi], b[ni]);
+	for (int nj = 0; nj < MMA_N / 2; nj++) {
+		u32 r[4];
+		ldmatrix_x4<TRANS_B == 0>(r, b_stage + (u32)b_frag_offset(lane, ks, wn + nj * 16) * 2);
+		b[2 * nj][0] = r[0];
+		b[2 * nj][1] = r[1];
+		b[2 * nj + 1][0] = r[2];
+		b[2 * nj + 1][1] = r[3];
 	}
+}
+
+/* acc += a * b over this warp's tile, one k-step. */
+static __device__ __forceinline__ void mma_fragments(float (&acc)[MMA_M][MMA_N][4],
+						     const u32 (&a)[MMA_M][4], const u32 (&b)[MMA_N][2])
+{
+#pragma unroll
+	for (int mi = 0; mi < MMA_M; mi++)
+#pragma unroll
+		for (int ni = 0; ni < MMA_N; ni++)
+			mma_16816(acc[mi][ni], a[mi], b[ni]);
 }
 
 /* --------------------------------------------------------------- epilogue */
@@ -468,20 +503,34 @@ static __device__ __forceinline__ void epilogue_split_k(const float (&acc)[MMA_M
 	if (!*flag)
 		return;
 
-	/* the last block: sum the partials in split order, pairs of columns per thread */
+	/*
+	 * the last block: sum the partials in split order, pairs of columns per
+	 * thread; loads go out eight splits at a time, so the sum costs a few
+	 * L2 round trips instead of one per split
+	 */
 	__threadfence();
 	constexpr int PAIRS_PER_ROW = BLOCK_N / 2;
-#pragma unroll 1
+#pragma unroll 2
 	for (int idx = tid; idx < BLOCK_M * PAIRS_PER_ROW; idx += NTHREADS) {
 		int row = m0 + idx / PAIRS_PER_ROW, col = n0 + (idx % PAIRS_PER_ROW) * 2;
 		if (row >= M || col >= N)
 			continue;
 		const float *p = partials + (i64)row * N + col;
+		const bool pair = col + 1 < N;
 		float s0 = 0.0f, s1 = 0.0f;
-		for (int s = 0; s < split_k; s++, p += split_stride) {
-			s0 += ld_cg(p);
-			if (col + 1 < N)
-				s1 += ld_cg(p + 1);
+		for (int s = 0; s < split_k; s += 8) {
+			float v0[8], v1[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				const float *q = p + (i64)(s + j) * split_stride;
+				v0[j] = s + j < split_k ? ld_cg(q) : 0.0f;
+				v1[j] = s + j < split_k && pair ? ld_cg(q + 1) : 0.0f;
+			}
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				s0 += v0[j];
+				s1 += v1[j];
+			}
 		}
 		store_c_pair(C, ldc, M, N, row, col, s0, s1, alpha, beta);
 	}
@@ -538,16 +587,44 @@ gemm_kernel(const unsigned short *A, const unsigned short *B, unsigned short *C,
 		cp_async_commit();
 	}
 
-	/* main loop: wait for tile kt, refill the slot freed by tile kt-1, compute tile kt */
+	/*
+	 * main loop.  On entry to iteration kt, tile kt is in shared memory for
+	 * everyone and this warp holds its fragments for k-step 0.  Each k-step
+	 * loads the next k-step's fragments (the last one: tile kt+1's first)
+	 * into the other buffer before its mma, so ldmatrix overlaps the tensor cores.
+	 */
+	u32 a_frag[2][MMA_M][4], b_frag[2][MMA_N][2];
+	cp_async_wait<STAGES - 2>();
+	__syncthreads();
+	if (nkt > 0)
+		load_fragments(a_frag[0], b_frag[0], a_smem, b_smem, 0, 0, warp_m, warp_n, lane);
+	int slot = 0, next_slot = STAGES - 1; /* kt % STAGES and (kt + STAGES - 1) % STAGES */
+#pragma unroll 1
 	for (int kt = 0; kt < nkt; kt++) {
-		cp_async_wait<STAGES - 2>(); /* this thread's copies of tile kt have landed */
-		__syncthreads();             /* everyone's have, and tile kt-1 is consumed */
-		int next = kt + STAGES - 1;
-		if (next < nkt)
-			load_stage(a_smem, b_smem, next % STAGES, kt_begin + next, A, B, lda, ldb,
-				   M, N, K, m0, n0, tid);
-		cp_async_commit(); /* possibly empty: keeps one group per iteration */
-		mma_stage(acc, a_smem, b_smem, kt % STAGES, warp_m, warp_n, lane);
+		/* the slot of tile kt-1 is refilled: every warp was done with it at the last barrier */
+		const bool refill = kt + STAGES - 1 < nkt;
+		const int next_kt = kt_begin + kt + STAGES - 1;
+#pragma unroll
+		for (int ks = 0; ks < K_STEPS; ks++) {
+			int cur = ks & 1, nxt = cur ^ 1;
+			if (refill && ks == 0)
+				load_stage(a_smem, b_smem, next_slot, next_kt, A, B, lda, ldb, M, N, K, m0,
+					   n0, tid);
+			if (ks < K_STEPS - 1) {
+				load_fragments(a_frag[nxt], b_frag[nxt], a_smem, b_smem, slot,
+					       (ks + 1) * 16, warp_m, warp_n, lane);
+			} else {
+				cp_async_commit();           /* one group per iteration, maybe empty */
+				cp_async_wait<STAGES - 2>(); /* tile kt+1 has landed ... */
+				__syncthreads();             /* ... for everyone, and tile kt is read */
+				slot = slot + 1 == STAGES ? 0 : slot + 1;
+				next_slot = next_slot + 1 == STAGES ? 0 : next_slot + 1;
+				if (kt + 1 < nkt)
+					load_fragments(a_frag[nxt], b_frag[nxt], a_smem, b_smem, slot, 0,
+						       warp_m, warp_n, lane);
+			}
+			mma_fragments(acc, a_frag[cur], b_frag[cur]);
+		}
 	}
 	cp_async_wait<0>();
 

@@ -202,12 +202,20 @@ size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm
 	return c->split_k <= 1 ? 0 : (size_t)tiles(key, c);
 }
 
+void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
+			   int *a, int *b)
+{
+	*a = key->n > 0 && key->n <= c->block_n;
+	*b = key->m > 0 && key->m <= c->block_m;
+}
+
 int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			char opts[][48], int max)
 {
-	int n = 0;
-	if (max < 10)
+	int n = 0, once_a, once_b;
+	if (max < 12)
 		return -1;
+	ktune__gemm_read_once(key, c, &once_a, &once_b);
 	snprintf(opts[n++], 48, "-DBLOCK_M=%d", c->block_m);
 	snprintf(opts[n++], 48, "-DBLOCK_N=%d", c->block_n);
 	snprintf(opts[n++], 48, "-DBLOCK_K=%d", c->block_k);
@@ -218,6 +226,8 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_con
 	snprintf(opts[n++], 48, "-DTRANS_A=%d", key->trans_a == 't');
 	snprintf(opts[n++], 48, "-DTRANS_B=%d", key->trans_b == 't');
 	snprintf(opts[n++], 48, "-DALIGNED=%d", key->aligned ? 1 : 0);
+	snprintf(opts[n++], 48, "-DREAD_ONCE_A=%d", once_a);
+	snprintf(opts[n++], 48, "-DREAD_ONCE_B=%d", once_b);
 	return n;
 }
 
@@ -248,6 +258,12 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_confi
 		return 1;
 	}
 	int64_t t = tiles(key, c);
+	/* sweeps on H100: below 128x128, tiles lose 2-3x once they are this many */
+	if (c->block_m * c->block_n < 128 * 128 && t > 32L * sm_count) {
+		snprintf(why, len, "%lld tiles of %dx%d: too small for this problem", (long long)t,
+			 c->block_m, c->block_n);
+		return 1;
+	}
 	if (c->group_size > 1 && (cdiv(key->m, c->block_m) == 1 || cdiv(key->n, c->block_n) == 1)) {
 		snprintf(why, len, "GROUP_SIZE=%d changes nothing with one row or column of tiles",
 			 c->group_size);
@@ -278,6 +294,13 @@ void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config
 	while (c->split_k > 1 && (tiles(key, c) * c->split_k > 8L * sm_count ||
 				  ktune__gemm_partials_bytes(key, c) > (256u << 20)))
 		c->split_k /= 2;
+}
+
+int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit)
+{
+	while (c->stages > 2 && ktune__gemm_smem_bytes(key, c) > (size_t)smem_limit)
+		c->stages--;
+	return ktune__gemm_smem_bytes(key, c) <= (size_t)smem_limit ? 0 : -1;
 }
 
 struct ktune_gemm_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count)

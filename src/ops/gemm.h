@@ -52,6 +52,14 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c);
 size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c);
 
+/*
+ * Whether one block alone reads each element of A (one column of tiles) and
+ * of B (one row of tiles): the kernel then streams that operand through L2.
+ * Part of the compiled variant.
+ */
+void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
+			   int *a, int *b);
+
 /* NVRTC -D options for the key's variant of the config; writes up to max strings of 48 bytes. */
 int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			char opts[][48], int max);
@@ -70,6 +78,13 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_confi
  * its fp32 scratch stay reasonable for this key.
  */
 void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config *c, int sm_count);
+
+/*
+ * Makes a config borrowed from another key fit this key's shared memory
+ * (the layout changes the tile sizes): fewer stages, down to 2; returns 0 if
+ * it fits then, -1 if not.
+ */
+int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit);
 
 /* The built-in configuration for a key that nobody tuned. */
 struct ktune_gemm_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count);

@@ -19,6 +19,7 @@ struct ktune_kernel {
 	ktune_dtype dtype;
 	char trans_a, trans_b;
 	int aligned;
+	int read_once_a, read_once_b;
 	struct ktune_gemm_config cfg; /* group_size and split_k unused */
 	CUmodule module;
 	CUfunction fn;

@@ -129,4 +129,9 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 		*source = "default";
 		ctx->misses++;
 	}
+	/* another device, or another layout, may have had more shared memory to spend */
+	if (ctx->smem_optin > 0 && ktune__gemm_fit_smem(key, cfg, ctx->smem_optin)) {
+		*cfg = ktune__gemm_default_config(key, ctx->id.sm_count);
+		*source = "default";
+	}
 }

@@ -30,8 +30,11 @@ int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_c
 static int same_variant(const struct ktune_kernel *k, const struct ktune_key *key,
 			const struct ktune_gemm_config *cfg)
 {
+	int once_a, once_b;
+	ktune__gemm_read_once(key, cfg, &once_a, &once_b);
 	return k->dtype == key->dtype && k->trans_a == key->trans_a &&
 	       k->trans_b == key->trans_b && k->aligned == key->aligned &&
+	       k->read_once_a == once_a && k->read_once_b == once_b &&
 	       ktune__gemm_same_kernel(&k->cfg, cfg);
 }
 
@@ -62,6 +65,7 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 	k->trans_a = key->trans_a;
 	k->trans_b = key->trans_b;
 	k->aligned = key->aligned;
+	ktune__gemm_read_once(key, cfg, &k->read_once_a, &k->read_once_b);
 	k->cfg = *cfg;
 	k->res = cubin->res;
 	k->smem = ktune__gemm_smem_bytes(key, cfg);

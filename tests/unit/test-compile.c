@@ -27,7 +27,7 @@
 #define ARCH "sm_90"
 
 /* gemm.yaml's distinct compiled kernels: BLOCK_M/N/K, WARPS_M/N, STAGES (test-space checks it too). */
-#define NKERNELS 285
+#define NKERNELS 411
 
 static char tmp_dir[4096];
 
@@ -117,12 +117,16 @@ static int add_kernel(const long *values, void *arg)
 	return 0;
 }
 
-/* The variant of config i: i % 16 runs over dtype x layout x aligned. */
+/*
+ * The variant of config i: i % 16 runs over dtype x layout x aligned, and
+ * (i / 16) % 3 over streaming neither operand, B (M = 1) or A (N = 1).
+ */
 static struct ktune_key variant(int i)
 {
 	static const char *const layouts[4] = { "nn", "nt", "tn", "tt" };
-	int v = i % 16;
-	struct ktune_key key = { .op = "gemm", .m = 1024, .n = 1024, .k = 1024 };
+	int v = i % 16, stream = (i / 16) % 3;
+	struct ktune_key key = { .op = "gemm", .m = stream == 1 ? 1 : 1024,
+				 .n = stream == 2 ? 1 : 1024, .k = 1024 };
 	key.dtype = (v & 1) ? KTUNE_BF16 : KTUNE_F16;
 	key.aligned = (v >> 1) & 1;
 	assert_int_equal(ktune__layout_parse(layouts[v >> 2], &key), 0);

@@ -204,14 +204,19 @@ static void test_gemm_op__config_admitted(void **state)
 	/* each value in its list, but a warp would hold half an m16 tile */
 	struct ktune_gemm_config v = { 16, 128, 32, 2, 2, 3, 1, 1 };
 	assert_int_equal(ktune__gemm_config_admitted(&v, &e), 0);
-	assert_contains(e.msg, "violates 'BLOCK_M % (WARPS_M * 16) == 0'");
+	assert_contains(e.msg, "violates 'BLOCK_M % (WARPS_M * 16) == 0 && BLOCK_N % (WARPS_N * 16) == 0'");
 
-	/* BLOCK_K=64 only with up to 3 stages */
+	/* BLOCK_K=64 only with up to 3 stages, unless the tile is a small-M one */
 	struct ktune_gemm_config deep = { 64, 128, 64, 2, 2, 4, 1, 1 };
 	assert_int_equal(ktune__gemm_config_admitted(&deep, &e), 0);
-	assert_contains(e.msg, "violates 'BLOCK_K == 32 || STAGES <= 3'");
+	assert_contains(e.msg, "violates 'BLOCK_K == 32 || STAGES <= 3 || BLOCK_M <= 32'");
 	deep.stages = 3;
 	assert_int_equal(ktune__gemm_config_admitted(&deep, &e), 1);
+	struct ktune_gemm_config small = { 16, 128, 64, 1, 4, 6, 1, 4 };
+	assert_int_equal(ktune__gemm_config_admitted(&small, &e), 1);
+	small.block_m = 64;
+	small.warps_m = 1;
+	assert_int_equal(ktune__gemm_config_admitted(&small, &e), 0);
 }
 
 /* ---------------------------------------------------------- shared memory */
@@ -292,14 +297,24 @@ static void test_gemm_op__launch_contract(void **state)
 	struct ktune_key bt = make_key(KTUNE_BF16, "tn", 1, 1, 1);
 	bt.aligned = 0;
 	int n = ktune__gemm_defines(&bt, &c, opts, KTUNE_MAX_OPTIONS);
-	assert_int_equal(n, 10);
+	assert_int_equal(n, 12);
 	static const char *const want[] = { "-DBLOCK_M=128", "-DBLOCK_N=64", "-DBLOCK_K=32",
 					    "-DWARPS_M=2", "-DWARPS_N=2", "-DSTAGES=4",
 					    "-DDTYPE_BF16=1", "-DTRANS_A=1", "-DTRANS_B=0",
-					    "-DALIGNED=0" };
+					    "-DALIGNED=0", "-DREAD_ONCE_A=1", "-DREAD_ONCE_B=1" };
 	for (int i = 0; i < n; i++)
 		assert_string_equal(opts[i], want[i]);
-	assert_int_equal(ktune__gemm_defines(&bt, &c, opts, 9), -1);
+	assert_int_equal(ktune__gemm_defines(&bt, &c, opts, 11), -1);
+
+	/* an operand is streamed only when one block reads each of its elements */
+	int once_a, once_b;
+	ktune__gemm_read_once(&key, &c, &once_a, &once_b); /* 300 x 130: 3 x 3 tiles */
+	assert_false(once_a);
+	assert_false(once_b);
+	struct ktune_key gemv = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
+	ktune__gemm_read_once(&gemv, &c, &once_a, &once_b);
+	assert_false(once_a);
+	assert_true(once_b);
 
 	/* GROUP_SIZE and SPLIT_K are kernel arguments: they do not change the kernel */
 	struct ktune_gemm_config d = c;
@@ -375,6 +390,14 @@ static void test_gemm_op__prune(void **state)
 	s16.split_k = 16;
 	assert_int_equal(prune(&wide, &s16, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "blocks for 132 SMs");
+
+	/* small tiles on a big problem: 64x64 on 8192^3 is 16384 tiles, over 32 per SM */
+	struct ktune_key huge = make_key(KTUNE_F16, "nt", 8192, 8192, 8192);
+	struct ktune_gemm_config small_tile = { 64, 64, 32, 2, 1, 4, 8, 1 };
+	assert_int_equal(prune(&huge, &small_tile, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_contains(why, "too small");
+	assert_int_equal(prune(&big, &small_tile, SMEM_LIMIT, why, sizeof(why)), 0); /* 4096 tiles */
+	assert_int_equal(prune(&huge, &c, SMEM_LIMIT, why, sizeof(why)), 0);        /* 128x128 stays */
 
 	/* GROUP_SIZE with one row of tiles */
 	struct ktune_key m64 = make_key(KTUNE_F16, "nt", 64, 4096, 4096);
@@ -687,6 +710,28 @@ static void test_gemm_op__dispatch_arch(void **state)
 	free_ctx(ctx);
 }
 
+/* A config from a GPU or layout with more shared memory is cut down to fit, or replaced. */
+static void test_gemm_op__dispatch_fits_shared_memory(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nn", 4096, 4096, 4096);
+	struct ktune_gemm_config cfg, big = { 128, 256, 32, 2, 4, 4, 8, 1 };
+	(void)state;
+
+	struct ktune_entry ents[] = { entry(key, big, 0) };
+	ktune_ctx *ctx = make_ctx(ents, 1);
+	ctx->smem_optin = 100 * 1024; /* 4 stages need 108544 bytes here, 3 need 81408 */
+	assert_true(ktune__gemm_smem_bytes(&key, &big) > (size_t)ctx->smem_optin);
+	assert_string_equal(choose(ctx, key, &cfg), "arch");
+	assert_int_equal(cfg.stages, 3);
+	assert_int_equal(cfg.block_n, 256);
+	assert_true(ktune__gemm_smem_bytes(&key, &cfg) <= (size_t)ctx->smem_optin);
+
+	ctx->smem_optin = 20 * 1024; /* not even 2 stages fit */
+	assert_string_equal(choose(ctx, key, &cfg), "default");
+	assert_true(ktune__gemm_smem_bytes(&key, &cfg) <= 48 * 1024 * 2);
+	free_ctx(ctx);
+}
+
 static void test_gemm_op__dispatch_nearest(void **state)
 {
 	struct ktune_key query = make_key(KTUNE_F16, "nt", 1500, 4096, 4096);
@@ -831,6 +876,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_op__candidates),
 		cmocka_unit_test(test_gemm_op__dispatch_exact_beats_arch),
 		cmocka_unit_test(test_gemm_op__dispatch_arch),
+		cmocka_unit_test(test_gemm_op__dispatch_fits_shared_memory),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest_prefers_this_device),
 		cmocka_unit_test(test_gemm_op__dispatch_default),

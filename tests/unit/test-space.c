@@ -221,9 +221,9 @@ static int gemm_ok(long bm, long bn, long bk, long wm, long wn, long st)
 {
 	long w = wm * wn, tile = (bm / wm) * (bn / wn);
 
-	return bm % (wm * 16) == 0 && bn % (wn * 32) == 0 && w >= 2 && w <= 8 &&
-	       tile <= 4096 && (bm <= 32 || tile >= 1024) && (bm > 16 || bn >= 64) &&
-	       (bk == 32 || st <= 3);
+	return bm % (wm * 16) == 0 && bn % (wn * 16) == 0 && (bn / wn >= 32 || bm <= 16) &&
+	       w <= 8 && (w >= 2 || bm <= 16) && tile <= 4096 && (bm <= 32 || tile >= 2048) &&
+	       (bk <= 64 || bm <= 16) && (bk == 32 || st <= 3 || bm <= 32) && (st <= 4 || bm <= 32);
 }
 
 struct variants {
@@ -246,8 +246,8 @@ static int count_variants(const long *values, void *arg)
 
 static void test_space__gemm_yaml_count(void **state)
 {
-	static const long bms[] = { 16, 32, 64, 128, 256 }, bns[] = { 32, 64, 128, 256 };
-	static const long bks[] = { 32, 64 }, ws[] = { 1, 2, 4 }, sts[] = { 2, 3, 4 };
+	static const long bms[] = { 16, 32, 64, 128, 256 }, bns[] = { 16, 32, 64, 128, 256 };
+	static const long bks[] = { 32, 64, 128 }, ws[] = { 1, 2, 4 }, sts[] = { 2, 3, 4, 6 };
 	struct ktune_space s;
 	struct ktune_err e;
 	struct variants v = { 0 };
@@ -261,24 +261,24 @@ static void test_space__gemm_yaml_count(void **state)
 	free(text);
 	assert_string_equal(s.family, "gemm");
 	assert_int_equal(s.nparams, 8);
-	assert_int_equal(s.nconstraints, 7);
+	assert_int_equal(s.nconstraints, 9);
 	assert_string_equal(s.params[7].name, "SPLIT_K");
-	assert_string_equal(s.constraint_text[6], "BLOCK_K == 32 || STAGES <= 3");
+	assert_string_equal(s.constraint_text[7], "BLOCK_K == 32 || STAGES <= 3 || BLOCK_M <= 32");
 
 	for (i0 = 0; i0 < 5; i0++)
-		for (i1 = 0; i1 < 4; i1++)
-			for (i2 = 0; i2 < 2; i2++)
+		for (i1 = 0; i1 < 5; i1++)
+			for (i2 = 0; i2 < 3; i2++)
 				for (i3 = 0; i3 < 3; i3++)
 					for (i4 = 0; i4 < 3; i4++)
-						for (i5 = 0; i5 < 3; i5++)
+						for (i5 = 0; i5 < 4; i5++)
 							ref += gemm_ok(bms[i0], bns[i1], bks[i2],
 								       ws[i3], ws[i4], sts[i5]);
-	assert_int_equal(ref, 285);
+	assert_int_equal(ref, 411);
 	/* GROUP_SIZE (2 values) and SPLIT_K (5) are unconstrained kernel arguments */
-	assert_int_equal(ktune__space_count(&s), 285 * 2 * 5);
+	assert_int_equal(ktune__space_count(&s), 411 * 2 * 5);
 	assert_int_equal(ktune__space_enumerate(&s, count_variants, &v), 0);
-	assert_int_equal(v.count, 2850);
-	assert_int_equal(v.distinct, 285);
+	assert_int_equal(v.count, 4110);
+	assert_int_equal(v.distinct, 411);
 	ktune__space_free(&s);
 }
 
@@ -305,13 +305,13 @@ static void test_space__admits_checks_values_and_constraints(void **state)
 	memcpy(v, good, sizeof(v));
 	v[0] = 16; /* 16 % (2 * 16) != 0 */
 	assert_int_equal(ktune__space_admits(&s, v, &e), 0);
-	assert_string_equal(e.msg, "violates 'BLOCK_M % (WARPS_M * 16) == 0'");
+	assert_string_equal(e.msg, "violates 'BLOCK_M % (WARPS_M * 16) == 0 && BLOCK_N % (WARPS_N * 16) == 0'");
 
 	memcpy(v, good, sizeof(v));
 	v[2] = 64;
 	v[5] = 4;
 	assert_int_equal(ktune__space_admits(&s, v, &e), 0);
-	assert_string_equal(e.msg, "violates 'BLOCK_K == 32 || STAGES <= 3'");
+	assert_string_equal(e.msg, "violates 'BLOCK_K == 32 || STAGES <= 3 || BLOCK_M <= 32'");
 	assert_int_equal(ktune__space_admits(&s, v, NULL), 0);
 	ktune__space_free(&s);
 }
