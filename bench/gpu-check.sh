@@ -8,6 +8,9 @@
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show and verify
 #   bench  host overhead of ktune_gemm
+#
+# RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
+# by SWEEP_TIMEOUT (seconds) carries on where it stopped.
 set -u
 B=${BUILD:-build-device}
 OUT=${OUT:-/tmp/ktune-out}
@@ -29,6 +32,9 @@ run() { # run LOG CMD...: run a command, append its output to $OUT/LOG
 	[ "$rc" = 0 ] || status=1
 }
 
+if [ -n "${RESUME_FROM:-}" ]; then
+	cp "$RESUME_FROM"/ktune.db* "$OUT"/ 2>/dev/null || true
+fi
 { nvidia-smi; echo; $B/ktune info; } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 for step in $steps; do
@@ -44,7 +50,11 @@ for step in $steps; do
 		run tune.log $B/ktune tune gemm -m 4096 -n 4096 -k 4096 --dtype bf16 --layout nt
 		;;
 	sweep)
-		run sweep.log $B/ktune sweep --progress
+		if [ -n "${SWEEP_TIMEOUT:-}" ]; then
+			run sweep.log timeout "$SWEEP_TIMEOUT" $B/ktune sweep --progress
+		else
+			run sweep.log $B/ktune sweep --progress
+		fi
 		$B/ktune show --format csv >"$OUT/results.csv"
 		run verify.log $B/ktune verify
 		;;

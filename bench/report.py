@@ -69,7 +69,7 @@ def main():
 
     gpu = rows[0]["device"] if rows else "?"
     lines = [f"# ktune GEMM on {gpu}: the default suite", "",
-             f"Made by `{command}` (see bench/README.md), then "
+             f"Made by `{command}` (bench/README.md says how, and how to read it), then "
              f"`python3 bench/report.py`. Ratio = cuBLAS time / ktune time, both measured in the same "
              f"run by the same protocol ({rows[0]['template_hash'][:12] if rows else ''}... template): "
              "CUDA events, L2 flushed before every run, warm-up, repetitions until the p20-p80 spread is "

@@ -982,7 +982,7 @@ static int bind_filter(struct ktune_db *db, sqlite3_stmt *st, const struct ktune
 	if (bind_filter_text(st, ":device", f->device, sizeof(f->device)) != SQLITE_OK ||
 	    bind_filter_text(st, ":arch", f->arch, sizeof(f->arch)) != SQLITE_OK ||
 	    bind_filter_text(st, ":op", f->op, sizeof(f->op)) != SQLITE_OK ||
-	    bind_filter_text(st, ":dtype", dtype, 8) != SQLITE_OK ||
+	    bind_filter_text(st, ":dtype", dtype, strlen(dtype) + 1) != SQLITE_OK ||
 	    bind_filter_text(st, ":layout", layout, sizeof(layout)) != SQLITE_OK ||
 	    bind_filter_int(st, ":m", f->m) != SQLITE_OK ||
 	    bind_filter_int(st, ":n", f->n) != SQLITE_OK ||
