@@ -9,7 +9,6 @@
 
 #include "cli.h"
 #include "runtime/compile.h"
-#include "search/space.h"
 #include "tuner/candidates.h"
 
 /* Shared memory a block may opt in to, per arch: what the device check would prune. */
@@ -32,35 +31,6 @@ static int valid_arch(const char *arch)
 	while (isdigit((unsigned char)*p))
 		p++;
 	return !*p || (p[0] == 'a' && !p[1]) || (p[0] == 'f' && !p[1]);
-}
-
-/* Distinct compiled kernels of the space: GROUP_SIZE and SPLIT_K are kernel arguments. */
-struct kernels {
-	struct ktune_gemm_config *cfg;
-	int n, cap;
-};
-
-static int add_kernel(const long *values, void *arg)
-{
-	struct kernels *k = arg;
-	struct ktune_gemm_config cfg;
-	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, NULL))
-		return 1;
-	for (int i = 0; i < k->n; i++)
-		if (ktune__gemm_same_kernel(&k->cfg[i], &cfg))
-			return 0;
-	if (k->n == k->cap) {
-		int cap = k->cap ? 2 * k->cap : 256;
-		struct ktune_gemm_config *grown = realloc(k->cfg, (size_t)cap * sizeof(*grown));
-		if (!grown)
-			return 1;
-		k->cfg = grown;
-		k->cap = cap;
-	}
-	cfg.group_size = 1;
-	cfg.split_k = 1;
-	k->cfg[k->n++] = cfg;
-	return 0;
 }
 
 int cmd_compile(int argc, char **argv, struct cli *cli)
@@ -127,29 +97,30 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 	if (optind < argc)
 		return cli_usage_error("compile", "unexpected argument '%s'", argv[optind]);
 
-	const struct ktune_space *space = ktune__gemm_space(&e);
-	if (!space)
+	struct ktune_gemm_config *kernels;
+	int nkernels;
+	if (ktune__gemm_space_kernels(&kernels, &nkernels, &e))
 		return cli_error(EXIT_FAIL, "%s", e.msg);
-	struct kernels k = { 0 };
-	ktune__space_enumerate(space, add_kernel, &k);
 
 	int limit = arch_smem_limit(arch), njobs = 0, nskipped = 0;
-	int total = k.n * ndtypes * nlayouts * (aligned_to - aligned_from + 1);
+	int total = nkernels * ndtypes * nlayouts * (aligned_to - aligned_from + 1);
 	struct ktune_compile_job *jl = calloc((size_t)total + 1, sizeof(*jl));
-	if (!jl)
+	if (!jl) {
+		free(kernels);
 		return cli_error(EXIT_FAIL, "out of memory");
+	}
 	for (int d = 0; d < ndtypes; d++)
 		for (int l = 0; l < nlayouts; l++)
 			for (int a = aligned_from; a <= aligned_to; a++)
-				for (int i = 0; i < k.n; i++) {
+				for (int i = 0; i < nkernels; i++) {
 					struct ktune_key key = { .op = "gemm", .dtype = dtypes[d], .aligned = a };
 					ktune__layout_parse(layouts[l], &key);
-					if (ktune__gemm_smem_bytes(&key, &k.cfg[i]) > (size_t)limit) {
+					if (ktune__gemm_smem_bytes(&key, &kernels[i]) > (size_t)limit) {
 						nskipped++;
 						continue;
 					}
 					jl[njobs].key = key;
-					jl[njobs].cfg = k.cfg[i];
+					jl[njobs].cfg = kernels[i];
 					njobs++;
 				}
 	fprintf(stderr, "compiling %d kernels for %s (%d skipped: over %d KiB of shared memory)\n",
@@ -189,6 +160,6 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 		failed, spilled, wall);
 	ktune__compile_jobs_free(jl, njobs);
 	free(jl);
-	free(k.cfg);
+	free(kernels);
 	return failed ? EXIT_FAIL : EXIT_OK;
 }

@@ -93,6 +93,52 @@ int ktune__gemm_candidates(const struct ktune_key *key, int sm_count, int smem_l
 	return KTUNE_OK;
 }
 
+struct kernels {
+	struct ktune_gemm_config *cfg;
+	int n, cap, failed;
+};
+
+static int add_kernel(const long *values, void *arg)
+{
+	struct kernels *k = arg;
+	struct ktune_gemm_config cfg;
+	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, NULL))
+		return k->failed = 1;
+	for (int i = 0; i < k->n; i++)
+		if (ktune__gemm_same_kernel(&k->cfg[i], &cfg))
+			return 0;
+	if (k->n == k->cap) {
+		int cap = k->cap ? 2 * k->cap : 256;
+		struct ktune_gemm_config *grown = realloc(k->cfg, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return k->failed = 1;
+		k->cfg = grown;
+		k->cap = cap;
+	}
+	cfg.group_size = 1;
+	cfg.split_k = 1;
+	k->cfg[k->n++] = cfg;
+	return 0;
+}
+
+int ktune__gemm_space_kernels(struct ktune_gemm_config **out, int *n, struct ktune_err *e)
+{
+	struct kernels k = { 0 };
+	const struct ktune_space *s = ktune__gemm_space(e);
+	*out = NULL;
+	*n = 0;
+	if (!s)
+		return KTUNE_ERR_PARSE;
+	ktune__space_enumerate(s, add_kernel, &k);
+	if (k.failed) {
+		free(k.cfg);
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory listing the GEMM kernels");
+	}
+	*out = k.cfg;
+	*n = k.n;
+	return KTUNE_OK;
+}
+
 struct pool {
 	struct ktune_compile_job *jobs;
 	int n;

@@ -18,6 +18,12 @@ int ktune__gemm_candidates(const struct ktune_key *key, int sm_count, int smem_l
 			   int budget, unsigned seed, struct ktune_gemm_config **out, int *n,
 			   int *npruned, struct ktune_err *e);
 
+/*
+ * One config per distinct compiled kernel of the GEMM space (GROUP_SIZE and
+ * SPLIT_K are kernel arguments: set to 1), in space order; malloc'd.
+ */
+int ktune__gemm_space_kernels(struct ktune_gemm_config **out, int *n, struct ktune_err *e);
+
 /* One compile job: a key variant and a config; filled with the outcome. */
 struct ktune_compile_job {
 	struct ktune_key key;

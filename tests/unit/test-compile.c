@@ -96,27 +96,6 @@ static int is_cubin_with(const struct ktune_cubin *c, const char *symbol)
 	       memmem(c->data, c->size, symbol, strlen(symbol)) != NULL;
 }
 
-struct kernels {
-	struct ktune_gemm_config cfg[NKERNELS + 1];
-	int n;
-};
-
-/* Collects one config per compiled kernel; stops (1) if there are more than NKERNELS. */
-static int add_kernel(const long *values, void *arg)
-{
-	struct kernels *k = arg;
-	struct ktune_gemm_config cfg;
-	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, NULL))
-		return 1;
-	for (int i = 0; i < k->n; i++)
-		if (ktune__gemm_same_kernel(&k->cfg[i], &cfg))
-			return 0;
-	if (k->n == NKERNELS + 1)
-		return 1;
-	k->cfg[k->n++] = cfg;
-	return 0;
-}
-
 /*
  * The variant of config i: i % 16 runs over dtype x layout x aligned, and
  * (i / 16) % 3 over streaming neither operand, B (M = 1) or A (N = 1).
@@ -135,19 +114,17 @@ static struct ktune_key variant(int i)
 
 static void test_compile__every_gemm_kernel_then_cache(void **state)
 {
-	static struct kernels k;
+	struct ktune_gemm_config *kernels;
+	int nkernels;
 	struct ktune_compile_job *jobs, *again;
 	struct ktune_err e;
 	char cache[4200];
 	int covered[16] = { 0 }, nspill = 0;
 	(void)state;
 
-	const struct ktune_space *s = ktune__gemm_space(&e);
-	if (!s)
-		fail_msg("gemm space: %s", e.msg);
-	k.n = 0;
-	assert_int_equal(ktune__space_enumerate(s, add_kernel, &k), 0);
-	assert_int_equal(k.n, NKERNELS);
+	if (ktune__gemm_space_kernels(&kernels, &nkernels, &e))
+		fail_msg("gemm kernels: %s", e.msg);
+	assert_int_equal(nkernels, NKERNELS);
 
 	jobs = calloc(NKERNELS, sizeof(*jobs));
 	again = calloc(NKERNELS, sizeof(*again));
@@ -155,7 +132,7 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	assert_non_null(again);
 	for (int i = 0; i < NKERNELS; i++) {
 		jobs[i].key = variant(i);
-		jobs[i].cfg = k.cfg[i];
+		jobs[i].cfg = kernels[i];
 		covered[i % 16]++;
 		again[i].key = jobs[i].key;
 		again[i].cfg = jobs[i].cfg;
@@ -216,6 +193,7 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	}
 	free(jobs);
 	free(again);
+	free(kernels);
 }
 
 /* One variant's options differ from another's: the cache must not confuse them. */

@@ -195,6 +195,33 @@ static void test_spec__default_suite(void **state)
 	ktune__spec_free(&s);
 }
 
+/* bench/suite-default.yaml spells out the built-in suite: the same keys. */
+static void test_spec__bench_suite_file_is_the_default(void **state)
+{
+	const char *path = KTUNE_SOURCE_DIR "/bench/suite-default.yaml";
+	struct ktune_spec def, file;
+	struct ktune_err e;
+	char *text;
+	size_t len;
+	(void)state;
+
+	assert_int_equal(ktune__read_file(path, 1 << 20, &text, &len, &e), 0);
+	if (ktune__spec_parse(text, len, path, &file, &e))
+		fail_msg("%s", e.msg);
+	free(text);
+	assert_int_equal(ktune__spec_default(&def, &e), 0);
+	assert_int_equal(file.nkeys, def.nkeys);
+	for (int i = 0; i < file.nkeys; i++) {
+		int found = 0;
+		for (int j = 0; j < def.nkeys && !found; j++)
+			found = !strcmp(fmt(&file.keys[i]), fmt(&def.keys[j]));
+		if (!found)
+			fail_msg("%s is not in the built-in suite", fmt(&file.keys[i]));
+	}
+	ktune__spec_free(&def);
+	ktune__spec_free(&file);
+}
+
 static void test_spec__key_count_limit(void **state)
 {
 	struct ktune_spec s;
@@ -438,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_spec__mnk_is_square),
 		cmocka_unit_test(test_spec__drops_duplicates_keeping_first),
 		cmocka_unit_test(test_spec__default_suite),
+		cmocka_unit_test(test_spec__bench_suite_file_is_the_default),
 		cmocka_unit_test(test_spec__key_count_limit),
 		cmocka_unit_test(test_spec__rejects_bad_dtype_and_layout),
 		cmocka_unit_test(test_spec__rejects_bad_dims),
