@@ -421,6 +421,18 @@ for args in "--arch 90" "--arch sm_" "--arch sm_90b" "--dtype f32" "--layout xx"
 done
 [ ! -e "$XDG_CACHE_HOME/ktune/cubin" ] || fail "a refused compile wrote to the cubin cache"
 
+# --------------------------------------------------------------- linking
+
+# The driver is dlopen'd, never linked: the command and the library start
+# on machines without one (DESIGN.md, decision 1).
+for bin in "$KTUNE" "$(dirname "$KTUNE")/libktune.so"; do
+	[ -e "$bin" ] || continue
+	CASES=$((CASES + 1))
+	if ldd "$bin" | grep -q 'libcuda\.so'; then
+		fail "$bin links the CUDA driver: $(ldd "$bin" | grep libcuda)"
+	fi
+done
+
 # ----------------------------------------------------------------- done
 
 no_db
