@@ -7,6 +7,7 @@
 #include <getopt.h>
 
 #include "db/db.h"
+#include "db/share.h"
 
 /* Exit codes. */
 #define EXIT_OK 0
@@ -28,7 +29,10 @@ struct cmd {
 extern const struct cmd cli_commands[];
 
 int cmd_compile(int argc, char **argv, struct cli *cli);
+int cmd_export(int argc, char **argv, struct cli *cli);
+int cmd_import(int argc, char **argv, struct cli *cli);
 int cmd_info(int argc, char **argv, struct cli *cli);
+int cmd_merge(int argc, char **argv, struct cli *cli);
 int cmd_show(int argc, char **argv, struct cli *cli);
 int cmd_sweep(int argc, char **argv, struct cli *cli);
 int cmd_tune(int argc, char **argv, struct cli *cli);
@@ -65,6 +69,11 @@ int cli_parse_int(const char *name, const char *what, const char *arg, long min,
 struct ktune_tune_options;
 /* Handles --budget --seed --jobs --progress (1), not one (0), a bad value (-1). */
 int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tune_options *o);
+
+/* Parses --policy faster|ours|theirs; -1 after a usage message. */
+int cli_parse_policy(const char *name, const char *arg, enum ktune_policy *p);
+/* One line of an import or merge report: outcome, device, key, reason. */
+void cli_share_report(FILE *to, const struct ktune_result *r, int outcome, const char *reason);
 
 /* Fails with a clear message and EXIT_USAGE when no GPU can be used; 0 if one can. */
 int cli_need_gpu(void);

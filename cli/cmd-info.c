@@ -8,7 +8,7 @@
 #include "runtime/compile.h"
 #include "runtime/context.h"
 
-static void print_gpu(const struct cli *cli)
+static void print_gpu(const struct cli *cli, const char *db_path)
 {
 	struct ktune_err e;
 	ktune_ctx *ctx;
@@ -18,8 +18,9 @@ static void print_gpu(const struct cli *cli)
 		printf("gpu:          none (%s)\n", e.msg);
 		return;
 	}
-	/* the database path does not matter here: dispatch is not used */
-	if (ktune_open("", cli->device, &ctx, e.msg, sizeof(e.msg))) {
+	/* with the database, to say what dispatch would use; an unusable one is reported below */
+	if (ktune_open(db_path, cli->device, &ctx, e.msg, sizeof(e.msg)) &&
+	    ktune_open("", cli->device, &ctx, e.msg, sizeof(e.msg))) {
 		printf("gpu:          none (%s)\n", e.msg);
 		return;
 	}
@@ -32,6 +33,10 @@ static void print_gpu(const struct cli *cli)
 	printf("l2:           %d MiB\n", ctx->l2_bytes >> 20);
 	printf("driver:       CUDA %d.%d\n", ctx->driver_version / 1000,
 	       ctx->driver_version % 1000 / 10);
+	printf("sources:      database: %d entries for this GPU, %d from other %s GPUs; "
+	       "shipped: %d entries%s%s%s\n", ctx->from_device, ctx->from_arch, ctx->id.arch,
+	       ctx->from_shipped, ctx->shipped_names[0] ? " (" : "", ctx->shipped_names,
+	       ctx->shipped_names[0] ? ")" : "");
 	ktune_close(ctx);
 }
 
@@ -52,13 +57,13 @@ int cmd_info(int argc, char **argv, struct cli *cli)
 	if (optind < argc)
 		return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
 
-	printf("ktune:        %s\n", ktune_version());
-	printf("nvrtc:        %s\n", ktune__nvrtc_version());
-	print_gpu(cli);
 	if (cli->db_path)
 		snprintf(path, sizeof(path), "%s", cli->db_path);
 	else
 		ktune__default_db_path(path, sizeof(path));
+	printf("ktune:        %s\n", ktune_version());
+	printf("nvrtc:        %s\n", ktune__nvrtc_version());
+	print_gpu(cli, path);
 	ktune__cache_dir(cache, sizeof(cache));
 	printf("cache:        %s/cubin\n", cache);
 

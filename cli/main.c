@@ -29,11 +29,46 @@ const struct cmd cli_commands[] = {
 	  "selected dtype, layout and alignment variant, and reports registers, spills\n"
 	  "and shared memory.  Exits 1 if any admitted configuration fails to compile.\n"
 	  "Default: every dtype, layout and alignment for --arch sm_90.\n\n" COMMON },
+	{ "export", cmd_export, "write the tuned entries to a file to share",
+	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [filters]\n\n"
+	  "Writes the tuned entries as a versioned YAML file: sorted, with fixed number\n"
+	  "formats, so that it diffs well in git.  'ktune import' on another machine\n"
+	  "merges it into that machine's database.  Entries that an import would refuse\n"
+	  "(say, a configuration no longer in the template's space) are left out with\n"
+	  "a warning.  Default: to stdout.\n\n"
+	  "  -o, --output FILE      write FILE atomically instead of stdout\n"
+	  "  --format sqlite        a standalone SQLite database instead (needs -o)\n"
+	  "  --force                replace an existing SQLite FILE\n"
+	  "  --device NAME          entries of devices whose name contains NAME (as --gpu)\n\n"
+	  SHOW_FILTERS "\n"
+	  "  --db PATH      tuning database (default $KTUNE_DB, else ~/.cache/ktune/ktune.db)\n"
+	  "  -h, --help     this help\n" },
+	{ "import", cmd_import, "merge an exported file into the database",
+	  "usage: ktune import FILE [--policy faster|ours|theirs] [--dry-run]\n\n"
+	  "Merges an export (YAML or SQLite, from 'ktune export' or 'ktune merge') into\n"
+	  "the database in one transaction, and prints what was added, replaced, kept\n"
+	  "and skipped, and why.  The file is untrusted: every field is checked, and a\n"
+	  "malformed file is refused whole (file:line: field: what is wrong) with\n"
+	  "nothing written.  Entries tuned for another template source are skipped.\n\n"
+	  "  --policy faster  for a key on both sides from the same device: the faster\n"
+	  "                   if both used the same measurement protocol, else ours (default)\n"
+	  "  --policy ours    keep ours\n"
+	  "  --policy theirs  take theirs\n"
+	  "  --dry-run        report what would happen; write nothing\n\n" COMMON },
 	{ "info", cmd_info, "show the GPU, the toolchain and the database",
 	  "usage: ktune info [--db PATH] [--device N]\n\n"
 	  "Prints the GPU (name, arch, SMs, shared memory per block, L2), the driver,\n"
 	  "NVRTC and ktune versions, and the database path with its number of results.\n"
 	  "Without a GPU or driver it says so and prints the rest.\n\n" COMMON },
+	{ "merge", cmd_merge, "merge exported files into one, without a database",
+	  "usage: ktune merge A B ... -o OUT [--policy faster|ours|theirs] [--format yaml|sqlite]\n"
+	  "                   [--force]\n\n"
+	  "Merges export files (YAML or SQLite) into OUT; A is \"ours\", each later file\n"
+	  "\"theirs\" (see 'ktune import' for the policies; default faster).  Conflicts\n"
+	  "and skipped entries are reported on stderr.\n\n"
+	  "  -o, --output OUT   the merged file (YAML, written atomically)\n"
+	  "  --format sqlite    a standalone SQLite database instead\n"
+	  "  --force            replace an existing SQLite OUT\n\n" COMMON },
 	{ "show", cmd_show, "list the tuned entries",
 	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
 	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",

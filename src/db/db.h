@@ -103,4 +103,50 @@ int ktune__db_count(struct ktune_db *db, long *results, long *trials, struct ktu
 /* The path the database was opened with. */
 const char *ktune__db_path(const struct ktune_db *db);
 
+/*
+ * Opens an existing database read-only, without migrating, configuring or
+ * otherwise changing it: the source of an import, which is untrusted.  An
+ * older schema is refused too (ktune opens it for writing once to migrate it).
+ */
+int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktune_err *e);
+
+/* What an import did with one entry. */
+enum ktune_import_outcome {
+	KTUNE_IMPORT_ADDED,    /* no result for its device and key: stored */
+	KTUNE_IMPORT_REPLACED, /* replaced ours */
+	KTUNE_IMPORT_KEPT,     /* ours kept */
+	KTUNE_IMPORT_SKIPPED,  /* not considered: tuned for another template source */
+};
+
+struct ktune_import_item {
+	enum ktune_import_outcome outcome;
+	char reason[128]; /* "theirs is faster: 10.2 us vs 11.5 us" */
+};
+
+struct ktune_import_counts {
+	long added, replaced, kept, skipped;
+};
+
+/*
+ * Merges n checked results (see db/share.h) into the database under a
+ * policy (enum ktune_policy of db/share.h) in one transaction: all of them or,
+ * on any failure or a crash midway, none.  rs[i] with stale[i] set (stale may
+ * be NULL) is skipped.  items (may be NULL) gets each entry's outcome and
+ * reason, counts (may be NULL) the totals.  With dry_run the same report is
+ * made and the transaction rolled back.  Results keep their created_at; they
+ * bring no trials.
+ */
+int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
+		     const unsigned char *stale, long n, int policy, int dry_run,
+		     struct ktune_import_item *items, struct ktune_import_counts *counts,
+		     struct ktune_err *e);
+
+/*
+ * Writes the results into a new standalone database file at path (no WAL or
+ * journal beside it, no trials), atomically: a temporary file renamed over
+ * path.  An existing path is refused unless force.
+ */
+int ktune__db_write_standalone(const char *path, const struct ktune_result *rs, long n,
+			       int force, struct ktune_err *e);
+
 #endif

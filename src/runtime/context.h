@@ -28,11 +28,12 @@ struct ktune_kernel {
 	struct ktune_kernel *next;
 };
 
-/* A tuned result loaded from the database. */
+/* A tuned result loaded from the database or a shipped file. */
 struct ktune_entry {
 	struct ktune_key key;
 	struct ktune_gemm_config cfg;
 	int same_device; /* 0: another device of the same arch */
+	int shipped;     /* 1: from a file built into the library, the lowest priority */
 };
 
 /* A key already resolved to a config and a kernel; the hot path's hash table. */
@@ -73,6 +74,8 @@ struct ktune_ctx {
 	struct ktune_workspace workspaces[KTUNE_MAX_WORKSPACES];
 	int nworkspaces;
 	long misses; /* keys served by "nearest" or "default" */
+	int from_device, from_arch, from_shipped; /* entries loaded from each source */
+	char shipped_names[256];                   /* the shipped files loaded, comma-separated */
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
 };
 

@@ -2,16 +2,20 @@
  * dispatch.c - which configuration serves a key.
  *
  * At open, the tuned results of this device and of other devices of the
- * same arch are loaded (results of a stale template are ignored).  A key
- * then takes, in order: its exact entry from this device, its entry from
- * another device of the arch, the nearest tuned key of the same dtype and
- * layout (distance in log M, log N, log K), or the built-in default.
+ * same arch are loaded from the database, and those of the tuning files
+ * shipped inside the library for this arch (db/sm_90/h100.yaml); results of a
+ * stale template are ignored.  A key then takes, in order: its exact entry
+ * from this device, its entry from another device of the arch, its entry in
+ * a shipped file, the nearest tuned key of the same dtype and layout
+ * (distance in log M, log N, log K; the database before shipped files at
+ * equal distance), or the built-in default.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/share.h"
 #include "runtime/context.h"
 #include "runtime/templates.h"
 
@@ -27,18 +31,23 @@ static int same_device(const struct ktune_device_id *a, const struct ktune_devic
 	return !strcmp(a->name, b->name) && !strcmp(a->arch, b->arch) && a->sm_count == b->sm_count;
 }
 
-static int add_entry(const struct ktune_result *r, void *arg)
+static int add_entry_from(struct load_state *st, const struct ktune_result *r, int shipped)
 {
-	struct load_state *st = arg;
 	ktune_ctx *ctx = st->ctx;
-	struct ktune_entry ent = { .key = r->key };
+	struct ktune_entry ent = { .key = r->key, .shipped = shipped };
 
-	if (strcmp(r->template_hash, st->hash))
-		return 0; /* stale: tuned for another version of the template */
+	if (strcmp(r->template_hash, st->hash) || strcmp(r->device.arch, ctx->id.arch))
+		return 0; /* stale (tuned for another version of the template), or another arch */
 	if (ktune__gemm_config_parse(r->config, &ent.cfg, NULL) ||
 	    !ktune__gemm_config_admitted(&ent.cfg, NULL))
 		return 0;
 	ent.same_device = same_device(&r->device, &ctx->id);
+	if (shipped)
+		ctx->from_shipped++;
+	else if (ent.same_device)
+		ctx->from_device++;
+	else
+		ctx->from_arch++;
 	if (ctx->nentries == st->cap) {
 		int cap = st->cap ? 2 * st->cap : 256;
 		struct ktune_entry *grown = realloc(ctx->entries, (size_t)cap * sizeof(*grown));
@@ -53,26 +62,60 @@ static int add_entry(const struct ktune_result *r, void *arg)
 	return 0;
 }
 
+static int add_entry(const struct ktune_result *r, void *arg)
+{
+	return add_entry_from(arg, r, 0);
+}
+
+/*
+ * The shipped files for this arch.  They are ours and tested, so one that
+ * does not parse is a build defect, not the user's problem: it is skipped.
+ */
+static void load_shipped(ktune_ctx *ctx, struct load_state *st)
+{
+	size_t alen = strlen(ctx->id.arch);
+	for (const struct ktune_template_file *f = ktune__shipped_files; f->name; f++) {
+		struct ktune_share share;
+		if (strncmp(f->name, ctx->id.arch, alen) || f->name[alen] != '/')
+			continue;
+		if (ktune__share_parse(f->text, f->len, f->name, &share, NULL))
+			continue;
+		int before = ctx->from_shipped;
+		for (long i = 0; i < share.count && !st->failed; i++)
+			if (!share.stale[i])
+				add_entry_from(st, &share.entries[i], 1);
+		ktune__share_free(&share);
+		if (ctx->from_shipped > before) {
+			size_t used = strlen(ctx->shipped_names);
+			snprintf(ctx->shipped_names + used, sizeof(ctx->shipped_names) - used, "%s%s",
+				 used ? ", " : "", f->name);
+		}
+	}
+}
+
 int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 {
 	struct ktune_db *db = NULL;
 	struct ktune_filter f = { 0 };
 	struct load_state st = { ctx, ktune__template_hash(KTUNE_GEMM_SOURCE), 0, 0 };
 
-	if (!ctx->db_path[0])
-		return KTUNE_OK; /* "": no database, by request */
-	int rc = ktune__db_open(ctx->db_path, 0, &db, e);
-	if (rc == KTUNE_ERR_NOT_FOUND)
-		return KTUNE_OK; /* no database yet: defaults serve */
-	if (rc)
-		return rc;
-	snprintf(f.arch, sizeof(f.arch), "%s", ctx->id.arch);
-	snprintf(f.op, sizeof(f.op), "gemm");
-	rc = ktune__db_query(db, &f, add_entry, &st, e);
-	ktune__db_close(db);
+	int rc = KTUNE_OK;
+	/* "": no database, by request; a missing one is no error either */
+	if (ctx->db_path[0] && (rc = ktune__db_open(ctx->db_path, 0, &db, e)) != KTUNE_ERR_NOT_FOUND) {
+		if (rc)
+			return rc;
+		snprintf(f.arch, sizeof(f.arch), "%s", ctx->id.arch);
+		snprintf(f.op, sizeof(f.op), "gemm");
+		rc = ktune__db_query(db, &f, add_entry, &st, e);
+		ktune__db_close(db);
+		if (rc < 0)
+			return rc;
+	}
+	if (!st.failed)
+		load_shipped(ctx, &st);
 	if (st.failed)
-		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory loading '%s'", ctx->db_path);
-	return rc < 0 ? rc : KTUNE_OK;
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory loading tuned entries");
+	return KTUNE_OK;
 }
 
 static int same_key(const struct ktune_key *a, const struct ktune_key *b)
@@ -93,24 +136,29 @@ static double log_distance(const struct ktune_key *a, const struct ktune_key *b)
 void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 			    struct ktune_gemm_config *cfg, const char **source)
 {
-	const struct ktune_entry *arch = NULL, *nearest = NULL;
+	const struct ktune_entry *arch = NULL, *shipped = NULL, *nearest = NULL;
 	double best = INFINITY;
 
 	for (int i = 0; i < ctx->nentries; i++) {
 		const struct ktune_entry *ent = &ctx->entries[i];
 		if (same_key(&ent->key, key)) {
-			if (ent->same_device) {
+			if (ent->shipped) {
+				if (!shipped || (ent->same_device && !shipped->same_device))
+					shipped = ent;
+			} else if (ent->same_device) {
 				*cfg = ent->cfg;
 				*source = "exact";
-				return;
+				goto fit;
+			} else {
+				arch = ent;
 			}
-			arch = ent;
 		}
 		if (ent->key.dtype != key->dtype || ent->key.trans_a != key->trans_a ||
 		    ent->key.trans_b != key->trans_b)
 			continue;
-		/* prefer this device's entries at equal distance */
-		double d = log_distance(&ent->key, key) + (ent->same_device ? 0 : 1e-6);
+		/* at equal distance: this device, then the database, then shipped files */
+		double d = log_distance(&ent->key, key) + (ent->same_device ? 0 : 1e-6) +
+			   (ent->shipped ? 2e-6 : 0);
 		if (d < best) {
 			best = d;
 			nearest = ent;
@@ -119,6 +167,9 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 	if (arch) {
 		*cfg = arch->cfg;
 		*source = "arch";
+	} else if (shipped) {
+		*cfg = shipped->cfg;
+		*source = "shipped";
 	} else if (nearest) {
 		*cfg = nearest->cfg;
 		*source = "nearest";
@@ -129,6 +180,7 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 		*source = "default";
 		ctx->misses++;
 	}
+fit:
 	/* another device, or another layout, may have had more shared memory to spend */
 	if (ctx->smem_optin > 0 && ktune__gemm_fit_smem(key, cfg, ctx->smem_optin)) {
 		*cfg = ktune__gemm_default_config(key, ctx->id.sm_count);

@@ -1,6 +1,7 @@
 /*
- * templates.h - the kernel template sources and their search spaces
- * (kernels/templates/), embedded into the library at build time.
+ * templates.h - files embedded into the library at build time: the kernel
+ * template sources and their search spaces (kernels/templates/), and the
+ * shipped tuning files (db/ARCH/NAME.yaml).
  */
 #ifndef KTUNE_TEMPLATES_H
 #define KTUNE_TEMPLATES_H
@@ -13,8 +14,11 @@ struct ktune_template_file {
 	size_t len;
 };
 
-/* Every embedded file; the list ends with a NULL name. */
+/* Every embedded template file; the list ends with a NULL name. */
 extern const struct ktune_template_file ktune__template_files[];
+
+/* Every shipped tuning file, named "sm_90/h100.yaml"; the list ends with a NULL name. */
+extern const struct ktune_template_file ktune__shipped_files[];
 
 /* The embedded file called `name`, or NULL. */
 const struct ktune_template_file *ktune__template_file(const char *name);

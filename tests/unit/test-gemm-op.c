@@ -732,6 +732,40 @@ static void test_gemm_op__dispatch_fits_shared_memory(void **state)
 	free_ctx(ctx);
 }
 
+/* Entries of the files shipped in the library rank below the database. */
+static void test_gemm_op__dispatch_shipped_is_lowest(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
+	struct ktune_key near = make_key(KTUNE_F16, "nt", 20, 4096, 4096);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	struct ktune_entry shipped = entry(key, cfg_split, 1);
+	shipped.shipped = 1;
+	/* alone, a shipped entry for the very key serves it */
+	ktune_ctx *ctx = make_ctx(&shipped, 1);
+	assert_string_equal(choose(ctx, key, &cfg), "shipped");
+	assert_config_equal(&cfg, &cfg_split);
+	assert_int_equal(ctx->misses, 0);
+	free_ctx(ctx);
+
+	/* another GPU's database entry for the key comes first */
+	struct ktune_entry with_arch[] = { shipped, entry(key, cfg_b, 0) };
+	ctx = make_ctx(with_arch, 2);
+	assert_string_equal(choose(ctx, key, &cfg), "arch");
+	assert_config_equal(&cfg, &cfg_b);
+	free_ctx(ctx);
+
+	/* for another key at equal distance, the database's nearest beats the shipped one */
+	struct ktune_entry s2 = entry(near, cfg_e, 1), d2 = entry(near, cfg_b, 1);
+	s2.shipped = 1;
+	struct ktune_entry both[] = { s2, d2 };
+	ctx = make_ctx(both, 2);
+	assert_string_equal(choose(ctx, key, &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_b);
+	free_ctx(ctx);
+}
+
 static void test_gemm_op__dispatch_nearest(void **state)
 {
 	struct ktune_key query = make_key(KTUNE_F16, "nt", 1500, 4096, 4096);
@@ -877,6 +911,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_op__dispatch_exact_beats_arch),
 		cmocka_unit_test(test_gemm_op__dispatch_arch),
 		cmocka_unit_test(test_gemm_op__dispatch_fits_shared_memory),
+		cmocka_unit_test(test_gemm_op__dispatch_shipped_is_lowest),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest_prefers_this_device),
 		cmocka_unit_test(test_gemm_op__dispatch_default),

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# test-share.sh - ktune export, import and merge, no GPU needed: round trips
+# (YAML and SQLite), each policy on conflicting entries, dry runs, stale
+# entries, and untrusted files (malformed, newer, truncated, binary, empty,
+# nested, SQL-looking) refused with file:line: field: and nothing written.
+#
+# usage: bash test-share.sh /path/to/ktune
+# Exits 0 when every case passes, 1 with a message at the first failure.
+set -u
+
+KTUNE=${1:?usage: test-share.sh /path/to/ktune}
+[ -x "$KTUNE" ] || { echo "test-share: '$KTUNE' is not an executable" >&2; exit 1; }
+KTUNE=$(cd "$(dirname "$KTUNE")" && pwd)/$(basename "$KTUNE")
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+HASH=$(sha256sum "$SRC/kernels/templates/gemm.cu" | cut -d' ' -f1)
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ktune-test-share-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+export KTUNE_DB="$TMP/db/ktune.db"
+export XDG_CACHE_HOME="$TMP/cache"
+cd "$TMP" || exit 1
+
+CASES=0
+OUT="$TMP/stdout"
+ERR="$TMP/stderr"
+RC=0
+
+fail() {
+	echo "test-share: FAIL: case $CASES: $CURRENT: $*" >&2
+	echo "--- exit code: $RC" >&2
+	echo "--- stdout:" >&2
+	head -c 2000 "$OUT" >&2
+	echo "--- stderr:" >&2
+	head -c 2000 "$ERR" >&2
+	exit 1
+}
+
+run() {
+	CASES=$((CASES + 1))
+	CURRENT="ktune $*"
+	timeout 60 "$KTUNE" "$@" >"$OUT" 2>"$ERR"
+	RC=$?
+}
+
+expect_rc() { [ "$RC" -eq "$1" ] || fail "exit code $RC, expected $1"; }
+out_has() { grep -q -- "$1" "$OUT" || fail "stdout lacks '$1'"; }
+err_has() { grep -q -- "$1" "$ERR" || fail "stderr lacks '$1'"; }
+out_empty() { [ ! -s "$OUT" ] || fail "stdout is not empty"; }
+same() { cmp -s "$1" "$2" || fail "'$1' and '$2' differ"; }
+
+# entry DEVICE M TIME [PROTOCOL]: one export entry for the current template.
+entry() {
+	cat <<EOF
+  - device: {name: "$1", arch: "sm_90", sms: 132}
+    key: {op: "gemm", dtype: "f16", layout: "nt", m: $2, n: 4096, k: 4096, aligned: 1}
+    family: "gemm"
+    config: "BLOCK_M=16,BLOCK_N=128,BLOCK_K=64,WARPS_M=1,WARPS_N=4,STAGES=3,GROUP_SIZE=1,SPLIT_K=1"
+    template_hash: "$HASH"
+    protocol: "${4:-events;l2flush;median}"
+    time_us: $3
+    p20_us: $3
+    p80_us: $3
+    tflops: 10
+    cublas_us: 0
+    err_fro: 1.000e-04
+    err_max: 1.000e-03
+    candidates: 10
+    tune_s: 1
+    nvrtc_version: "12.4"
+    driver_version: "550"
+    ktune_version: "0.1.0"
+    created_at: "2024-05-01T12:00:00Z"
+EOF
+}
+header() { printf 'format: ktune-export\nversion: %s\nktune: "0.1.0"\nentries:\n' "${1:-1}"; }
+
+{ header; entry "GPU A" 1 10; entry "GPU A" 2 20; entry "GPU B" 1 30; } >a.yaml
+{ header; entry "GPU A" 1 5; entry "GPU A" 2 40; entry "GPU A" 3 7 "other"; } >faster.yaml
+{ header; entry "GPU A" 1 50 "other"; } >otherproto.yaml
+
+# ------------------------------------------------------------------ help
+
+run help
+out_has "^  export "
+out_has "^  import "
+out_has "^  merge "
+for cmd in export import merge; do
+	run $cmd --help
+	expect_rc 0
+	out_has "usage: ktune $cmd"
+	run $cmd --frobnicate
+	expect_rc 2
+	err_has "unknown option '--frobnicate'"
+done
+run import
+expect_rc 2
+err_has "missing FILE"
+run import a.yaml --policy slowest
+expect_rc 2
+err_has "'slowest' is not one of faster, ours, theirs"
+run merge a.yaml
+expect_rc 2
+run merge a.yaml a.yaml
+expect_rc 2
+err_has "missing -o OUT"
+run export --format sqlite
+expect_rc 2
+err_has "needs -o FILE"
+run export
+expect_rc 1
+err_has "no database"
+
+# ------------------------------------------------- round trips and reports
+
+run import a.yaml --dry-run
+expect_rc 0
+out_has "3 added, 0 replaced, 0 kept, 0 skipped (nothing written)"
+[ ! -e "$KTUNE_DB" ] || fail "a dry run created the database"
+
+run import a.yaml
+expect_rc 0
+out_has "^added  *GPU A (sm_90, 132 SMs) gemm f16 nt 1x4096x4096"
+out_has "3 added, 0 replaced, 0 kept, 0 skipped"
+
+run export
+expect_rc 0
+cp "$OUT" e1.yaml
+run export -o e1-file.yaml
+expect_rc 0
+same e1.yaml e1-file.yaml
+KTUNE_DB="$TMP/second.db" "$KTUNE" import e1.yaml >/dev/null 2>&1 || fail "import into a new database failed"
+KTUNE_DB="$TMP/second.db" "$KTUNE" export >e2.yaml 2>/dev/null || fail "second export failed"
+same e1.yaml e2.yaml
+
+run import e1.yaml
+expect_rc 0
+out_has "0 added, 0 replaced, 3 kept, 0 skipped"
+out_has "the same as ours"
+
+run export --op gemm -o op.yaml
+expect_rc 0
+same e1.yaml op.yaml
+run export --arch sm_80
+expect_rc 0
+out_has "^entries: \[\]$"
+
+run export --device "GPU B"
+expect_rc 0
+out_has 'name: "GPU B"'
+grep -q 'name: "GPU A"' "$OUT" && fail "--device did not filter"
+
+run export --format sqlite -o e.sqlite
+expect_rc 0
+[ "$(head -c 15 e.sqlite)" = "SQLite format 3" ] || fail "not an SQLite file"
+run export --format sqlite -o e.sqlite
+expect_rc 1
+err_has "exists"
+KTUNE_DB="$TMP/third.db" "$KTUNE" import e.sqlite >/dev/null 2>&1 || fail "import of the SQLite form failed"
+KTUNE_DB="$TMP/third.db" "$KTUNE" export >e3.yaml 2>/dev/null
+same e1.yaml e3.yaml
+
+# ------------------------------------------------------------ policies
+
+"$KTUNE" export >before.yaml
+run import faster.yaml --dry-run
+expect_rc 0
+out_has "1 added, 1 replaced, 1 kept, 0 skipped (nothing written)"
+"$KTUNE" export >after.yaml
+same before.yaml after.yaml
+
+run import otherproto.yaml
+expect_rc 0
+out_has "^kept .*theirs measured with another protocol: kept ours"
+
+run import faster.yaml --policy ours
+expect_rc 0
+out_has "1 added, 0 replaced, 2 kept, 0 skipped"
+
+run import faster.yaml
+expect_rc 0
+out_has "^replaced .*1x4096x4096.*theirs is faster: 5 us vs 10 us"
+out_has "^kept .*2x4096x4096.*ours is faster: 20 us vs 40 us"
+
+run import faster.yaml --policy theirs
+expect_rc 0
+out_has "^replaced .*2x4096x4096.*policy 'theirs'"
+"$KTUNE" export >now.yaml
+grep -q "time_us: 40" now.yaml || fail "policy theirs did not replace"
+
+run merge a.yaml faster.yaml -o merged.yaml
+expect_rc 0
+err_has "merged 2 files into 'merged.yaml'"
+grep -c "time_us: 5$" merged.yaml | grep -q 1 || fail "merge did not take the faster entry"
+grep -q "time_us: 20$" merged.yaml || fail "merge did not keep the faster ours"
+run merge a.yaml faster.yaml e.sqlite -o merged2.yaml --policy ours
+expect_rc 0
+grep -q "time_us: 10$" merged2.yaml || fail "merge --policy ours did not keep ours"
+
+# --------------------------------------------------- untrusted input
+
+"$KTUNE" export >before.yaml
+expect_refused() { # FILE MESSAGE
+	run import "$1"
+	expect_rc 1
+	err_has "$2"
+	out_empty
+	"$KTUNE" export >after.yaml
+	same before.yaml after.yaml
+}
+sed 's/m: 2,/m: 0,/' a.yaml >bad-m.yaml
+expect_refused bad-m.yaml "bad-m.yaml:25: entries\[1\].key.m: '0' is not in 1..2147483647"
+sed 's/BLOCK_M=16,/BLOCK_M=48,/' a.yaml >bad-config.yaml
+expect_refused bad-config.yaml "bad-config.yaml:8: entries\[0\].config: 'BLOCK_M=48"
+sed 's/version: 1/version: 2/' a.yaml >newer.yaml
+expect_refused newer.yaml "newer.yaml:2: version: was written by a newer ktune (format 2, this ktune reads 1)"
+head -c 900 a.yaml >truncated.yaml
+expect_refused truncated.yaml "truncated.yaml:"
+head -c 5000 /dev/urandom >binary.yaml
+expect_refused binary.yaml "binary.yaml"
+: >empty.yaml
+expect_refused empty.yaml "empty.yaml: empty file"
+{ header; printf '  - '; head -c 100000 /dev/zero | tr '\0' '['; echo; } >nested.yaml
+expect_refused nested.yaml "nested.yaml:5: entries\[0\]: expected a mapping"
+sed 's/family: "gemm"/family: "gemm"\n    exec: "sh -c evil"/' a.yaml >extra.yaml
+expect_refused extra.yaml "unknown key 'exec'"
+sed "s/$HASH/$(printf '0%.0s' $(seq 64))/" a.yaml >stale.yaml
+run import stale.yaml
+expect_rc 0
+out_has "0 added, 0 replaced, 0 kept, 3 skipped"
+out_has "tuned for another template source"
+run import "$TMP/none.yaml"
+expect_rc 1
+err_has "cannot open"
+truncate -s 70M huge.yaml
+expect_refused huge.yaml "larger than the limit"
+
+# SQL-looking strings are data: stored as they are, nothing else happens.
+{ header; entry "x'); DROP TABLE results; --" 1 10 "\\\" OR 1=1; --"; } >sql.yaml
+run import sql.yaml
+expect_rc 0
+out_has "1 added"
+run export --device "DROP TABLE"
+expect_rc 0
+out_has "name: \"x'); DROP TABLE results; --\""
+out_has 'protocol: "\\" OR 1=1; --"'
+run show
+expect_rc 0
+out_has "GPU A"
+
+echo "test-share: $CASES cases passed"
