@@ -76,7 +76,7 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 		{ { "gemm", KTUNE_F16, 'n', 't', 20, 4000, 4096, 1 }, "nearest" },
 		{ { "gemm", KTUNE_BF16, 'n', 'n', 100, 1000, 500, 1 }, "nearest" },
 		{ { "gemm", KTUNE_BF16, 't', 't', 50, 60, 70, 1 }, "default" },
-		{ { "gemm", KTUNE_F16, 'n', 'n', 1, 1, 1, 1 }, "default" },
+		{ { "gemm", KTUNE_BF16, 't', 'n', 1, 1, 1, 1 }, "default" }, /* nothing tuned or shipped for bf16 tn */
 	};
 	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
 		struct ktune_problem p = { .key = calls[i].key, .alpha = 1, .beta = i % 2 ? 0.5f : 0,
@@ -177,6 +177,43 @@ static void test_dispatch__concurrent_calls_from_threads(void **state)
 	ktune__tuner_close(t);
 }
 
+/* With no database, an sm_90 GPU dispatches the tuning shipped in the library. */
+static void test_dispatch__shipped_serves_an_empty_database(void **state)
+{
+	ktune_ctx *ctx;
+	struct ktune_worker *w;
+	struct ktune_err e;
+	char err[512];
+	int pushed;
+	(void)state;
+
+	assert_int_equal(ktune_open("", 0, &ctx, err, sizeof(err)), KTUNE_OK);
+	if (strcmp(ctx->id.arch, "sm_90") || ctx->from_shipped == 0) {
+		printf("no shipped tuning for %s: nothing to check\n", ctx->id.arch);
+		ktune_close(ctx);
+		skip();
+	}
+	assert_int_equal(ctx->from_device + ctx->from_arch, 0);
+	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
+	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
+	static const struct ktune_key keys[] = {
+		{ "gemm", KTUNE_F16, 'n', 't', 16, 4096, 4096, 1 },
+		{ "gemm", KTUNE_BF16, 'n', 'n', 4096, 4096, 4096, 1 },
+	};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		struct ktune_problem p = { .key = keys[i], .alpha = 1, .seed = (unsigned)(90 + i) };
+		struct ktune_check check;
+		const char *source = NULL;
+		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
+		if (ktune__worker_run_public(w, &check, &source, &e))
+			fail_msg("key %zu: %s", i, e.msg);
+		if (!check.pass || strcmp(source, "shipped"))
+			fail_msg("key %zu: pass %d, served by '%s'", i, check.pass, source);
+	}
+	ktune__worker_close(w);
+	ktune_close(ctx);
+}
+
 /* Bad arguments come back as statuses with a message, never a crash. */
 static void test_dispatch__bad_arguments(void **state)
 {
@@ -214,6 +251,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dispatch__tune_then_call_through_runtime),
 		cmocka_unit_test(test_dispatch__concurrent_calls_from_threads),
+		cmocka_unit_test(test_dispatch__shipped_serves_an_empty_database),
 		cmocka_unit_test(test_dispatch__bad_arguments),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);

@@ -1,0 +1,63 @@
+/*
+ * test-shipped.c - the tuning files shipped inside libktune (db/ARCH/NAME.yaml)
+ * parse, belong to their arch, and were tuned with the current template.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "db/share.h"
+#include "runtime/templates.h"
+
+static void test_shipped__files_parse_and_are_current(void **state)
+{
+	int files = 0;
+	(void)state;
+	for (const struct ktune_template_file *f = ktune__shipped_files; f->name; f++) {
+		struct ktune_share share;
+		struct ktune_err e;
+		const char *slash = strchr(f->name, '/');
+		files++;
+		assert_non_null(slash);
+		if (ktune__share_parse(f->text, f->len, f->name, &share, &e))
+			fail_msg("%s", e.msg);
+		assert_true(share.count > 0);
+		if (share.nstale)
+			fail_msg("%s: %ld of %ld entries were tuned with another gemm.cu; make the "
+				 "file again (db/sm_90/README.md)", f->name, share.nstale, share.count);
+		for (long i = 0; i < share.count; i++)
+			if (strncmp(share.entries[i].device.arch, f->name, (size_t)(slash - f->name)))
+				fail_msg("%s: entry %ld is for %s", f->name, i, share.entries[i].device.arch);
+		ktune__share_free(&share);
+	}
+	assert_true(files >= 1);
+}
+
+/* The H100 file covers the built-in default suite. */
+static void test_shipped__h100_covers_the_default_suite(void **state)
+{
+	const struct ktune_template_file *f;
+	struct ktune_share share;
+	struct ktune_err e;
+	(void)state;
+	for (f = ktune__shipped_files; f->name && strcmp(f->name, "sm_90/h100.yaml"); f++)
+		;
+	assert_non_null(f->name);
+	assert_int_equal(ktune__share_parse(f->text, f->len, f->name, &share, &e), 0);
+	assert_int_equal(share.count, 96);
+	for (long i = 0; i < share.count; i++)
+		assert_string_equal(share.entries[i].device.name, "NVIDIA H100 80GB HBM3");
+	ktune__share_free(&share);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_shipped__files_parse_and_are_current),
+		cmocka_unit_test(test_shipped__h100_covers_the_default_suite),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
