@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "db/defaults.h"
 #include "db/share.h"
 
 struct collect {
@@ -35,13 +36,28 @@ static int collect_one(const struct ktune_result *r, void *arg)
 	return ktune__share_add(&c->share, &copy, 0, &c->e) ? -1 : 0;
 }
 
+/* Replaces the entries by one per key: the config best on average over the devices. */
+static int to_defaults(struct ktune_db *db, struct ktune_share *share, struct ktune_err *e)
+{
+	struct ktune_share out = { 0 };
+	struct ktune_result *defs;
+	long ndefs;
+	int rc = ktune__db_defaults(db, share->entries, share->count, &defs, &ndefs, e);
+	for (long i = 0; !rc && i < ndefs; i++)
+		rc = ktune__share_add(&out, &defs[i], 0, e);
+	free(defs);
+	ktune__share_free(share);
+	*share = out;
+	return rc;
+}
+
 int cmd_export(int argc, char **argv, struct cli *cli)
 {
 	static const struct option opts[] = {
 		{ "db", required_argument, NULL, 'D' }, { "help", no_argument, NULL, 'h' },
 		{ "device", required_argument, NULL, 'g' }, CLI_FILTER_OPTIONS,
 		{ "format", required_argument, NULL, 'F' }, { "output", required_argument, NULL, 'O' },
-		{ "force", no_argument, NULL, 'f' },
+		{ "force", no_argument, NULL, 'f' }, { "defaults", no_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_filter f = { 0 };
@@ -51,7 +67,7 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 	const char *output = NULL;
 	char path[4096], *text = NULL;
 	size_t len = 0;
-	int sqlite = 0, force = 0, opt, rc;
+	int sqlite = 0, force = 0, defaults = 0, opt, rc;
 
 	memset(&c, 0, sizeof(c));
 	opterr = 0;
@@ -71,6 +87,8 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 				output = optarg;
 			else if (opt == 'f')
 				force = 1;
+			else if (opt == 'X')
+				defaults = 1;
 			else if (opt == 'F' && !strcmp(optarg, "yaml"))
 				sqlite = 0;
 			else if (opt == 'F' && !strcmp(optarg, "sqlite"))
@@ -101,10 +119,14 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 	if (rc)
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	rc = ktune__db_query(db, &f, collect_one, &c, &e);
+	if (rc == -1)
+		e = c.e;
+	if (!rc && defaults)
+		rc = to_defaults(db, &c.share, &e);
 	ktune__db_close(db);
 	if (rc) {
 		ktune__share_free(&c.share);
-		return cli_error(EXIT_FAIL, "%s", rc == -1 ? c.e.msg : e.msg);
+		return cli_error(EXIT_FAIL, "%s", e.msg);
 	}
 
 	if (sqlite)

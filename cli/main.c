@@ -30,7 +30,7 @@ const struct cmd cli_commands[] = {
 	  "and shared memory.  Exits 1 if any admitted configuration fails to compile.\n"
 	  "Default: every dtype, layout and alignment for --arch sm_90.\n\n" COMMON },
 	{ "export", cmd_export, "write the tuned entries to a file to share",
-	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [filters]\n\n"
+	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [--defaults] [filters]\n\n"
 	  "Writes the tuned entries as a versioned YAML file: sorted, with fixed number\n"
 	  "formats, so that it diffs well in git.  'ktune import' on another machine\n"
 	  "merges it into that machine's database.  Entries that an import would refuse\n"
@@ -39,6 +39,10 @@ const struct cmd cli_commands[] = {
 	  "  -o, --output FILE      write FILE atomically instead of stdout\n"
 	  "  --format sqlite        a standalone SQLite database instead (needs -o)\n"
 	  "  --force                replace an existing SQLite FILE\n"
+	  "  --defaults             one entry per key and arch: the config best on average\n"
+	  "                         over the GPUs that tuned it (each GPU's time relative to\n"
+	  "                         its own best), as device 'ktune defaults (N GPUs)'; other\n"
+	  "                         GPUs of the arch use it after importing the file\n"
 	  "  --device NAME          entries of devices whose name contains NAME (as --gpu)\n\n"
 	  SHOW_FILTERS "\n"
 	  "  --db PATH      tuning database (default $KTUNE_DB, else ~/.cache/ktune/ktune.db)\n"

@@ -124,6 +124,15 @@ static const char sql_get[] =
 	" AND r.op = :op AND r.dtype = :dtype AND r.layout = :layout"
 	" AND r.m = :m AND r.n = :n AND r.k = :k AND r.aligned = :aligned";
 
+static const char sql_config_times[] =
+	"SELECT t.config, MIN(t.time_us), MAX(t.err_fro), MAX(t.err_max)"
+	" FROM trials t JOIN devices d ON d.id = t.device_id"
+	" WHERE d.name = :name AND d.arch = :arch AND d.sm_count = :sm_count"
+	" AND t.op = :op AND t.dtype = :dtype AND t.layout = :layout"
+	" AND t.m = :m AND t.n = :n AND t.k = :k AND t.aligned = :aligned"
+	" AND t.status = 'ok' AND t.time_us > 0 AND t.template_hash = :hash"
+	" GROUP BY t.config ORDER BY t.config";
+
 static const char sql_query[] =
 	"SELECT " RESULT_COLUMNS RESULT_FROM
 	" WHERE (:device IS NULL OR instr(d.name, :device) > 0)"
@@ -936,6 +945,42 @@ int ktune__db_get_result(struct ktune_db *db, const struct ktune_device_id *dev,
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
 				  sqlite3_errmsg(db->h));
 	}
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int ktune__db_config_times(struct ktune_db *db, const struct ktune_device_id *dev,
+			   const struct ktune_key *key, const char *template_hash,
+			   int (*fn)(const char *config, double time_us, double err_fro,
+				     double err_max, void *arg),
+			   void *arg, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	const char *dtype;
+	char layout[3];
+	int rc, ret;
+
+	if (!db || !dev || !key || !template_hash || !fn)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to read trial times");
+	if ((ret = check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = prepare(db, sql_config_times, &st, e)) != KTUNE_OK)
+		goto out;
+	if (bind_device(st, dev) != SQLITE_OK || bind_key(st, key, dtype, layout) != SQLITE_OK ||
+	    bind_text(st, ":hash", template_hash, 65) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+		goto out;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *config = (const char *)sqlite3_column_text(st, 0);
+		if ((ret = fn(config ? config : "", sqlite3_column_double(st, 1),
+			      sqlite3_column_double(st, 2), sqlite3_column_double(st, 3), arg)))
+			goto out;
+	}
+	if (rc != SQLITE_DONE)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
 out:
 	sqlite3_finalize(st);
 	return ret;

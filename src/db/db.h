@@ -97,6 +97,17 @@ int ktune__db_query(struct ktune_db *db, const struct ktune_filter *f,
 		    int (*fn)(const struct ktune_result *r, void *arg), void *arg,
 		    struct ktune_err *e);
 
+/*
+ * For one device and key, each configuration that ran right ("ok" trials of
+ * the given template hash) with its best time and its errors: calls fn once
+ * per configuration, in config order.  Stops and returns fn's value if non-zero.
+ */
+int ktune__db_config_times(struct ktune_db *db, const struct ktune_device_id *dev,
+			   const struct ktune_key *key, const char *template_hash,
+			   int (*fn)(const char *config, double time_us, double err_fro,
+				     double err_max, void *arg),
+			   void *arg, struct ktune_err *e);
+
 /* Number of stored results and trials. */
 int ktune__db_count(struct ktune_db *db, long *results, long *trials, struct ktune_err *e);
 

@@ -149,6 +149,14 @@ expect_rc 0
 out_has 'name: "GPU B"'
 grep -q 'name: "GPU A"' "$OUT" && fail "--device did not filter"
 
+# --defaults: one entry per key and arch, named for the GPUs it averages
+run export --defaults
+expect_rc 0
+out_has 'name: "ktune defaults (2 sm_90 GPUs)"'
+out_has 'name: "ktune defaults (1 sm_90 GPU)"'
+grep -q 'name: "GPU A"' "$OUT" && fail "--defaults kept a device's own entry"
+[ "$(grep -c '^  - device:' "$OUT")" = 2 ] || fail "--defaults: expected 2 entries (keys m=1 and m=2)"
+
 run export --format sqlite -o e.sqlite
 expect_rc 0
 [ "$(head -c 15 e.sqlite)" = "SQLite format 3" ] || fail "not an SQLite file"
