@@ -9,45 +9,9 @@
 # Where a CUDA driver is present, the cases that need its absence are left out.
 set -u
 
-KTUNE=${1:?usage: test-cli.sh /path/to/ktune}
-[ -x "$KTUNE" ] || { echo "test-cli: '$KTUNE' is not an executable" >&2; exit 1; }
-KTUNE=$(cd "$(dirname "$KTUNE")" && pwd)/$(basename "$KTUNE") # the cases run in a temp dir
+NAME=test-cli
+. "$(dirname "$0")/lib.sh"
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/ktune-test-cli-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-export KTUNE_DB="$TMP/db/ktune.db"
-export XDG_CACHE_HOME="$TMP/cache"
-cd "$TMP" || exit 1
-
-CASES=0
-OUT="$TMP/stdout"
-ERR="$TMP/stderr"
-RC=0
-
-fail() {
-	echo "test-cli: FAIL: case $CASES: $CURRENT: $*" >&2
-	echo "--- exit code: $RC" >&2
-	echo "--- stdout:" >&2
-	head -c 2000 "$OUT" >&2
-	echo "--- stderr:" >&2
-	head -c 2000 "$ERR" >&2
-	exit 1
-}
-
-# run ARGS...: runs ktune with a time limit, keeping stdout, stderr and the exit code.
-run() {
-	CASES=$((CASES + 1))
-	CURRENT="ktune $*"
-	timeout 60 "$KTUNE" "$@" >"$OUT" 2>"$ERR"
-	RC=$?
-}
-
-expect_rc() { [ "$RC" -eq "$1" ] || fail "exit code $RC, expected $1"; }
-out_has() { grep -q -- "$1" "$OUT" || fail "stdout lacks '$1'"; }
-err_has() { grep -q -- "$1" "$ERR" || fail "stderr lacks '$1'"; }
-err_has_e() { grep -qE -- "$1" "$ERR" || fail "stderr does not match /$1/"; }
-out_empty() { [ ! -s "$OUT" ] || fail "stdout is not empty"; }
-err_empty() { [ ! -s "$ERR" ] || fail "stderr is not empty"; }
 no_db() {
 	[ ! -e "$KTUNE_DB" ] || fail "a database was created at $KTUNE_DB"
 	[ ! -e "$TMP/db" ] || fail "the database directory was created"

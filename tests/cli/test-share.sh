@@ -8,45 +8,10 @@
 # Exits 0 when every case passes, 1 with a message at the first failure.
 set -u
 
-KTUNE=${1:?usage: test-share.sh /path/to/ktune}
-[ -x "$KTUNE" ] || { echo "test-share: '$KTUNE' is not an executable" >&2; exit 1; }
-KTUNE=$(cd "$(dirname "$KTUNE")" && pwd)/$(basename "$KTUNE")
+NAME=test-share
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 HASH=$(sha256sum "$SRC/kernels/templates/gemm.cu" | cut -d' ' -f1)
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/ktune-test-share-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-export KTUNE_DB="$TMP/db/ktune.db"
-export XDG_CACHE_HOME="$TMP/cache"
-cd "$TMP" || exit 1
-
-CASES=0
-OUT="$TMP/stdout"
-ERR="$TMP/stderr"
-RC=0
-
-fail() {
-	echo "test-share: FAIL: case $CASES: $CURRENT: $*" >&2
-	echo "--- exit code: $RC" >&2
-	echo "--- stdout:" >&2
-	head -c 2000 "$OUT" >&2
-	echo "--- stderr:" >&2
-	head -c 2000 "$ERR" >&2
-	exit 1
-}
-
-run() {
-	CASES=$((CASES + 1))
-	CURRENT="ktune $*"
-	timeout 60 "$KTUNE" "$@" >"$OUT" 2>"$ERR"
-	RC=$?
-}
-
-expect_rc() { [ "$RC" -eq "$1" ] || fail "exit code $RC, expected $1"; }
-out_has() { grep -q -- "$1" "$OUT" || fail "stdout lacks '$1'"; }
-err_has() { grep -q -- "$1" "$ERR" || fail "stderr lacks '$1'"; }
-out_empty() { [ ! -s "$OUT" ] || fail "stdout is not empty"; }
-same() { cmp -s "$1" "$2" || fail "'$1' and '$2' differ"; }
+. "$SRC/tests/cli/lib.sh"
 
 # entry DEVICE M TIME [PROTOCOL]: one export entry for the current template.
 entry() {
