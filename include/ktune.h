@@ -4,8 +4,9 @@
  * This header is the documentation.  A program opens a context on a device,
  * then calls ktune_gemm() with device pointers; ktune looks the problem key up
  * in the tuning database and launches the tuned kernel variant (exact key,
- * else the same key tuned on another GPU of the same arch, else the nearest
- * tuned key, else a built-in default).
+ * else the same key tuned on another GPU of the same arch, else the tuning
+ * shipped inside the library for the arch, else the nearest tuned key, else
+ * a built-in default).
  *
  * The CUDA driver is loaded at run time: a program linked with libktune starts
  * on a machine without a GPU, and ktune_open() then fails with KTUNE_ERR_NO_DRIVER
@@ -123,7 +124,9 @@ KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
 
 /*
  * Where the last ktune_gemm() call on this thread for this context found its
- * configuration: "exact", "arch", "nearest" or "default".  A static string.
+ * configuration: "exact" (tuned on this GPU), "arch" (on another GPU of the
+ * same arch), "shipped" (the tuning built into the library for the arch),
+ * "nearest" (the closest tuned key) or "default".  A static string.
  */
 KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
 
