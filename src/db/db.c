@@ -719,6 +719,9 @@ int ktune__db_open(const char *path, int create, struct ktune_db **out, struct k
 	} else if (S_ISDIR(st.st_mode)) {
 		return ktune__fail(e, KTUNE_ERR_DB, "cannot open database '%s': is a directory",
 				   path);
+	} else if (st.st_size == 0 && !create) {
+		/* an empty file holds no results, and a reader must not write a schema into it */
+		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "database '%s' is empty", path);
 	} else {
 		if (!writable(path))
 			flags = SQLITE_OPEN_READONLY;

@@ -343,6 +343,30 @@ static void test_db__open_without_create_of_missing_file_fails(void **state)
 	ktune__db_close(db);
 }
 
+/* A reader given an empty file finds no results and leaves the file empty. */
+static void test_db__open_without_create_of_empty_file_writes_nothing(void **state)
+{
+	struct tmp *t = *state;
+	struct ktune_err e = { "" };
+	struct ktune_db *db = (struct ktune_db *)1;
+	struct stat st;
+	FILE *f = fopen(t->db, "w");
+
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(ktune__db_open(t->db, 0, &db, &e), KTUNE_ERR_NOT_FOUND);
+	assert_null(db);
+	assert_non_null(strstr(e.msg, "is empty"));
+	assert_int_equal(stat(t->db, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(count_entries(t->dir), 1);
+
+	/* the tuner, which creates, makes it a database */
+	assert_int_equal(ktune__db_open(t->db, 1, &db, &e), KTUNE_OK);
+	ktune__db_close(db);
+	assert_int_equal(raw_long(t->db, "PRAGMA user_version"), KTUNE_DB_SCHEMA_VERSION);
+}
+
 static void test_db__open_turns_on_wal(void **state)
 {
 	struct tmp *t = *state;
@@ -1124,6 +1148,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		DB_TEST(test_db__open_creates_database_and_directory),
 		DB_TEST(test_db__open_without_create_of_missing_file_fails),
+		DB_TEST(test_db__open_without_create_of_empty_file_writes_nothing),
 		DB_TEST(test_db__open_turns_on_wal),
 		DB_TEST(test_db__result_round_trips_every_field),
 		DB_TEST(test_db__trials_are_stored_with_the_result),
