@@ -8,6 +8,7 @@
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show and verify
 #   bench  host overhead of ktune_gemm
+#   kill   kill -9 a sweep ten times at random moments (tests/gpu/kill-sweep.sh)
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
@@ -60,6 +61,9 @@ for step in $steps; do
 		;;
 	bench)
 		run bench.log $B/bench/overhead
+		;;
+	kill)
+		run kill.log bash tests/gpu/kill-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-kill/ktune.db
 		;;
 	*)
 		echo "unknown step '$step'"

@@ -35,6 +35,9 @@ int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tun
 	case 'P':
 		o->progress = stderr;
 		return 1;
+	case 'R':
+		o->retry_failed = 1;
+		return 1;
 	}
 	return 0;
 }
@@ -48,6 +51,7 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		{ "seed", required_argument, NULL, 's' },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'P' },
+		{ "retry-failed", no_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL };

@@ -18,6 +18,7 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		{ "seed", required_argument, NULL, 's' },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'P' },
+		{ "retry-failed", no_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_tune_options o = { .seed = 1, .force = 1, .progress = isatty(2) ? stderr : NULL };
@@ -82,6 +83,9 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		printf("cublas:     not available\n");
 	printf("candidates: %d timed (%d ok, %d wrong, %d failed, %d pruned) in %.1f s\n",
 	       r->candidates, rep.ok, rep.wrong, rep.failed, rep.pruned, r->tune_s);
+	if (rep.known_bad)
+		printf("skipped:    %d configs that failed before (--retry-failed tries them)\n",
+		       rep.known_bad);
 	ktune__tuner_close(t);
 	return EXIT_OK;
 }

@@ -76,7 +76,8 @@ const struct cmd cli_commands[] = {
 	{ "show", cmd_show, "list the tuned entries",
 	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
 	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",
-	  "usage: ktune sweep [SPEC.yaml] [--budget N] [--force] [--seed N] [--jobs N] [--progress]\n\n"
+	  "usage: ktune sweep [SPEC.yaml] [--budget N] [--force] [--retry-failed] [--seed N]\n"
+	  "                   [--jobs N] [--progress]\n\n"
 	  "Tunes the keys a spec lists and stores the best configuration of each in the\n"
 	  "database.  Without SPEC, tunes the built-in default suite: f16 and bf16, layouts\n"
 	  "nn and nt, M=N=K in 512..8192, and M in {1,16,128,1024,4096} on the LLM weight\n"
@@ -85,6 +86,9 @@ const struct cmd cli_commands[] = {
 	  "interrupted sweep resumes where it stopped.\n\n"
 	  "  --budget N    at most N candidates per key (random sample; default: all)\n"
 	  "  --force       retune keys that are already tuned\n"
+	  "  --retry-failed  also try configs that failed for a key before (failed to\n"
+	  "                compile or launch, or computed wrong numbers, with the same\n"
+	  "                template source, NVRTC and driver); by default they are skipped\n"
 	  "  --seed N      random inputs and sampling (default 1)\n"
 	  "  --jobs N      compile threads (default: one per core)\n"
 	  "  --progress    progress on stderr even when it is not a terminal\n\n"
@@ -98,7 +102,7 @@ const struct cmd cli_commands[] = {
 	  "      - {m: [1, 16], n: 4096, k: {from: 1024, to: 4096, mul: 2}}\n\n" COMMON },
 	{ "tune", cmd_tune, "tune one GEMM key and compare with cuBLAS",
 	  "usage: ktune tune gemm -m M -n N -k K [--dtype f16|bf16] [--layout nn|nt|tn|tt]\n"
-	  "                  [--budget N] [--seed N] [--jobs N] [--progress]\n\n"
+	  "                  [--budget N] [--retry-failed] [--seed N] [--jobs N] [--progress]\n\n"
 	  "Tunes one key (always, even if tuned before), stores the winner, and prints its\n"
 	  "config, time, TFLOP/s and error, with cuBLAS's time for the same key measured\n"
 	  "in the same run.  Defaults: --dtype f16 --layout nt.\n\n" COMMON },

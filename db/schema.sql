@@ -1,4 +1,4 @@
--- schema.sql - the tuning database's schema at version 2 (PRAGMA user_version).
+-- schema.sql - the tuning database's schema at version 3 (PRAGMA user_version).
 --
 -- Documentation only: src/db/db.c creates and migrates databases with its
 -- list of migrations, and tests/unit/test-db.c checks that a fresh database
@@ -69,10 +69,12 @@ CREATE TABLE trials (
 	err_fro REAL,
 	err_max REAL,
 	message TEXT NOT NULL,
-	created_at TEXT NOT NULL
+	created_at TEXT NOT NULL,
+	nvrtc_version TEXT NOT NULL DEFAULT '',   -- version 3: the toolchain it ran with
+	driver_version TEXT NOT NULL DEFAULT ''
 );
 
 -- Version 2.
 CREATE INDEX trials_key ON trials (device_id, op, dtype, layout, m, n, k, aligned);
 
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

@@ -96,6 +96,11 @@ static const char *const migrations[] = {
 	"ALTER TABLE results ADD COLUMN p80_us REAL NOT NULL DEFAULT 0;"
 	"CREATE INDEX trials_key ON trials (device_id, op, dtype, layout, m, n, k, aligned);"
 	"PRAGMA user_version = 2;",
+
+	/* 3: the toolchain of each trial, so that a failure is remembered only for it. */
+	"ALTER TABLE trials ADD COLUMN nvrtc_version TEXT NOT NULL DEFAULT '';"
+	"ALTER TABLE trials ADD COLUMN driver_version TEXT NOT NULL DEFAULT '';"
+	"PRAGMA user_version = 3;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == KTUNE_DB_SCHEMA_VERSION,
@@ -164,10 +169,21 @@ static const char sql_put_result[] =
 
 static const char sql_put_trial[] =
 	"INSERT INTO trials (device_id, op, dtype, layout, m, n, k, aligned, family, config,"
-	" template_hash, status, time_us, err_fro, err_max, message, created_at)"
+	" template_hash, status, time_us, err_fro, err_max, message, created_at,"
+	" nvrtc_version, driver_version)"
 	" VALUES (:device_id, :op, :dtype, :layout, :m, :n, :k, :aligned, :family, :config,"
 	" :template_hash, :status, :time_us, :err_fro, :err_max, :message,"
-	" strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))";
+	" strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), :nvrtc_version, :driver_version)";
+
+static const char sql_failed_configs[] =
+	"SELECT DISTINCT t.config, t.status FROM trials t JOIN devices d ON d.id = t.device_id"
+	" WHERE d.name = :name AND d.arch = :arch AND d.sm_count = :sm_count"
+	" AND t.op = :op AND t.dtype = :dtype AND t.layout = :layout"
+	" AND t.m = :m AND t.n = :n AND t.k = :k AND t.aligned = :aligned"
+	" AND t.template_hash = :hash AND t.nvrtc_version = :nvrtc_version"
+	" AND t.driver_version = :driver_version"
+	" AND t.status IN ('compile_error', 'launch_error', 'wrong', 'crashed', 'timeout')"
+	" ORDER BY t.config";
 
 /* Key encodings.  Kept here rather than in key.c so that the stored text is the db's own. */
 
@@ -833,7 +849,9 @@ static int bind_trial(sqlite3_stmt *st, sqlite3_int64 device, const struct ktune
 	    (rc = bind_real(st, ":time_us", t->time_us)) != SQLITE_OK ||
 	    (rc = bind_real(st, ":err_fro", t->err_fro)) != SQLITE_OK ||
 	    (rc = bind_real(st, ":err_max", t->err_max)) != SQLITE_OK ||
-	    (rc = BIND_FIELD(st, ":message", t->message)) != SQLITE_OK)
+	    (rc = BIND_FIELD(st, ":message", t->message)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":nvrtc_version", t->nvrtc_version)) != SQLITE_OK ||
+	    (rc = BIND_FIELD(st, ":driver_version", t->driver_version)) != SQLITE_OK)
 		return rc;
 	return SQLITE_OK;
 }
@@ -860,14 +878,102 @@ static const char *nan_field(const struct ktune_result *r)
 	return NULL;
 }
 
+/* Inserts trials of device dev; the caller holds the transaction. */
+static int insert_trials(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_trial *trials,
+			 int ntrials, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	const char *dtype;
+	char layout[3], what[32];
+	int ret = KTUNE_OK;
+
+	if (ntrials > 0 && (ret = prepare(db, sql_put_trial, &st, e)) != KTUNE_OK)
+		return ret;
+	for (int i = 0; i < ntrials; i++) {
+		snprintf(what, sizeof(what), "trial %d", i);
+		if ((ret = check_key(db, &trials[i].key, what, &dtype, layout, e)) != KTUNE_OK)
+			break;
+		sqlite3_reset(st);
+		if (bind_trial(st, dev, &trials[i], dtype, layout) != SQLITE_OK ||
+		    sqlite3_step(st) != SQLITE_DONE) {
+			ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store %s in database '%s': %s",
+					  what, db->path, sqlite3_errmsg(db->h));
+			break;
+		}
+	}
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int ktune__db_put_trials(struct ktune_db *db, const struct ktune_device_id *dev,
+			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e)
+{
+	sqlite3_int64 id = 0;
+	int ret;
+
+	if (!db || !dev || ntrials < 0 || (ntrials > 0 && !trials))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store trials");
+	if ((ret = check_device(db, dev, e)) != KTUNE_OK)
+		return ret;
+	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot write to database '%s': %s", db->path,
+				   sqlite3_errmsg(db->h));
+	if ((ret = device_id(db, dev, &id, e)) == KTUNE_OK &&
+	    (ret = insert_trials(db, id, trials, ntrials, e)) == KTUNE_OK &&
+	    sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+	if (ret != KTUNE_OK)
+		rollback(db);
+	return ret;
+}
+
+int ktune__db_failed_configs(struct ktune_db *db, const struct ktune_device_id *dev,
+			     const struct ktune_key *key, const char *template_hash,
+			     const char *nvrtc_version, const char *driver_version,
+			     int (*fn)(const char *config, const char *status, void *arg),
+			     void *arg, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	const char *dtype;
+	char layout[3];
+	int rc, ret;
+
+	if (!db || !dev || !key || !template_hash || !nvrtc_version || !driver_version || !fn)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to read failed trials");
+	if ((ret = check_key(db, key, "failed trials", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = prepare(db, sql_failed_configs, &st, e)) != KTUNE_OK)
+		goto out;
+	if (bind_device(st, dev) != SQLITE_OK || bind_key(st, key, dtype, layout) != SQLITE_OK ||
+	    bind_text(st, ":hash", template_hash, 65) != SQLITE_OK ||
+	    bind_text(st, ":nvrtc_version", nvrtc_version, 32) != SQLITE_OK ||
+	    bind_text(st, ":driver_version", driver_version, 32) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+		goto out;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *config = (const char *)sqlite3_column_text(st, 0);
+		const char *status = (const char *)sqlite3_column_text(st, 1);
+		if ((ret = fn(config ? config : "", status ? status : "", arg)))
+			goto out;
+	}
+	if (rc != SQLITE_DONE)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
 int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e)
 {
 	sqlite3_stmt *st = NULL;
 	sqlite3_int64 dev = 0;
 	const char *dtype, *field;
-	char layout[3], what[32];
-	int i, ret;
+	char layout[3];
+	int ret;
 
 	if (!db || !r || ntrials < 0 || (ntrials > 0 && !trials))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store a result");
@@ -894,23 +1000,8 @@ int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 	sqlite3_finalize(st);
 	st = NULL;
 
-	if (ntrials > 0 && (ret = prepare(db, sql_put_trial, &st, e)) != KTUNE_OK)
+	if ((ret = insert_trials(db, dev, trials, ntrials, e)) != KTUNE_OK)
 		goto out;
-	for (i = 0; i < ntrials; i++) {
-		snprintf(what, sizeof(what), "trial %d", i);
-		if ((ret = check_key(db, &trials[i].key, what, &dtype, layout, e)) != KTUNE_OK)
-			goto out;
-		sqlite3_reset(st);
-		if (bind_trial(st, dev, &trials[i], dtype, layout) != SQLITE_OK ||
-		    sqlite3_step(st) != SQLITE_DONE) {
-			ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store %s in database '%s': %s",
-					  what, db->path, sqlite3_errmsg(db->h));
-			goto out;
-		}
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
 	if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
 				  sqlite3_errmsg(db->h));

@@ -13,7 +13,7 @@
 #include "key.h"
 
 /* The schema version this build writes; older files are migrated, newer refused. */
-#define KTUNE_DB_SCHEMA_VERSION 2
+#define KTUNE_DB_SCHEMA_VERSION 3
 
 struct ktune_db; /* opaque */
 
@@ -47,6 +47,8 @@ struct ktune_result {
 #define KTUNE_TRIAL_LAUNCH_ERROR "launch_error"
 #define KTUNE_TRIAL_WRONG "wrong"
 #define KTUNE_TRIAL_PRUNED "pruned"
+#define KTUNE_TRIAL_CRASHED "crashed"
+#define KTUNE_TRIAL_TIMEOUT "timeout"
 
 struct ktune_trial {
 	struct ktune_key key;
@@ -57,6 +59,7 @@ struct ktune_trial {
 	double time_us;  /* 0 unless ok */
 	double err_fro, err_max;
 	char message[512];
+	char nvrtc_version[32], driver_version[32]; /* the toolchain it ran with */
 };
 
 /* Which results a query returns; zero fields match anything. */
@@ -81,6 +84,22 @@ void ktune__db_close(struct ktune_db *db); /* NULL is a no-op */
 /* Stores a result, replacing the one for the same (device, key), and its trials, in one transaction. */
 int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e);
+
+/* Stores trials without a result (a key where no candidate was right), in one transaction. */
+int ktune__db_put_trials(struct ktune_db *db, const struct ktune_device_id *dev,
+			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e);
+
+/*
+ * The negative cache: each config that failed (compile_error, launch_error,
+ * wrong, crashed, timeout) for this device and key with this template source
+ * and toolchain.  Calls fn per config, in config order; stops and returns
+ * fn's value if non-zero.
+ */
+int ktune__db_failed_configs(struct ktune_db *db, const struct ktune_device_id *dev,
+			     const struct ktune_key *key, const char *template_hash,
+			     const char *nvrtc_version, const char *driver_version,
+			     int (*fn)(const char *config, const char *status, void *arg),
+			     void *arg, struct ktune_err *e);
 
 /*
  * Looks up the result for exactly (device, key).  Returns 1 and fills *out

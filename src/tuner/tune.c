@@ -129,6 +129,60 @@ static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key
 	return KTUNE_OK;
 }
 
+/* The configs that failed before for this key, as text (the negative cache). */
+struct known_bad {
+	char (*configs)[256];
+	int n, cap;
+};
+
+static int note_bad(const char *config, const char *status, void *arg)
+{
+	struct known_bad *kb = arg;
+	(void)status;
+	if (kb->n == kb->cap) {
+		int cap = kb->cap ? 2 * kb->cap : 16;
+		char(*grown)[256] = realloc(kb->configs, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return 1;
+		kb->configs = grown;
+		kb->cap = cap;
+	}
+	snprintf(kb->configs[kb->n++], sizeof(kb->configs[0]), "%s", config);
+	return 0;
+}
+
+/* Drops the candidates that failed before; returns how many are left. */
+static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
+			  struct ktune_gemm_config *cfgs, int n, int *dropped, struct ktune_err *e)
+{
+	struct known_bad kb = { 0 };
+	char driver[32], text[256];
+	int kept = 0;
+
+	*dropped = 0;
+	snprintf(driver, sizeof(driver), "%d.%d", t->ctx->driver_version / 1000,
+		 t->ctx->driver_version % 1000 / 10);
+	int rc = ktune__db_failed_configs(t->db, &t->ctx->id, key,
+					  ktune__template_hash(KTUNE_GEMM_SOURCE),
+					  ktune__nvrtc_version(), driver, note_bad, &kb, e);
+	if (rc) {
+		free(kb.configs);
+		return rc > 0 ? ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory") : rc;
+	}
+	for (int i = 0; i < n; i++) {
+		int bad = 0;
+		ktune__gemm_config_format(&cfgs[i], text, sizeof(text));
+		for (int j = 0; j < kb.n && !bad; j++)
+			bad = !strcmp(text, kb.configs[j]);
+		if (bad)
+			(*dropped)++;
+		else
+			cfgs[kept++] = cfgs[i];
+	}
+	free(kb.configs);
+	return kept;
+}
+
 static void fill_provenance(struct ktune_tuner *t, struct ktune_result *res)
 {
 	snprintf(res->family, sizeof(res->family), "gemm");
@@ -165,8 +219,20 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	if ((rc = ktune__gemm_candidates(key, t->ctx->id.sm_count, t->ctx->smem_optin, o->budget,
 					 o->seed, &cfgs, &n, &r->pruned, e)))
 		goto out;
+	if (!o->retry_failed) {
+		int kept = drop_known_bad(t, key, cfgs, n, &r->known_bad, e);
+		if (kept < 0) {
+			rc = kept;
+			goto out;
+		}
+		n = kept;
+		if (r->known_bad)
+			progress(o, "  skipped %d configs that failed before (--retry-failed tries them)\n",
+				 r->known_bad);
+	}
 	if (n == 0) {
-		rc = ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no candidate for %s survives pruning", keytext);
+		rc = ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no candidate for %s survives pruning%s",
+				 keytext, r->known_bad ? " and the failures of earlier sweeps" : "");
 		goto out;
 	}
 	c = calloc((size_t)n, sizeof(*c));
@@ -189,6 +255,9 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		snprintf(tr->template_hash, sizeof(tr->template_hash), "%s",
 			 ktune__template_hash(KTUNE_GEMM_SOURCE));
 		ktune__gemm_config_format(&c[i].cfg, tr->config, sizeof(tr->config));
+		snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
+		snprintf(tr->driver_version, sizeof(tr->driver_version), "%d.%d",
+			 t->ctx->driver_version / 1000, t->ctx->driver_version % 1000 / 10);
 		if (job->status) {
 			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_COMPILE_ERROR);
 			snprintf(tr->message, sizeof(tr->message), "%s", job->log ? job->log : "");
@@ -222,6 +291,12 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 			r->failed++;
 	}
 	if (r->ok == 0) {
+		/* no result, but the failures are remembered so that the next sweep skips them */
+		for (int i = 0; i < n; i++)
+			trials[i] = c[i].trial;
+		struct ktune_err te;
+		if (ktune__db_put_trials(t->db, &t->ctx->id, trials, n, &te))
+			progress(o, "  cannot store the trials: %s\n", te.msg);
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
 				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
 		goto out;

@@ -27,6 +27,7 @@ struct ktune_tune_options {
 	unsigned seed;   /* inputs and budget sampling */
 	int jobs;        /* compile threads; 0: one per core */
 	int finalists;   /* candidates re-timed by the full protocol; 0: 8 */
+	int retry_failed; /* also try configs that failed before for the key (same template, toolchain) */
 	FILE *progress;  /* where progress lines go; NULL: none */
 };
 
@@ -34,6 +35,7 @@ struct ktune_tune_report {
 	struct ktune_result result;
 	int skipped;          /* already tuned: result is the stored one */
 	int ok, wrong, failed, pruned; /* trial counts */
+	int known_bad;        /* configs skipped: they failed before (negative cache) */
 	double cublas_err_fro;
 	int has_cublas;
 };

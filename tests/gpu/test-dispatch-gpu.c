@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include "gpu_test.h"
+#include "runtime/templates.h"
+#include "tuner/candidates.h"
 #include "tuner/tuner.h"
 
 static char db_path[4200];
@@ -214,6 +216,50 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 	ktune_close(ctx);
 }
 
+/* A config that failed before for a key is skipped next time, unless --retry-failed. */
+static void test_dispatch__negative_cache_skips_failed_configs(void **state)
+{
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	struct ktune_tune_report r;
+	struct ktune_tune_options o = { .budget = 12, .seed = 5, .finalists = 2 };
+	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 't', 64, 512, 1024, 1 };
+	struct ktune_gemm_config *cfgs;
+	struct ktune_trial bad = { .key = key };
+	int n, pruned;
+	(void)state;
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
+	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	/* the candidates the tuner will sample, and a failure recorded for the first */
+	assert_int_equal(ktune__gemm_candidates(&key, ctx->id.sm_count, ctx->smem_optin, o.budget,
+						o.seed, &cfgs, &n, &pruned, &e), KTUNE_OK);
+	assert_int_equal(n, 12);
+	snprintf(bad.family, sizeof(bad.family), "gemm");
+	ktune__gemm_config_format(&cfgs[0], bad.config, sizeof(bad.config));
+	snprintf(bad.template_hash, sizeof(bad.template_hash), "%s",
+		 ktune__template_hash(KTUNE_GEMM_SOURCE));
+	snprintf(bad.status, sizeof(bad.status), "%s", KTUNE_TRIAL_WRONG);
+	snprintf(bad.nvrtc_version, sizeof(bad.nvrtc_version), "%s", ktune__nvrtc_version());
+	snprintf(bad.driver_version, sizeof(bad.driver_version), "%d.%d",
+		 ctx->driver_version / 1000, ctx->driver_version % 1000 / 10);
+	assert_int_equal(ktune__db_put_trials(ktune__tuner_db(t), &ctx->id, &bad, 1, &e), KTUNE_OK);
+	free(cfgs);
+
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(r.known_bad, 1);
+	assert_int_equal(r.result.candidates, 11);
+	assert_string_not_equal(r.result.config, bad.config);
+
+	o.retry_failed = 1;
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(r.known_bad, 0);
+	assert_int_equal(r.result.candidates, 12);
+	ktune__tuner_close(t);
+}
+
 /* Bad arguments come back as statuses with a message, never a crash. */
 static void test_dispatch__bad_arguments(void **state)
 {
@@ -252,6 +298,7 @@ int main(void)
 		cmocka_unit_test(test_dispatch__tune_then_call_through_runtime),
 		cmocka_unit_test(test_dispatch__concurrent_calls_from_threads),
 		cmocka_unit_test(test_dispatch__shipped_serves_an_empty_database),
+		cmocka_unit_test(test_dispatch__negative_cache_skips_failed_configs),
 		cmocka_unit_test(test_dispatch__bad_arguments),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);

@@ -889,7 +889,10 @@ static void test_db__migrates_version_1(void **state)
 	assert_same_result(&want, &out);
 	ktune__db_close(db);
 
-	assert_int_equal(raw_long(t->db, "PRAGMA user_version"), 2);
+	assert_int_equal(raw_long(t->db, "PRAGMA user_version"), KTUNE_DB_SCHEMA_VERSION);
+	assert_int_equal(raw_long(t->db, "SELECT count(*) FROM pragma_table_info('trials')"
+				  " WHERE name IN ('nvrtc_version', 'driver_version')"),
+			 2);
 	assert_int_equal(raw_long(t->db, "SELECT count(*) FROM pragma_table_info('results')"
 				  " WHERE name IN ('p20_us', 'p80_us') AND \"notnull\" = 1"
 				  " AND dflt_value = '0'"),
@@ -900,6 +903,66 @@ static void test_db__migrates_version_1(void **state)
 	assert_int_equal(raw_long(t->db, "SELECT id FROM devices"), 5);
 }
 
+struct failed {
+	char configs[8][64];
+	int n;
+};
+
+static int note_failed(const char *config, const char *status, void *arg)
+{
+	struct failed *f = arg;
+	(void)status;
+	snprintf(f->configs[f->n++], sizeof(f->configs[0]), "%s", config);
+	return 0;
+}
+
+/* The negative cache: failures for this template and toolchain, not ok or pruned trials. */
+static void test_db__failed_configs_for_template_and_toolchain(void **state)
+{
+	struct tmp *t = *state;
+	struct ktune_db *db = open_db(t->db);
+	struct ktune_result r;
+	struct ktune_err e;
+	struct failed f = { .n = 0 };
+	static const struct {
+		const char *config, *status, *hash, *nvrtc;
+	} rows[] = {
+		{ "A", "compile_error", "h1", "13.0" }, { "B", "wrong", "h1", "13.0" },
+		{ "C", "ok", "h1", "13.0" },           { "D", "pruned", "h1", "13.0" },
+		{ "E", "launch_error", "h2", "13.0" }, { "F", "timeout", "h1", "12.9" },
+		{ "G", "crashed", "h1", "13.0" },      { "B", "wrong", "h1", "13.0" },
+	};
+	struct ktune_trial trials[8];
+
+	sample_result(&r);
+	for (int i = 0; i < 8; i++) {
+		memset(&trials[i], 0, sizeof(trials[i]));
+		trials[i].key = r.key;
+		strcpy(trials[i].family, "gemm");
+		strcpy(trials[i].config, rows[i].config);
+		strcpy(trials[i].status, rows[i].status);
+		strcpy(trials[i].template_hash, rows[i].hash);
+		strcpy(trials[i].nvrtc_version, rows[i].nvrtc);
+		strcpy(trials[i].driver_version, "13.0");
+	}
+	/* a key whose every candidate failed stores its trials without a result */
+	assert_int_equal(ktune__db_put_trials(db, &r.device, trials, 8, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_get_result(db, &r.device, &r.key, &r, &e), 0);
+	assert_int_equal(ktune__db_failed_configs(db, &r.device, &r.key, "h1", "13.0", "13.0",
+						  note_failed, &f, &e), 0);
+	assert_int_equal(f.n, 3); /* A, B (once), G: not the ok, pruned, other-template, other-NVRTC ones */
+	assert_string_equal(f.configs[0], "A");
+	assert_string_equal(f.configs[1], "B");
+	assert_string_equal(f.configs[2], "G");
+
+	/* another driver: nothing is known to fail */
+	f.n = 0;
+	assert_int_equal(ktune__db_failed_configs(db, &r.device, &r.key, "h1", "13.0", "13.1",
+						  note_failed, &f, &e), 0);
+	assert_int_equal(f.n, 0);
+	ktune__db_close(db);
+}
+
 static void test_db__open_rejects_newer_schema(void **state)
 {
 	struct tmp *t = *state;
@@ -908,7 +971,7 @@ static void test_db__open_rejects_newer_schema(void **state)
 	raw_exec(t->db, v1_schema);
 	raw_exec(t->db, "PRAGMA user_version = 7;");
 	assert_refused_untouched(t, t->db,
-				 "has schema version 7, newer than this ktune (2): upgrade ktune");
+				 "has schema version 7, newer than this ktune (3): upgrade ktune");
 }
 
 static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
@@ -916,8 +979,8 @@ static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
 	struct tmp *t = *state;
 
 	make_db(t->db, 2);
-	raw_exec(t->db, "PRAGMA user_version = 3;");
-	assert_refused_untouched(t, t->db, "schema version 3, newer than this ktune (2)");
+	raw_exec(t->db, "PRAGMA user_version = 4;");
+	assert_refused_untouched(t, t->db, "schema version 4, newer than this ktune (3)");
 }
 
 static void test_db__open_rejects_random_bytes(void **state)
@@ -1110,7 +1173,7 @@ static void test_db__schema_sql_matches_migrations(void **state)
 	describe_schema(h, got, 16384);
 	assert_int_equal(sqlite3_close(h), SQLITE_OK);
 	assert_string_equal(got, want);
-	assert_non_null(strstr(sql, "PRAGMA user_version = 2;"));
+	assert_non_null(strstr(sql, "PRAGMA user_version = 3;"));
 	free(sql);
 	free(want);
 	free(got);
@@ -1149,6 +1212,7 @@ int main(void)
 		DB_TEST(test_db__open_creates_database_and_directory),
 		DB_TEST(test_db__open_without_create_of_missing_file_fails),
 		DB_TEST(test_db__open_without_create_of_empty_file_writes_nothing),
+		DB_TEST(test_db__failed_configs_for_template_and_toolchain),
 		DB_TEST(test_db__open_turns_on_wal),
 		DB_TEST(test_db__result_round_trips_every_field),
 		DB_TEST(test_db__trials_are_stored_with_the_result),
