@@ -928,6 +928,25 @@ int ktune__db_put_trials(struct ktune_db *db, const struct ktune_device_id *dev,
 	return ret;
 }
 
+/* Prepares a query about one device's trials of one key and template source. */
+static int prepare_trial_query(struct ktune_db *db, const char *sql,
+			       const struct ktune_device_id *dev, const struct ktune_key *key,
+			       const char *template_hash, sqlite3_stmt **st, struct ktune_err *e)
+{
+	const char *dtype;
+	char layout[3];
+	int ret;
+
+	if ((ret = check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = prepare(db, sql, st, e)) != KTUNE_OK)
+		return ret;
+	if (bind_device(*st, dev) != SQLITE_OK || bind_key(*st, key, dtype, layout) != SQLITE_OK ||
+	    bind_text(*st, ":hash", template_hash, 65) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				   sqlite3_errmsg(db->h));
+	return KTUNE_OK;
+}
+
 int ktune__db_failed_configs(struct ktune_db *db, const struct ktune_device_id *dev,
 			     const struct ktune_key *key, const char *template_hash,
 			     const char *nvrtc_version, const char *driver_version,
@@ -935,18 +954,13 @@ int ktune__db_failed_configs(struct ktune_db *db, const struct ktune_device_id *
 			     void *arg, struct ktune_err *e)
 {
 	sqlite3_stmt *st = NULL;
-	const char *dtype;
-	char layout[3];
 	int rc, ret;
 
 	if (!db || !dev || !key || !template_hash || !nvrtc_version || !driver_version || !fn)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to read failed trials");
-	if ((ret = check_key(db, key, "failed trials", &dtype, layout, e)) != KTUNE_OK ||
-	    (ret = prepare(db, sql_failed_configs, &st, e)) != KTUNE_OK)
+	if ((ret = prepare_trial_query(db, sql_failed_configs, dev, key, template_hash, &st, e)))
 		goto out;
-	if (bind_device(st, dev) != SQLITE_OK || bind_key(st, key, dtype, layout) != SQLITE_OK ||
-	    bind_text(st, ":hash", template_hash, 65) != SQLITE_OK ||
-	    bind_text(st, ":nvrtc_version", nvrtc_version, 32) != SQLITE_OK ||
+	if (bind_text(st, ":nvrtc_version", nvrtc_version, 32) != SQLITE_OK ||
 	    bind_text(st, ":driver_version", driver_version, 32) != SQLITE_OK) {
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
 				  sqlite3_errmsg(db->h));
@@ -1051,21 +1065,12 @@ int ktune__db_config_times(struct ktune_db *db, const struct ktune_device_id *de
 			   void *arg, struct ktune_err *e)
 {
 	sqlite3_stmt *st = NULL;
-	const char *dtype;
-	char layout[3];
 	int rc, ret;
 
 	if (!db || !dev || !key || !template_hash || !fn)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to read trial times");
-	if ((ret = check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
-	    (ret = prepare(db, sql_config_times, &st, e)) != KTUNE_OK)
+	if ((ret = prepare_trial_query(db, sql_config_times, dev, key, template_hash, &st, e)))
 		goto out;
-	if (bind_device(st, dev) != SQLITE_OK || bind_key(st, key, dtype, layout) != SQLITE_OK ||
-	    bind_text(st, ":hash", template_hash, 65) != SQLITE_OK) {
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
-				  sqlite3_errmsg(db->h));
-		goto out;
-	}
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *config = (const char *)sqlite3_column_text(st, 0);
 		if ((ret = fn(config ? config : "", sqlite3_column_double(st, 1),
