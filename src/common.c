@@ -292,7 +292,7 @@ int ktune__mkdirs(const char *path, struct ktune_err *e)
 		if (s[-1] != '/') {
 			c = *s;
 			*s = '\0';
-			if (mkdir(p, 0777) != 0) {
+			if (mkdir(p, 0700) != 0) { /* private, as XDG asks of cache dirs */
 				int err = errno;
 
 				if (err != EEXIST && !is_dir(p)) {

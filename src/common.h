@@ -30,7 +30,7 @@ int ktune__read_file(const char *path, size_t max_bytes, char **out, size_t *len
 int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 			     struct ktune_err *e);
 
-/* mkdir -p; existing directories are fine. */
+/* mkdir -p; the directories it creates are private (0700); existing ones are fine. */
 int ktune__mkdirs(const char *path, struct ktune_err *e);
 
 /*

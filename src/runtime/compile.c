@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "compile.h"
 
@@ -65,6 +67,31 @@ static void parse_resources(const char *log, struct ktune_resources *res)
 			q--;
 		res->smem_static = atoi(q);
 	}
+}
+
+/*
+ * A cubin from the cache is code that will run: use a cache directory only
+ * if it and its parent belong to this user (or root) and no one else may
+ * write to them, so that another user cannot plant one (the last-resort
+ * cache lives under /tmp).  A directory that does not exist yet is created
+ * by us with the umask's permissions.
+ */
+static int cache_dir_trusted(const char *dir)
+{
+	char parent[4096];
+	struct stat st;
+	snprintf(parent, sizeof(parent), "%s", dir);
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent)
+		*slash = 0;
+	const char *paths[2] = { dir, parent };
+	for (int i = 0; i < 2; i++) {
+		if (stat(paths[i], &st) != 0)
+			continue; /* not there yet: ktune__mkdirs makes it ours */
+		if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+			return 0;
+	}
+	return 1;
 }
 
 static void cache_key(const char *source, size_t len, const char *const *options,
@@ -145,6 +172,8 @@ int ktune__compile(const char *name, const char *source, size_t len,
 	} else {
 		snprintf(dir, sizeof(dir), "%s", cache_dir);
 	}
+	if (dir[0] && !cache_dir_trusted(dir))
+		dir[0] = 0; /* compile every time rather than load what someone else may have put there */
 	cache_key(source, len, options, noptions, arch, hash);
 	if (dir[0] && hash[0] && cache_load(dir, hash, out))
 		return KTUNE_OK;

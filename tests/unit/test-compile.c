@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -358,6 +359,36 @@ static void test_compile__helper_kernels(void **state)
 	assert_int_equal(strlen(ktune__template_hash("gemm.cu")), 64);
 }
 
+/* A cache directory that others may write to is neither read nor written. */
+static void test_compile__untrusted_cache_dir_is_not_used(void **state)
+{
+	const struct ktune_template_file *f = ktune__template_file("util.cu");
+	char cache[4200];
+	struct ktune_cubin c;
+	struct ktune_err e = { "" };
+	(void)state;
+
+	fresh_dir("shared-cache", cache, sizeof(cache));
+	assert_int_equal(chmod(cache, 0777), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ktune__compile(f->name, f->text, f->len, NULL, 0, ARCH, cache, &c, &e),
+				 KTUNE_OK);
+		assert_int_equal(c.cached, 0); /* compiled both times */
+		ktune__cubin_free(&c);
+	}
+	assert_int_equal(count_files(cache), 0);
+
+	/* the same directory, private again: the second compile comes from the cache */
+	assert_int_equal(chmod(cache, 0700), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ktune__compile(f->name, f->text, f->len, NULL, 0, ARCH, cache, &c, &e),
+				 KTUNE_OK);
+		assert_int_equal(c.cached, round);
+		ktune__cubin_free(&c);
+	}
+	assert_int_equal(count_files(cache), 2); /* the cubin and its resources */
+}
+
 static void test_compile__nvrtc_version(void **state)
 {
 	int major = 0, minor = -1;
@@ -377,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_compile__bad_arch_fails_cleanly),
 		cmocka_unit_test(test_compile__too_many_options),
 		cmocka_unit_test(test_compile__helper_kernels),
+		cmocka_unit_test(test_compile__untrusted_cache_dir_is_not_used),
 		cmocka_unit_test(test_compile__cache_keys_on_options),
 		cmocka_unit_test(test_compile__every_gemm_kernel_then_cache),
 	};
