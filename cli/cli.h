@@ -72,6 +72,8 @@ int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tun
 
 /* Parses --policy faster|ours|theirs; -1 after a usage message. */
 int cli_parse_policy(const char *name, const char *arg, enum ktune_policy *p);
+/* --format of export and merge: "yaml" (0) or "sqlite" (1); -1 with a usage error otherwise. */
+int cli_parse_share_format(const char *name, const char *arg, int *sqlite);
 /* One line of an import or merge report: outcome, device, key, reason. */
 void cli_share_report(FILE *to, const struct ktune_result *r, int outcome, const char *reason);
 

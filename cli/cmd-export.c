@@ -89,13 +89,8 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 				force = 1;
 			else if (opt == 'X')
 				defaults = 1;
-			else if (opt == 'F' && !strcmp(optarg, "yaml"))
-				sqlite = 0;
-			else if (opt == 'F' && !strcmp(optarg, "sqlite"))
-				sqlite = 1;
 			else if (opt == 'F')
-				return cli_usage_error("export", "--format '%s' is not one of yaml, sqlite",
-						       optarg);
+				r = cli_parse_share_format("export", optarg, &sqlite) ? -1 : 1;
 			else
 				r = 0;
 		}

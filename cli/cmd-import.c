@@ -30,6 +30,16 @@ int cli_parse_policy(const char *name, const char *arg, enum ktune_policy *p)
 	return -1;
 }
 
+int cli_parse_share_format(const char *name, const char *arg, int *sqlite)
+{
+	if (!strcmp(arg, "yaml") || !strcmp(arg, "sqlite")) {
+		*sqlite = !strcmp(arg, "sqlite");
+		return 0;
+	}
+	cli_usage_error(name, "--format '%s' is not one of yaml, sqlite", arg);
+	return -1;
+}
+
 int cmd_import(int argc, char **argv, struct cli *cli)
 {
 	static const struct option opts[] = {

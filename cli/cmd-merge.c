@@ -81,13 +81,8 @@ int cmd_merge(int argc, char **argv, struct cli *cli)
 				force = 1;
 			else if (opt == 'P')
 				r = cli_parse_policy("merge", optarg, &policy) ? -1 : 1;
-			else if (opt == 'F' && !strcmp(optarg, "yaml"))
-				sqlite = 0;
-			else if (opt == 'F' && !strcmp(optarg, "sqlite"))
-				sqlite = 1;
 			else if (opt == 'F')
-				return cli_usage_error("merge", "--format '%s' is not one of yaml, sqlite",
-						       optarg);
+				r = cli_parse_share_format("merge", optarg, &sqlite) ? -1 : 1;
 			else
 				r = 0;
 		}
