@@ -67,7 +67,8 @@ int cli_parse_int(const char *name, const char *what, const char *arg, long min,
 		  long *out);
 
 struct ktune_tune_options;
-/* Handles --budget --seed --jobs --progress (1), not one (0), a bad value (-1). */
+/* Handles --budget --seed --jobs --progress --retry-failed --timeout --compile-timeout (1),
+ * not one (0), a bad value (-1). */
 int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tune_options *o);
 
 /* Parses --policy faster|ours|theirs; -1 after a usage message. */
@@ -76,6 +77,9 @@ int cli_parse_policy(const char *name, const char *arg, enum ktune_policy *p);
 int cli_parse_share_format(const char *name, const char *arg, int *sqlite);
 /* One line of an import or merge report: outcome, device, key, reason. */
 void cli_share_report(FILE *to, const struct ktune_result *r, int outcome, const char *reason);
+
+/* This program's path: the tuner's worker process runs it as `ktune __worker`. */
+const char *cli_worker_exe(void);
 
 /* Fails with a clear message and EXIT_USAGE when no GPU can be used; 0 if one can. */
 int cli_need_gpu(void);

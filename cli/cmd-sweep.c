@@ -38,6 +38,18 @@ int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tun
 	case 'R':
 		o->retry_failed = 1;
 		return 1;
+	case 'T':
+	case 'C': {
+		char *end;
+		double d = strtod(arg, &end);
+		if (!*arg || *end || !(d > 0 && d <= 86400)) {
+			cli_usage_error(name, "%s '%s' is not a number of seconds in (0, 86400]",
+					opt == 'T' ? "--timeout" : "--compile-timeout", arg);
+			return -1;
+		}
+		*(opt == 'T' ? &o->timeout_s : &o->compile_timeout_s) = d;
+		return 1;
+	}
 	}
 	return 0;
 }
@@ -52,6 +64,8 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'P' },
 		{ "retry-failed", no_argument, NULL, 'R' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "compile-timeout", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL };
@@ -92,7 +106,7 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		o.budget = spec.budget;
 	if ((rc = cli_need_gpu()))
 		goto out;
-	if (ktune__tuner_open(cli->db_path, cli->device, &t, &e)) {
+	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e)) {
 		rc = cli_error(EXIT_FAIL, "%s", e.msg);
 		goto out;
 	}

@@ -19,6 +19,8 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'P' },
 		{ "retry-failed", no_argument, NULL, 'R' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "compile-timeout", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_tune_options o = { .seed = 1, .force = 1, .progress = isatty(2) ? stderr : NULL };
@@ -59,7 +61,7 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		ktune__layout_parse(f.layout, &key);
 	if ((rc = cli_need_gpu()))
 		return rc;
-	if (ktune__tuner_open(cli->db_path, cli->device, &t, &e))
+	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e))
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	rc = ktune__tune_key(t, &key, &o, &rep, &e);
 	if (rc) {

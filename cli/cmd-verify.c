@@ -58,11 +58,11 @@ int cmd_verify(int argc, char **argv, struct cli *cli)
 		return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
 	if ((rc = cli_need_gpu()))
 		return rc;
-	if (ktune__tuner_open(cli->db_path, cli->device, &t, &e))
+	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e))
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	/* Only this GPU's arch can run the stored configs. */
 	if (!f.arch[0])
-		snprintf(f.arch, sizeof(f.arch), "%s", ktune__tuner_ctx(t)->id.arch);
+		snprintf(f.arch, sizeof(f.arch), "%s", ktune__tuner_device(t)->id.arch);
 	if (ktune__db_query(ktune__tuner_db(t), &f, collect, &all, &e) < 0) {
 		rc = cli_error(EXIT_FAIL, "%s", e.msg);
 		goto out;

@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "runtime/driver.h"
+#include "tuner/protocol.h"
 
 #define SHOW_FILTERS                                                                        \
 	"Filters:\n"                                                                        \
@@ -236,6 +238,20 @@ int cli_need_gpu(void)
 	return 0;
 }
 
+const char *cli_worker_exe(void)
+{
+	/* the worker is this very program: resolved now, so a rebuild mid-sweep changes nothing */
+	static char path[4096];
+	if (!path[0]) {
+		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+		if (n <= 0)
+			snprintf(path, sizeof(path), "%s", "/proc/self/exe");
+		else
+			path[n] = 0;
+	}
+	return path;
+}
+
 static void usage(FILE *to)
 {
 	fprintf(to, "usage: ktune <command> [options]\n\nCommands:\n");
@@ -252,6 +268,9 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	const char *name = argv[1];
+	if (!strcmp(name, "__worker")) /* the tuner's worker process (tuner/protocol.h) */
+		return ktune__worker_main(argc - 1, argv + 1, &ktune__gpu_worker_ops,
+					  ktune__gpu_worker_state());
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
 		usage(stdout);
 		return EXIT_OK;

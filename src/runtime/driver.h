@@ -21,6 +21,7 @@
 	X(cuDeviceGetName, (char *, int, CUdevice))                                        \
 	X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                     \
 	X(cuDeviceTotalMem_v2, (size_t *, CUdevice))                                       \
+	X(cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                        \
 	X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                               \
 	X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                        \
 	X(cuCtxGetCurrent, (CUcontext *))                                                  \

@@ -30,6 +30,7 @@ struct ktune_compile_job {
 	struct ktune_gemm_config cfg;
 	struct ktune_cubin cubin; /* on success */
 	int status;               /* ktune_status */
+	int timed_out;            /* status is KTUNE_ERR_COMPILE because NVRTC ran past its deadline */
 	char *log;                /* malloc'd message on failure */
 };
 

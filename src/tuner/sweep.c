@@ -37,7 +37,7 @@ static void print_row(FILE *out, const struct ktune_key *key, const struct ktune
 int ktune__sweep(struct ktune_tuner *t, const struct ktune_spec *spec,
 		 const struct ktune_tune_options *o, FILE *out, struct ktune_err *e)
 {
-	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	const struct ktune_device_id *dev = &ktune__tuner_device(t)->id;
 	const char *hash = ktune__template_hash(KTUNE_GEMM_SOURCE);
 	struct ktune_result *results = calloc((size_t)spec->nkeys, sizeof(*results));
 	char (*status)[16] = calloc((size_t)spec->nkeys, sizeof(*status));
@@ -57,7 +57,7 @@ int ktune__sweep(struct ktune_tuner *t, const struct ktune_spec *spec,
 		char text[128];
 
 		ktune__key_format(key, text, sizeof(text));
-		int found = ktune__db_get_result(ktune__tuner_db(t), &ctx->id, key, &results[i], &ke);
+		int found = ktune__db_get_result(ktune__tuner_db(t), dev, key, &results[i], &ke);
 		if (found == 1 && !strcmp(results[i].template_hash, hash) && !o->force) {
 			snprintf(status[i], sizeof(status[i]), "cached");
 			skipped++;

@@ -7,37 +7,36 @@
 
 #include "runtime/templates.h"
 #include "tuner/candidates.h"
+#include "tuner/client.h"
 #include "tuner/tuner.h"
 
 struct ktune_tuner {
-	ktune_ctx *ctx;
 	struct ktune_db *db;
-	struct ktune_worker *worker;
+	struct ktune_client *client;
+	char driver[32]; /* "13.0" */
 };
 
-int ktune__tuner_open(const char *db_path, int device, struct ktune_tuner **out,
-		      struct ktune_err *e)
+int ktune__tuner_open(const char *db_path, int device, const char *worker_exe,
+		      struct ktune_tuner **out, struct ktune_err *e)
 {
 	struct ktune_tuner *t = calloc(1, sizeof(*t));
 	char path[4096];
-	int rc, pushed;
+	int rc;
 
+	*out = NULL;
 	if (!t)
 		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 	if (db_path)
 		snprintf(path, sizeof(path), "%s", db_path);
 	else
 		ktune__default_db_path(path, sizeof(path));
-	/* create the database first so that the context loads from it */
 	if ((rc = ktune__db_open(path, 1, &t->db, e)))
 		goto fail;
-	if ((rc = ktune_open(path, device, &t->ctx, e->msg, sizeof(e->msg))))
+	if ((rc = ktune__client_open(worker_exe, device, NULL, &t->client, e)))
 		goto fail;
-	if ((rc = ktune__ctx_enter(t->ctx, &pushed, e)))
-		goto fail;
-	rc = ktune__worker_open(t->ctx, &t->worker, e);
-	if (rc)
-		goto fail;
+	const struct ktune_hello *h = ktune__client_hello(t->client);
+	snprintf(t->driver, sizeof(t->driver), "%d.%d", h->driver_version / 1000,
+		 h->driver_version % 1000 / 10);
 	*out = t;
 	return KTUNE_OK;
 fail:
@@ -49,20 +48,39 @@ void ktune__tuner_close(struct ktune_tuner *t)
 {
 	if (!t)
 		return;
-	ktune__worker_close(t->worker);
-	ktune_close(t->ctx);
+	ktune__client_close(t->client);
 	ktune__db_close(t->db);
 	free(t);
 }
 
-ktune_ctx *ktune__tuner_ctx(struct ktune_tuner *t)
+const struct ktune_hello *ktune__tuner_device(struct ktune_tuner *t)
 {
-	return t->ctx;
+	return ktune__client_hello(t->client);
 }
 
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t)
 {
 	return t->db;
+}
+
+int ktune__tuner_worker_starts(struct ktune_tuner *t)
+{
+	return ktune__client_starts(t->client);
+}
+
+/*
+ * How long one candidate may run before it counts as hung: 1000 times the
+ * key's roofline time (bytes / 3 TB/s or FLOPs / 800 TFLOP/s), at least 2 s
+ * (a launch, a check and a few timed runs of anything reasonable) and at most
+ * 60 s; --timeout overrides it.
+ */
+double ktune__run_timeout(const struct ktune_key *key, double override_s)
+{
+	if (override_s > 0)
+		return override_s;
+	double floor_s = ktune__gemm_flops(key) / 800e12, mem_s = ktune__gemm_bytes(key) / 3e12;
+	double t = 1000 * (floor_s > mem_s ? floor_s : mem_s);
+	return t < 2 ? 2 : t > 60 ? 60 : t;
 }
 
 /* One candidate's state through screening and measurement. */
@@ -118,11 +136,16 @@ static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key
 		c[i].job = j;
 	}
 	double t0 = ktune__now();
-	ktune__compile_jobs(jobs, njobs, t->ctx->id.arch, t->ctx->cache_dir, o->jobs);
-	int cached = 0;
+	int rc = ktune__client_compile(t->client, jobs, njobs, o->jobs, e);
+	if (rc) {
+		ktune__compile_jobs_free(jobs, njobs);
+		free(jobs);
+		return rc;
+	}
+	int failed = 0;
 	for (int j = 0; j < njobs; j++)
-		cached += jobs[j].status == KTUNE_OK && jobs[j].cubin.cached;
-	progress(o, "  compiled %d kernels (%d from cache) in %.1f s\n", njobs, cached,
+		failed += jobs[j].status != KTUNE_OK;
+	progress(o, "  compiled %d kernels (%d failed) in %.1f s\n", njobs, failed,
 		 ktune__now() - t0);
 	*jobs_out = jobs;
 	*njobs_out = njobs;
@@ -160,9 +183,8 @@ static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
 	int kept = 0;
 
 	*dropped = 0;
-	snprintf(driver, sizeof(driver), "%d.%d", t->ctx->driver_version / 1000,
-		 t->ctx->driver_version % 1000 / 10);
-	int rc = ktune__db_failed_configs(t->db, &t->ctx->id, key,
+	snprintf(driver, sizeof(driver), "%s", t->driver);
+	int rc = ktune__db_failed_configs(t->db, &ktune__tuner_device(t)->id, key,
 					  ktune__template_hash(KTUNE_GEMM_SOURCE),
 					  ktune__nvrtc_version(), driver, note_bad, &kb, e);
 	if (rc) {
@@ -189,11 +211,10 @@ static void fill_provenance(struct ktune_tuner *t, struct ktune_result *res)
 	snprintf(res->template_hash, sizeof(res->template_hash), "%s",
 		 ktune__template_hash(KTUNE_GEMM_SOURCE));
 	snprintf(res->nvrtc_version, sizeof(res->nvrtc_version), "%s", ktune__nvrtc_version());
-	snprintf(res->driver_version, sizeof(res->driver_version), "%d.%d",
-		 t->ctx->driver_version / 1000, t->ctx->driver_version % 1000 / 10);
+	snprintf(res->driver_version, sizeof(res->driver_version), "%s", t->driver);
 	snprintf(res->ktune_version, sizeof(res->ktune_version), "%s", ktune_version());
 	snprintf(res->protocol, sizeof(res->protocol), "%s", KTUNE_PROTOCOL);
-	res->device = t->ctx->id;
+	res->device = ktune__tuner_device(t)->id;
 }
 
 int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
@@ -204,19 +225,22 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct candidate *c = NULL;
 	struct ktune_compile_job *jobs = NULL;
 	struct ktune_trial *trials = NULL;
-	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed };
-	int n = 0, njobs = 0, rc;
+	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed }, set;
+	const struct ktune_hello *dev = ktune__tuner_device(t);
+	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client);
 	double t0 = ktune__now();
 	char keytext[128];
 
 	memset(r, 0, sizeof(*r));
+	ktune__client_set_compile_timeout(t->client, o->compile_timeout_s);
 	/* The tuner's buffers are packed and aligned, so the key must be the aligned class. */
-	if ((rc = ktune__worker_set_problem(t->worker, &prob, e)))
+	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
-	const struct ktune_key *key = &ktune__worker_problem(t->worker)->key;
+	const struct ktune_key *key = &set.key;
+	double timeout = ktune__run_timeout(key, o->timeout_s);
 	ktune__key_format(key, keytext, sizeof(keytext));
 
-	if ((rc = ktune__gemm_candidates(key, t->ctx->id.sm_count, t->ctx->smem_optin, o->budget,
+	if ((rc = ktune__gemm_candidates(key, dev->id.sm_count, dev->smem_optin, o->budget,
 					 o->seed, &cfgs, &n, &r->pruned, e)))
 		goto out;
 	if (!o->retry_failed) {
@@ -256,19 +280,22 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 			 ktune__template_hash(KTUNE_GEMM_SOURCE));
 		ktune__gemm_config_format(&c[i].cfg, tr->config, sizeof(tr->config));
 		snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
-		snprintf(tr->driver_version, sizeof(tr->driver_version), "%d.%d",
-			 t->ctx->driver_version / 1000, t->ctx->driver_version % 1000 / 10);
+		snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
 		if (job->status) {
-			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_COMPILE_ERROR);
-			snprintf(tr->message, sizeof(tr->message), "%s", job->log ? job->log : "");
+			snprintf(tr->status, sizeof(tr->status), "%s",
+				 job->timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
+			snprintf(tr->message, sizeof(tr->message), "%.500s", job->log ? job->log : "");
 		} else if (job->cubin.res.spill_stores || job->cubin.res.spill_loads) {
 			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
 			snprintf(tr->message, sizeof(tr->message), "spills %d bytes of registers",
 				 job->cubin.res.spill_stores + job->cubin.res.spill_loads);
-		} else if ((rc = ktune__worker_run(t->worker, &c[i].cfg, &job->cubin, KTUNE_RUN_SCREEN, tr,
-						   &c[i].timing, e))) {
+		} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN,
+						   timeout, tr, &c[i].timing, e))) {
 			goto out;
 		}
+		if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
+			progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config, tr->status,
+				 tr->message);
 		if (o->progress && (i % 16 == 15 || i == n - 1)) {
 			double best = 0;
 			for (int j = 0; j <= i; j++)
@@ -295,7 +322,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		for (int i = 0; i < n; i++)
 			trials[i] = c[i].trial;
 		struct ktune_err te;
-		if (ktune__db_put_trials(t->db, &t->ctx->id, trials, n, &te))
+		if (ktune__db_put_trials(t->db, &dev->id, trials, n, &te))
 			progress(o, "  cannot store the trials: %s\n", te.msg);
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
 				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
@@ -308,7 +335,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	if (finalists > r->ok)
 		finalists = r->ok;
 	for (int i = 0; i < finalists; i++)
-		if ((rc = ktune__worker_run(t->worker, &c[i].cfg, &jobs[c[i].job].cubin, KTUNE_RUN_MEASURE,
+		if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE, timeout,
 					    &c[i].trial, &c[i].timing, e)))
 			goto out;
 	qsort(c, (size_t)finalists, sizeof(*c), by_time);
@@ -332,7 +359,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 
 	struct ktune_check cb_check;
 	struct ktune_timing cb_time;
-	if (ktune__worker_cublas(t->worker, &cb_check, &cb_time, NULL) == KTUNE_OK) {
+	if (ktune__client_cublas(t->client, timeout, &cb_check, &cb_time, NULL) == KTUNE_OK) {
 		res->cublas_us = cb_time.median_us;
 		r->cublas_err_fro = cb_check.err_fro;
 		r->has_cublas = 1;
@@ -341,6 +368,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	for (int i = 0; i < n; i++)
 		trials[i] = c[i].trial;
 	rc = ktune__db_put_result(t->db, res, trials, n, e);
+	r->worker_restarts = ktune__client_starts(t->client) - starts;
 out:
 	if (jobs)
 		ktune__compile_jobs_free(jobs, njobs);
@@ -365,9 +393,11 @@ int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, un
 		return rc;
 	if (!r->key.aligned)
 		prob.offset = 1; /* reproduce the unaligned class */
-	if ((rc = ktune__worker_set_problem(t->worker, &prob, e)))
+	struct ktune_problem set;
+	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		return rc;
-	if ((rc = ktune__worker_run(t->worker, &cfg, NULL, KTUNE_RUN_VERIFY, &trial, &timing, e)))
+	if ((rc = ktune__client_run(t->client, -1, &cfg, KTUNE_RUN_VERIFY,
+				    ktune__run_timeout(&set.key, 0), &trial, &timing, e)))
 		return rc;
 	check->err_fro = trial.err_fro;
 	check->err_max = trial.err_max;

@@ -17,6 +17,7 @@
 #include "db/db.h"
 #include "runtime/context.h"
 #include "search/spec.h"
+#include "tuner/protocol.h"
 #include "tuner/worker.h"
 
 struct ktune_tuner;
@@ -28,6 +29,8 @@ struct ktune_tune_options {
 	int jobs;        /* compile threads; 0: one per core */
 	int finalists;   /* candidates re-timed by the full protocol; 0: 8 */
 	int retry_failed; /* also try configs that failed before for the key (same template, toolchain) */
+	double timeout_s; /* a candidate's run; 0: derived from the key (ktune__run_timeout) */
+	double compile_timeout_s; /* one NVRTC compile; 0: 120 s */
 	FILE *progress;  /* where progress lines go; NULL: none */
 };
 
@@ -36,16 +39,27 @@ struct ktune_tune_report {
 	int skipped;          /* already tuned: result is the stored one */
 	int ok, wrong, failed, pruned; /* trial counts */
 	int known_bad;        /* configs skipped: they failed before (negative cache) */
+	int worker_restarts;  /* fresh workers started after crashes and timeouts */
 	double cublas_err_fro;
 	int has_cublas;
 };
 
-/* Opens the device, the database (created if missing) and a worker. */
-int ktune__tuner_open(const char *db_path, int device, struct ktune_tuner **out,
-		      struct ktune_err *e);
+/*
+ * Opens the database (created if missing) and starts a worker process,
+ * `worker_exe __worker`, on the device.  The tuner itself never touches
+ * CUDA: every GPU call and compile happens in the worker (see protocol.h).
+ */
+int ktune__tuner_open(const char *db_path, int device, const char *worker_exe,
+		      struct ktune_tuner **out, struct ktune_err *e);
 void ktune__tuner_close(struct ktune_tuner *t);
-ktune_ctx *ktune__tuner_ctx(struct ktune_tuner *t);
+/* The device the worker runs on, and its toolchain. */
+const struct ktune_hello *ktune__tuner_device(struct ktune_tuner *t);
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t);
+/* Workers started so far (1 + restarts). */
+int ktune__tuner_worker_starts(struct ktune_tuner *t);
+
+/* The deadline of one candidate run for a key (see tune.c); override_s > 0 wins. */
+double ktune__run_timeout(const struct ktune_key *key, double override_s);
 
 /* Tunes one key and stores the winner.  KTUNE_ERR_VERIFY if no candidate was right. */
 int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,

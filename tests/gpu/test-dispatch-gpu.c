@@ -48,7 +48,7 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 3 };
 	(void)state;
 
-	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
+	assert_int_equal(ktune__tuner_open(db_path, 0, test_program("../ktune"), &t, &e), KTUNE_OK);
 	for (int i = 0; i < NTUNED; i++) {
 		struct ktune_tune_report r;
 		int rc = ktune__tune_key(t, &tuned[i], &o, &r, &e);
@@ -61,10 +61,10 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 	ktune__tuner_close(t);
 
 	/* a new context loads what was stored */
-	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
 	struct ktune_worker *w = NULL;
-	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	ktune_ctx *ctx;
 	int pushed;
+	assert_int_equal(ktune_open(db_path, 0, &ctx, e.msg, sizeof(e.msg)), KTUNE_OK);
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
 
@@ -93,7 +93,7 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 				 check.err_fro, source, calls[i].source);
 	}
 	ktune__worker_close(w);
-	ktune__tuner_close(t);
+	ktune_close(ctx);
 }
 
 /* Several threads, each with its own stream and output, on one context. */
@@ -132,7 +132,6 @@ static void *thread_main(void *p)
 static void test_dispatch__concurrent_calls_from_threads(void **state)
 {
 	enum { THREADS = 4 };
-	struct ktune_tuner *t;
 	struct ktune_worker *w;
 	struct ktune_err e;
 	struct thread_arg args[THREADS];
@@ -140,8 +139,8 @@ static void test_dispatch__concurrent_calls_from_threads(void **state)
 	int pushed;
 	(void)state;
 
-	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
-	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	ktune_ctx *ctx;
+	assert_int_equal(ktune_open(db_path, 0, &ctx, e.msg, sizeof(e.msg)), KTUNE_OK);
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
 	/* the tuned split-K key and an untuned one */
@@ -176,7 +175,7 @@ static void test_dispatch__concurrent_calls_from_threads(void **state)
 		}
 	}
 	ktune__worker_close(w);
-	ktune__tuner_close(t);
+	ktune_close(ctx);
 }
 
 /* With no database, an sm_90 GPU dispatches the tuning shipped in the library. */
@@ -229,10 +228,10 @@ static void test_dispatch__negative_cache_skips_failed_configs(void **state)
 	int n, pruned;
 	(void)state;
 
-	assert_int_equal(ktune__tuner_open(db_path, 0, &t, &e), KTUNE_OK);
-	ktune_ctx *ctx = ktune__tuner_ctx(t);
+	assert_int_equal(ktune__tuner_open(db_path, 0, test_program("../ktune"), &t, &e), KTUNE_OK);
+	const struct ktune_hello *dev = ktune__tuner_device(t);
 	/* the candidates the tuner will sample, and a failure recorded for the first */
-	assert_int_equal(ktune__gemm_candidates(&key, ctx->id.sm_count, ctx->smem_optin, o.budget,
+	assert_int_equal(ktune__gemm_candidates(&key, dev->id.sm_count, dev->smem_optin, o.budget,
 						o.seed, &cfgs, &n, &pruned, &e), KTUNE_OK);
 	assert_int_equal(n, 12);
 	snprintf(bad.family, sizeof(bad.family), "gemm");
@@ -242,8 +241,8 @@ static void test_dispatch__negative_cache_skips_failed_configs(void **state)
 	snprintf(bad.status, sizeof(bad.status), "%s", KTUNE_TRIAL_WRONG);
 	snprintf(bad.nvrtc_version, sizeof(bad.nvrtc_version), "%s", ktune__nvrtc_version());
 	snprintf(bad.driver_version, sizeof(bad.driver_version), "%d.%d",
-		 ctx->driver_version / 1000, ctx->driver_version % 1000 / 10);
-	assert_int_equal(ktune__db_put_trials(ktune__tuner_db(t), &ctx->id, &bad, 1, &e), KTUNE_OK);
+		 dev->driver_version / 1000, dev->driver_version % 1000 / 10);
+	assert_int_equal(ktune__db_put_trials(ktune__tuner_db(t), &dev->id, &bad, 1, &e), KTUNE_OK);
 	free(cfgs);
 
 	if (ktune__tune_key(t, &key, &o, &r, &e))

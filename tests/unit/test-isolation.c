@@ -1,0 +1,180 @@
+/*
+ * test-isolation.c - the tuner's orchestration without a GPU: a fake worker
+ * (fake-worker.c) plants candidates that crash the context, kill the worker,
+ * hang, compute wrong numbers, fail to compile, hang NVRTC or kill it; the
+ * tuner must record each with the right status, restart workers, pick a good
+ * winner, and skip the failures next time (the negative cache).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include "test_paths.h"
+#include "tuner/candidates.h"
+#include "tuner/tuner.h"
+
+static char dir[4096], db_path[4200];
+
+static int setup(void **state)
+{
+	const char *base = getenv("KTUNE_TEST_TMP");
+	(void)state;
+	if (base && *base)
+		ktune__mkdirs(base, NULL);
+	snprintf(dir, sizeof(dir), "%s/isolation-XXXXXX", base && *base ? base : "/tmp");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(db_path, sizeof(db_path), "%s/tuned.db", dir);
+	setenv("KTUNE_FAKE_STATE", dir, 1);
+	return 0;
+}
+
+static const char *fake_worker(void)
+{
+	return test_program("fake-worker");
+}
+
+/* The (config, status) failures stored for a key. */
+struct failures {
+	char config[32][256];
+	char status[32][16];
+	int n;
+};
+
+static int note(const char *config, const char *status, void *arg)
+{
+	struct failures *f = arg;
+	if (f->n < 32) {
+		snprintf(f->config[f->n], sizeof(f->config[0]), "%s", config);
+		snprintf(f->status[f->n], sizeof(f->status[0]), "%s", status);
+		f->n++;
+	}
+	return 0;
+}
+
+static const char *status_of(const struct failures *f, const char *config)
+{
+	for (int i = 0; i < f->n; i++)
+		if (!strcmp(f->config[i], config))
+			return f->status[i];
+	return "ok";
+}
+
+/* Candidates i and j compile to different kernels. */
+static int distinct_kernels(const struct ktune_gemm_config *c, const int *picked, int npicked, int i)
+{
+	for (int j = 0; j < npicked; j++)
+		if (ktune__gemm_same_kernel(&c[picked[j]], &c[i]))
+			return 0;
+	return 1;
+}
+
+static void test_isolation__planted_candidates(void **state)
+{
+	static const char *actions[] = { "crash", "hang", "compile_error", "wrong",
+					 "compile_hang", "die_once", "die", "compile_die" };
+	enum { NPLANT = sizeof(actions) / sizeof(actions[0]) };
+	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 't', 256, 256, 256, 1 };
+	struct ktune_tune_options o = { .budget = 40, .seed = 9, .finalists = 4, .jobs = 2,
+					.timeout_s = 0.5, .compile_timeout_s = 1.5, .progress = NULL };
+	if (getenv("KTUNE_TEST_VERBOSE"))
+		o.progress = stderr;
+	struct ktune_gemm_config *cfgs;
+	struct ktune_tuner *t;
+	struct ktune_tune_report r;
+	struct ktune_err e;
+	char plan[4096] = "", text[NPLANT][256];
+	int n, pruned, picked[NPLANT], npicked = 0;
+	(void)state;
+
+	/* plant on candidates of distinct kernels, so a compile action hits one of them */
+	assert_int_equal(ktune__gemm_candidates(&key, 132, 232448, o.budget, o.seed, &cfgs, &n,
+						&pruned, &e), KTUNE_OK);
+	for (int i = 0; i < n && npicked < NPLANT; i++)
+		if (distinct_kernels(cfgs, picked, npicked, i))
+			picked[npicked++] = i;
+	assert_int_equal(npicked, NPLANT);
+	for (int i = 0; i < NPLANT; i++) {
+		ktune__gemm_config_format(&cfgs[picked[i]], text[i], sizeof(text[i]));
+		snprintf(plan + strlen(plan), sizeof(plan) - strlen(plan), "%s%s=%s", i ? ";" : "",
+			 actions[i], text[i]);
+	}
+	setenv("KTUNE_FAKE_PLAN", plan, 1);
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	double t0 = ktune__now();
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	double took = ktune__now() - t0;
+	assert_true(r.ok > 0);
+	for (int i = 0; i < NPLANT; i++)
+		assert_string_not_equal(r.result.config, text[i]);
+
+	struct failures f = { .n = 0 };
+	char driver[] = "13.0";
+	assert_int_equal(ktune__db_failed_configs(ktune__tuner_db(t), &ktune__tuner_device(t)->id,
+						  &r.result.key, r.result.template_hash,
+						  ktune__nvrtc_version(), driver, note, &f, &e), KTUNE_OK);
+	assert_string_equal(status_of(&f, text[0]), "crashed");
+	assert_string_equal(status_of(&f, text[1]), "timeout");
+	assert_string_equal(status_of(&f, text[2]), "compile_error");
+	assert_string_equal(status_of(&f, text[3]), "wrong");
+	assert_string_equal(status_of(&f, text[4]), "timeout");
+	assert_string_equal(status_of(&f, text[5]), "ok"); /* died once, fine the second time */
+	assert_string_equal(status_of(&f, text[6]), "crashed");
+	assert_string_equal(status_of(&f, text[7]), "compile_error");
+	/* a worker for the start, and fresh ones after: crash, hang, compile hang, 2 x die, die_once,
+	 * 2 x compile_die */
+	assert_true(ktune__tuner_worker_starts(t) >= 9);
+	/* the deadlines held: nothing waited much longer than its timeout */
+	assert_true(took < 30);
+
+	/* the negative cache: next time the failed ones are not tried */
+	struct ktune_tune_report again;
+	if (ktune__tune_key(t, &key, &o, &again, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(again.known_bad, f.n);
+	assert_true(f.n >= NPLANT - 1);
+	assert_int_equal(again.worker_restarts, 0);
+	assert_int_equal(again.result.candidates, r.result.candidates - f.n);
+	ktune__tuner_close(t);
+	free(cfgs);
+	unsetenv("KTUNE_FAKE_PLAN");
+}
+
+static void test_isolation__missing_worker_is_a_clear_error(void **state)
+{
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	(void)state;
+	assert_int_not_equal(ktune__tuner_open(db_path, 0, "/nonexistent/ktune", &t, &e), KTUNE_OK);
+	assert_null(t);
+	assert_non_null(strstr(e.msg, "/nonexistent/ktune"));
+}
+
+static void test_isolation__run_timeout_is_derived_from_the_key(void **state)
+{
+	struct ktune_key small = { "gemm", KTUNE_F16, 'n', 't', 64, 64, 64, 1 };
+	struct ktune_key big = { "gemm", KTUNE_F16, 'n', 'n', 65536, 65536, 65536, 1 };
+	struct ktune_key mid = { "gemm", KTUNE_F16, 'n', 'n', 16384, 16384, 16384, 1 };
+	(void)state;
+	assert_true(ktune__run_timeout(&small, 0) == 2);  /* the floor */
+	assert_true(ktune__run_timeout(&big, 0) == 60);   /* the cap */
+	double m = ktune__run_timeout(&mid, 0);           /* 1000 x 11 ms */
+	assert_true(m > 10 && m < 12);
+	assert_true(ktune__run_timeout(&big, 0.25) == 0.25); /* --timeout wins */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_isolation__planted_candidates),
+		cmocka_unit_test(test_isolation__missing_worker_is_a_clear_error),
+		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
