@@ -5,6 +5,7 @@
 #   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench]     (default: all)
 #
 #   tests  the GPU tests and the example program
+#   quick  the dispatch and planted-candidate tests alone
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show and verify
 #   bench  host overhead of ktune_gemm
@@ -43,8 +44,13 @@ for step in $steps; do
 	tests)
 		run tests.log $B/tests/test-gemm-gpu
 		run tests.log $B/tests/test-dispatch-gpu
+		run tests.log $B/tests/test-planted-gpu
 		run tests.log env KTUNE_DB=/tmp/example.db $B/examples/gemm_example 16 4096 4096
 		run tests.log env KTUNE_DB=/tmp/example.db $B/examples/gemm_example 333 1000 77
+		;;
+	quick)
+		run tests.log $B/tests/test-dispatch-gpu
+		run tests.log env KTUNE_TEST_VERBOSE=1 $B/tests/test-planted-gpu
 		;;
 	tune)
 		run tune.log $B/ktune tune gemm -m 16 -n 4096 -k 4096 --dtype f16 --layout nt

@@ -4,17 +4,55 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/templates.h"
 #include "tuner/candidates.h"
 #include "tuner/client.h"
+#include "tuner/nvml.h"
 #include "tuner/tuner.h"
 
 struct ktune_tuner {
 	struct ktune_db *db;
 	struct ktune_client *client;
 	char driver[32]; /* "13.0" */
+	struct ktune_nvml *nvml; /* NULL: NVML absent, measurements unchecked */
+	int pids_match;          /* NVML lists our worker under its own pid */
 };
+
+/* Full measurements repeated while NVML says the GPU was disturbed. */
+#define MEASURE_ATTEMPTS 3
+
+/*
+ * Measurement hygiene through NVML: another process on the GPU or clocks
+ * pulled down by heat or power brakes make a measurement disturbed.
+ */
+static void hygiene_open(struct ktune_tuner *t)
+{
+	struct ktune_err e;
+	struct ktune_gpu_sample s;
+	if (ktune__nvml_open(ktune__client_hello(t->client)->uuid, &t->nvml, &e)) {
+		fprintf(stderr, "ktune: %s: measurements are not checked for other processes or "
+			"throttling\n", e.msg);
+		t->nvml = NULL;
+		return;
+	}
+	/* pids match unless NVML sees another pid namespace (containers) */
+	if (!ktune__nvml_sample(t->nvml, &s, &e))
+		t->pids_match = ktune__nvml_sample_has_pid(&s, ktune__client_pid(t->client));
+}
+
+static int hygiene_sample(struct ktune_tuner *t, struct ktune_gpu_sample *s)
+{
+	return t->nvml && ktune__nvml_sample(t->nvml, s, NULL) == KTUNE_OK;
+}
+
+static int hygiene_verdict(struct ktune_tuner *t, const struct ktune_gpu_sample *before,
+			   const struct ktune_gpu_sample *after, struct ktune_nvml_verdict *v)
+{
+	pid_t ours = ktune__client_pid(t->client);
+	return ktune__nvml_verdict(before, after, t->pids_match ? &ours : NULL, 1, v);
+}
 
 int ktune__tuner_open(const char *db_path, int device, const char *worker_exe,
 		      struct ktune_tuner **out, struct ktune_err *e)
@@ -37,6 +75,7 @@ int ktune__tuner_open(const char *db_path, int device, const char *worker_exe,
 	const struct ktune_hello *h = ktune__client_hello(t->client);
 	snprintf(t->driver, sizeof(t->driver), "%d.%d", h->driver_version / 1000,
 		 h->driver_version % 1000 / 10);
+	hygiene_open(t);
 	*out = t;
 	return KTUNE_OK;
 fail:
@@ -49,6 +88,7 @@ void ktune__tuner_close(struct ktune_tuner *t)
 	if (!t)
 		return;
 	ktune__client_close(t->client);
+	ktune__nvml_close(t->nvml);
 	ktune__db_close(t->db);
 	free(t);
 }
@@ -329,15 +369,37 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		goto out;
 	}
 
-	/* Measure: the fastest few by the full protocol. */
+	/* Measure: the fastest few and cuBLAS by the full protocol, on an undisturbed GPU. */
 	qsort(c, (size_t)n, sizeof(*c), by_time);
 	int finalists = o->finalists > 0 ? o->finalists : 8;
 	if (finalists > r->ok)
 		finalists = r->ok;
-	for (int i = 0; i < finalists; i++)
-		if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE, timeout,
-					    &c[i].trial, &c[i].timing, e)))
-			goto out;
+	struct ktune_check cb_check;
+	struct ktune_timing cb_time;
+	for (int attempt = 1;; attempt++) {
+		struct ktune_gpu_sample before, after;
+		int sampled = hygiene_sample(t, &before);
+		for (int i = 0; i < finalists; i++)
+			if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE,
+						    timeout, &c[i].trial, &c[i].timing, e)))
+				goto out;
+		r->has_cublas = ktune__client_cublas(t->client, timeout, &cb_check, &cb_time, NULL) ==
+				KTUNE_OK;
+		if (!sampled || !hygiene_sample(t, &after))
+			break;
+		struct ktune_nvml_verdict v;
+		if (!hygiene_verdict(t, &before, &after, &v))
+			break;
+		if (attempt == MEASURE_ATTEMPTS) {
+			snprintf(r->disturbed, sizeof(r->disturbed), "%s", v.reason);
+			progress(o, "  measured %d times, disturbed each time: %s; stored with a note\n",
+				 attempt, v.reason);
+			break;
+		}
+		progress(o, "  measurement disturbed (%s): measuring again\n", v.reason);
+		if (v.throttle)
+			sleep(2); /* let the clocks recover */
+	}
 	qsort(c, (size_t)finalists, sizeof(*c), by_time);
 	if (strcmp(c[0].trial.status, KTUNE_TRIAL_OK)) {
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: every finalist failed on its second run: %s",
@@ -357,12 +419,9 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	res->err_max = c[0].trial.err_max;
 	res->candidates = n;
 
-	struct ktune_check cb_check;
-	struct ktune_timing cb_time;
-	if (ktune__client_cublas(t->client, timeout, &cb_check, &cb_time, NULL) == KTUNE_OK) {
+	if (r->has_cublas) {
 		res->cublas_us = cb_time.median_us;
 		r->cublas_err_fro = cb_check.err_fro;
-		r->has_cublas = 1;
 	}
 	res->tune_s = ktune__now() - t0;
 	for (int i = 0; i < n; i++)

@@ -40,6 +40,7 @@ struct ktune_tune_report {
 	int ok, wrong, failed, pruned; /* trial counts */
 	int known_bad;        /* configs skipped: they failed before (negative cache) */
 	int worker_restarts;  /* fresh workers started after crashes and timeouts */
+	char disturbed[160];  /* "": clean; else why NVML saw every measurement disturbed */
 	double cublas_err_fro;
 	int has_cublas;
 };

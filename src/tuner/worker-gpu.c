@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tuner/nvml.h"
 #include "tuner/protocol.h"
 
 struct gpu_worker {
@@ -23,15 +24,6 @@ static struct gpu_worker the_worker;
 void *ktune__gpu_worker_state(void)
 {
 	return &the_worker;
-}
-
-static void format_uuid(const CUuuid *u, char *buf, size_t len)
-{
-	const unsigned char *b = (const unsigned char *)u->bytes;
-	snprintf(buf, len,
-		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-		 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-		 b[14], b[15]);
 }
 
 static int gpu_hello(void *state, const struct ktune_hello_req *req, struct ktune_hello *out,
@@ -53,7 +45,7 @@ static int gpu_hello(void *state, const struct ktune_hello_req *req, struct ktun
 	    (rc = ktune__worker_open(g->ctx, &g->w, e)))
 		return rc;
 	CU_TRY(e, cuDeviceGetUuid_v2(&uuid, g->ctx->dev));
-	format_uuid(&uuid, out->uuid, sizeof(out->uuid));
+	ktune__nvml_uuid_text((const unsigned char *)uuid.bytes, out->uuid);
 	out->id = g->ctx->id;
 	out->smem_optin = g->ctx->smem_optin;
 	out->l2_bytes = g->ctx->l2_bytes;
