@@ -1,4 +1,4 @@
--- schema.sql - the tuning database's schema at version 3 (PRAGMA user_version).
+-- schema.sql - the tuning database's schema at version 4 (PRAGMA user_version).
 --
 -- Documentation only: src/db/db.c creates and migrates databases with its
 -- list of migrations, and tests/unit/test-db.c checks that a fresh database
@@ -8,8 +8,9 @@
 --
 -- Text encodings: dtype is 'f16' or 'bf16'; layout is two of 'n'/'t' for A
 -- and B ('nt': B stored [N, K], PyTorch's nn.Linear); aligned is 0 or 1;
--- created_at is ISO 8601 UTC ('2025-01-31T12:00:00Z'); times are in
--- microseconds.  A NULL time or error in trials stands for NaN.
+-- created_at and the claims' times are ISO 8601 UTC ('2025-01-31T12:00:00Z');
+-- times of kernels are in microseconds.  A NULL time or error in trials
+-- stands for NaN.
 
 -- One row per GPU model as tuned: results are per (name, arch, SM count).
 CREATE TABLE devices (
@@ -47,6 +48,7 @@ CREATE TABLE results (
 	created_at TEXT NOT NULL,
 	p20_us REAL NOT NULL DEFAULT 0, -- version 2
 	p80_us REAL NOT NULL DEFAULT 0, -- version 2
+	measure_note TEXT NOT NULL DEFAULT '', -- version 4: '' if clean, else what disturbed the timing
 	PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned)
 );
 
@@ -77,4 +79,27 @@ CREATE TABLE trials (
 -- Version 2.
 CREATE INDEX trials_key ON trials (device_id, op, dtype, layout, m, n, k, aligned);
 
-PRAGMA user_version = 3;
+-- Version 4: the keys that sweeps are tuning now, so that concurrent sweeps
+-- tune each (device, key) once.  A row is taken when a sweep starts on the
+-- key and deleted with the result it stores (or when it gives up).  A claim
+-- whose heartbeat is older than the lease (10 minutes), or whose process is
+-- gone from this host, is stale: the next sweep takes it over.
+CREATE TABLE claims (
+	device_id INTEGER NOT NULL REFERENCES devices (id),
+	op TEXT NOT NULL,
+	dtype TEXT NOT NULL,
+	layout TEXT NOT NULL,
+	m INTEGER NOT NULL,
+	n INTEGER NOT NULL,
+	k INTEGER NOT NULL,
+	aligned INTEGER NOT NULL,
+	template_hash TEXT NOT NULL, -- the template source being tuned
+	owner TEXT NOT NULL,         -- one sweep: 'gpu3:4242:9f86d081884c7d65' (host:pid:random)
+	pid INTEGER NOT NULL,        -- the owner's process
+	host TEXT NOT NULL,          -- where pid is meaningful: 'gpu3 pid:[4026531836]' (name, pid namespace)
+	claimed_at TEXT NOT NULL,
+	heartbeat_at TEXT NOT NULL,  -- the owner was last known alive
+	PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned)
+);
+
+PRAGMA user_version = 4;

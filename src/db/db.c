@@ -1,7 +1,7 @@
 /*
  * db.c - the tuning database in SQLite: open with checks that a foreign,
  * damaged or newer file is refused untouched, forward migrations, and the
- * reads and writes of results and trials.
+ * reads and writes of results and trials (claims on keys: claims.c).
  *
  * Every statement is prepared with bound parameters.  A write is one
  * BEGIN IMMEDIATE ... COMMIT, rolled back on any failure, so a reader (WAL
@@ -24,12 +24,8 @@
 
 #include "common.h"
 #include "db.h"
+#include "db/db-internal.h"
 #include "db/share.h" /* ktune__policy_decide */
-
-struct ktune_db {
-	sqlite3 *h;
-	char *path;
-};
 
 /*
  * Migration i takes a database from user_version i to i + 1 and sets
@@ -101,6 +97,29 @@ static const char *const migrations[] = {
 	"ALTER TABLE trials ADD COLUMN nvrtc_version TEXT NOT NULL DEFAULT '';"
 	"ALTER TABLE trials ADD COLUMN driver_version TEXT NOT NULL DEFAULT '';"
 	"PRAGMA user_version = 3;",
+
+	/*
+	 * 4: claims, so that concurrent sweeps tune each (device, key) once;
+	 * results say whether their measurement was disturbed.
+	 */
+	"CREATE TABLE claims ("
+	" device_id INTEGER NOT NULL REFERENCES devices (id),"
+	" op TEXT NOT NULL,"
+	" dtype TEXT NOT NULL,"
+	" layout TEXT NOT NULL,"
+	" m INTEGER NOT NULL,"
+	" n INTEGER NOT NULL,"
+	" k INTEGER NOT NULL,"
+	" aligned INTEGER NOT NULL,"
+	" template_hash TEXT NOT NULL,"
+	" owner TEXT NOT NULL,"
+	" pid INTEGER NOT NULL,"
+	" host TEXT NOT NULL,"
+	" claimed_at TEXT NOT NULL,"
+	" heartbeat_at TEXT NOT NULL,"
+	" PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned));"
+	"ALTER TABLE results ADD COLUMN measure_note TEXT NOT NULL DEFAULT '';"
+	"PRAGMA user_version = 4;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == KTUNE_DB_SCHEMA_VERSION,
@@ -111,14 +130,14 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == KTUNE_DB_SCHEMA_VER
 	"d.name, d.arch, d.sm_count, r.op, r.dtype, r.layout, r.m, r.n, r.k, r.aligned," \
 	" r.family, r.config, r.template_hash, r.time_us, r.p20_us, r.p80_us, r.tflops,"  \
 	" r.cublas_us, r.err_fro, r.err_max, r.candidates, r.tune_s, r.nvrtc_version,"    \
-	" r.driver_version, r.ktune_version, r.protocol, r.created_at"
+	" r.driver_version, r.ktune_version, r.protocol, r.created_at, r.measure_note"
 
 enum result_column {
 	COL_NAME, COL_ARCH, COL_SM_COUNT, COL_OP, COL_DTYPE, COL_LAYOUT, COL_M, COL_N, COL_K,
 	COL_ALIGNED, COL_FAMILY, COL_CONFIG, COL_TEMPLATE_HASH, COL_TIME_US, COL_P20_US,
 	COL_P80_US, COL_TFLOPS, COL_CUBLAS_US, COL_ERR_FRO, COL_ERR_MAX, COL_CANDIDATES,
 	COL_TUNE_S, COL_NVRTC_VERSION, COL_DRIVER_VERSION, COL_KTUNE_VERSION, COL_PROTOCOL,
-	COL_CREATED_AT, COL_COUNT
+	COL_CREATED_AT, COL_MEASURE_NOTE, COL_COUNT
 };
 
 #define RESULT_FROM " FROM results r JOIN devices d ON d.id = r.device_id"
@@ -161,11 +180,11 @@ static const char sql_put_result[] =
 	"INSERT OR REPLACE INTO results (device_id, op, dtype, layout, m, n, k, aligned,"
 	" family, config, template_hash, time_us, p20_us, p80_us, tflops, cublas_us,"
 	" err_fro, err_max, candidates, tune_s, nvrtc_version, driver_version,"
-	" ktune_version, protocol, created_at)"
+	" ktune_version, protocol, created_at, measure_note)"
 	" VALUES (:device_id, :op, :dtype, :layout, :m, :n, :k, :aligned,"
 	" :family, :config, :template_hash, :time_us, :p20_us, :p80_us, :tflops, :cublas_us,"
 	" :err_fro, :err_max, :candidates, :tune_s, :nvrtc_version, :driver_version,"
-	" :ktune_version, :protocol, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))";
+	" :ktune_version, :protocol, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), :measure_note)";
 
 static const char sql_put_trial[] =
 	"INSERT INTO trials (device_id, op, dtype, layout, m, n, k, aligned, family, config,"
@@ -242,7 +261,7 @@ static int layout_parse(const char *s, char *trans_a, char *trans_b)
  * size even if the caller left it unterminated, and SQLite copies it, so a
  * binding never points into a stack frame that has gone.
  */
-static int bind_text(sqlite3_stmt *st, const char *name, const char *s, size_t cap)
+int ktune__db_bind_text(sqlite3_stmt *st, const char *name, const char *s, size_t cap)
 {
 	int i = sqlite3_bind_parameter_index(st, name);
 
@@ -251,9 +270,7 @@ static int bind_text(sqlite3_stmt *st, const char *name, const char *s, size_t c
 	return sqlite3_bind_text(st, i, s, (int)strnlen(s, cap), SQLITE_TRANSIENT);
 }
 
-#define BIND_FIELD(st, name, field) bind_text((st), (name), (field), sizeof(field))
-
-static int bind_int(sqlite3_stmt *st, const char *name, sqlite3_int64 v)
+int ktune__db_bind_int(sqlite3_stmt *st, const char *name, sqlite3_int64 v)
 {
 	int i = sqlite3_bind_parameter_index(st, name);
 
@@ -268,37 +285,38 @@ static int bind_real(sqlite3_stmt *st, const char *name, double v)
 	return i ? sqlite3_bind_double(st, i, v) : SQLITE_RANGE;
 }
 
-static int bind_device(sqlite3_stmt *st, const struct ktune_device_id *dev)
+int ktune__db_bind_device(sqlite3_stmt *st, const struct ktune_device_id *dev)
 {
 	int rc;
 
 	if ((rc = BIND_FIELD(st, ":name", dev->name)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":arch", dev->arch)) != SQLITE_OK ||
-	    (rc = bind_int(st, ":sm_count", dev->sm_count)) != SQLITE_OK)
+	    (rc = ktune__db_bind_int(st, ":sm_count", dev->sm_count)) != SQLITE_OK)
 		return rc;
 	return SQLITE_OK;
 }
 
 /* Binds :op ... :aligned; dtype and layout are the key's encoded texts. */
-static int bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char *dtype,
-		    const char *layout)
+int ktune__db_bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char *dtype,
+		       const char *layout)
 {
 	int rc;
 
 	if ((rc = BIND_FIELD(st, ":op", key->op)) != SQLITE_OK ||
-	    (rc = bind_text(st, ":dtype", dtype, 8)) != SQLITE_OK ||
-	    (rc = bind_text(st, ":layout", layout, 3)) != SQLITE_OK ||
-	    (rc = bind_int(st, ":m", key->m)) != SQLITE_OK ||
-	    (rc = bind_int(st, ":n", key->n)) != SQLITE_OK ||
-	    (rc = bind_int(st, ":k", key->k)) != SQLITE_OK ||
-	    (rc = bind_int(st, ":aligned", key->aligned != 0)) != SQLITE_OK)
+	    (rc = ktune__db_bind_text(st, ":dtype", dtype, 8)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_text(st, ":layout", layout, 3)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_int(st, ":m", key->m)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_int(st, ":n", key->n)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_int(st, ":k", key->k)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_int(st, ":aligned", key->aligned != 0)) != SQLITE_OK)
 		return rc;
 	return SQLITE_OK;
 }
 
 /* Checks a key and encodes its dtype and layout; `what` names the record in the message. */
-static int check_key(const struct ktune_db *db, const struct ktune_key *key, const char *what,
-		     const char **dtype, char layout[3], struct ktune_err *e)
+int ktune__db_check_key(const struct ktune_db *db, const struct ktune_key *key,
+			const char *what, const char **dtype, char layout[3],
+			struct ktune_err *e)
 {
 	if (strnlen(key->op, sizeof(key->op)) == 0)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "%s for database '%s' has no op", what,
@@ -319,8 +337,8 @@ static int check_key(const struct ktune_db *db, const struct ktune_key *key, con
 	return KTUNE_OK;
 }
 
-static int check_device(const struct ktune_db *db, const struct ktune_device_id *dev,
-			struct ktune_err *e)
+int ktune__db_check_device(const struct ktune_db *db, const struct ktune_device_id *dev,
+			   struct ktune_err *e)
 {
 	if (strnlen(dev->name, sizeof(dev->name)) == 0 || strnlen(dev->arch, sizeof(dev->arch)) == 0)
 		return ktune__fail(e, KTUNE_ERR_INVALID,
@@ -373,7 +391,8 @@ static int read_result(const struct ktune_db *db, sqlite3_stmt *st, struct ktune
 	    (ret = COLUMN_FIELD(db, st, COL_DRIVER_VERSION, r->driver_version, e)) != KTUNE_OK ||
 	    (ret = COLUMN_FIELD(db, st, COL_KTUNE_VERSION, r->ktune_version, e)) != KTUNE_OK ||
 	    (ret = COLUMN_FIELD(db, st, COL_PROTOCOL, r->protocol, e)) != KTUNE_OK ||
-	    (ret = COLUMN_FIELD(db, st, COL_CREATED_AT, r->created_at, e)) != KTUNE_OK)
+	    (ret = COLUMN_FIELD(db, st, COL_CREATED_AT, r->created_at, e)) != KTUNE_OK ||
+	    (ret = COLUMN_FIELD(db, st, COL_MEASURE_NOTE, r->measure_note, e)) != KTUNE_OK)
 		return ret;
 	if (dtype_parse(dtype, &r->key.dtype) != 0)
 		return ktune__fail(e, KTUNE_ERR_DB, "database '%s': results row has unknown dtype '%s'",
@@ -399,7 +418,8 @@ static int read_result(const struct ktune_db *db, sqlite3_stmt *st, struct ktune
 	return KTUNE_OK;
 }
 
-static int prepare(struct ktune_db *db, const char *sql, sqlite3_stmt **st, struct ktune_err *e)
+int ktune__db_prepare(struct ktune_db *db, const char *sql, sqlite3_stmt **st,
+		      struct ktune_err *e)
 {
 	if (sqlite3_prepare_v2(db->h, sql, -1, st, NULL) != SQLITE_OK)
 		return ktune__fail(e, KTUNE_ERR_DB, "cannot prepare a statement on database '%s': %s",
@@ -428,7 +448,29 @@ out:
 	return rc;
 }
 
-static void rollback(struct ktune_db *db)
+/*
+ * Every write transaction is BEGIN IMMEDIATE: it takes the write lock at
+ * once, waiting up to the busy timeout for another writer.  A deferred one
+ * that reads first and then writes cannot wait (SQLite answers SQLITE_BUSY at
+ * once when another connection wrote since its read began).
+ */
+int ktune__db_begin(struct ktune_db *db, struct ktune_err *e)
+{
+	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot write to database '%s': %s", db->path,
+				   sqlite3_errmsg(db->h));
+	return KTUNE_OK;
+}
+
+int ktune__db_commit(struct ktune_db *db, struct ktune_err *e)
+{
+	if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
+				   sqlite3_errmsg(db->h));
+	return KTUNE_OK;
+}
+
+void ktune__db_rollback(struct ktune_db *db)
 {
 	if (!sqlite3_get_autocommit(db->h))
 		sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
@@ -626,7 +668,7 @@ static int inspect(struct ktune_db *db, long *version, struct ktune_err *e)
 		goto out;
 	}
 out:
-	rollback(db);
+	ktune__db_rollback(db);
 	return ret;
 }
 
@@ -672,7 +714,7 @@ static int migrate(struct ktune_db *db, long version, struct ktune_err *e)
 	}
 out:
 	if (ret != KTUNE_OK)
-		rollback(db);
+		ktune__db_rollback(db);
 	return ret;
 }
 
@@ -758,7 +800,11 @@ int ktune__db_open(const char *path, int create, struct ktune_db **out, struct k
 				  db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
 		goto out;
 	}
-	sqlite3_busy_timeout(db->h, 10000);
+	/*
+	 * Writers queue: concurrent sweeps, imports and migrations each hold the
+	 * write lock for one short transaction, so waiting beats failing.
+	 */
+	sqlite3_busy_timeout(db->h, KTUNE_DB_BUSY_TIMEOUT_MS);
 
 	if ((ret = inspect(db, &version, e)) != KTUNE_OK ||
 	    (ret = configure(db, e)) != KTUNE_OK ||
@@ -786,17 +832,17 @@ const char *ktune__db_path(const struct ktune_db *db)
 }
 
 /* The device's row id, inserting the device if it is new; inside the caller's transaction. */
-static int device_id(struct ktune_db *db, const struct ktune_device_id *dev, sqlite3_int64 *id,
-		     struct ktune_err *e)
+int ktune__db_device_id(struct ktune_db *db, const struct ktune_device_id *dev,
+			sqlite3_int64 *id, struct ktune_err *e)
 {
 	sqlite3_stmt *ins = NULL, *sel = NULL;
 	int ret;
 
-	if ((ret = prepare(db, sql_put_device, &ins, e)) != KTUNE_OK ||
-	    (ret = prepare(db, sql_device_id, &sel, e)) != KTUNE_OK)
+	if ((ret = ktune__db_prepare(db, sql_put_device, &ins, e)) != KTUNE_OK ||
+	    (ret = ktune__db_prepare(db, sql_device_id, &sel, e)) != KTUNE_OK)
 		goto out;
-	if (bind_device(ins, dev) != SQLITE_OK || sqlite3_step(ins) != SQLITE_DONE ||
-	    bind_device(sel, dev) != SQLITE_OK || sqlite3_step(sel) != SQLITE_ROW) {
+	if (ktune__db_bind_device(ins, dev) != SQLITE_OK || sqlite3_step(ins) != SQLITE_DONE ||
+	    ktune__db_bind_device(sel, dev) != SQLITE_OK || sqlite3_step(sel) != SQLITE_ROW) {
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store device '%s' in database '%s': %s",
 				  dev->name, db->path, sqlite3_errmsg(db->h));
 		goto out;
@@ -813,8 +859,8 @@ static int bind_result(sqlite3_stmt *st, sqlite3_int64 device, const struct ktun
 {
 	int rc;
 
-	if ((rc = bind_int(st, ":device_id", device)) != SQLITE_OK ||
-	    (rc = bind_key(st, &r->key, dtype, layout)) != SQLITE_OK ||
+	if ((rc = ktune__db_bind_int(st, ":device_id", device)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_key(st, &r->key, dtype, layout)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":family", r->family)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":config", r->config)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":template_hash", r->template_hash)) != SQLITE_OK ||
@@ -825,7 +871,7 @@ static int bind_result(sqlite3_stmt *st, sqlite3_int64 device, const struct ktun
 	    (rc = bind_real(st, ":cublas_us", r->cublas_us)) != SQLITE_OK ||
 	    (rc = bind_real(st, ":err_fro", r->err_fro)) != SQLITE_OK ||
 	    (rc = bind_real(st, ":err_max", r->err_max)) != SQLITE_OK ||
-	    (rc = bind_int(st, ":candidates", r->candidates)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_int(st, ":candidates", r->candidates)) != SQLITE_OK ||
 	    (rc = bind_real(st, ":tune_s", r->tune_s)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":nvrtc_version", r->nvrtc_version)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":driver_version", r->driver_version)) != SQLITE_OK ||
@@ -840,8 +886,8 @@ static int bind_trial(sqlite3_stmt *st, sqlite3_int64 device, const struct ktune
 {
 	int rc;
 
-	if ((rc = bind_int(st, ":device_id", device)) != SQLITE_OK ||
-	    (rc = bind_key(st, &t->key, dtype, layout)) != SQLITE_OK ||
+	if ((rc = ktune__db_bind_int(st, ":device_id", device)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_key(st, &t->key, dtype, layout)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":family", t->family)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":config", t->config)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":template_hash", t->template_hash)) != SQLITE_OK ||
@@ -887,11 +933,12 @@ static int insert_trials(struct ktune_db *db, sqlite3_int64 dev, const struct kt
 	char layout[3], what[32];
 	int ret = KTUNE_OK;
 
-	if (ntrials > 0 && (ret = prepare(db, sql_put_trial, &st, e)) != KTUNE_OK)
+	if (ntrials > 0 && (ret = ktune__db_prepare(db, sql_put_trial, &st, e)) != KTUNE_OK)
 		return ret;
 	for (int i = 0; i < ntrials; i++) {
 		snprintf(what, sizeof(what), "trial %d", i);
-		if ((ret = check_key(db, &trials[i].key, what, &dtype, layout, e)) != KTUNE_OK)
+		ret = ktune__db_check_key(db, &trials[i].key, what, &dtype, layout, e);
+		if (ret != KTUNE_OK)
 			break;
 		sqlite3_reset(st);
 		if (bind_trial(st, dev, &trials[i], dtype, layout) != SQLITE_OK ||
@@ -913,18 +960,16 @@ int ktune__db_put_trials(struct ktune_db *db, const struct ktune_device_id *dev,
 
 	if (!db || !dev || ntrials < 0 || (ntrials > 0 && !trials))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store trials");
-	if ((ret = check_device(db, dev, e)) != KTUNE_OK)
+	if ((ret = ktune__db_check_device(db, dev, e)) != KTUNE_OK)
 		return ret;
-	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-		return ktune__fail(e, KTUNE_ERR_DB, "cannot write to database '%s': %s", db->path,
-				   sqlite3_errmsg(db->h));
-	if ((ret = device_id(db, dev, &id, e)) == KTUNE_OK &&
-	    (ret = insert_trials(db, id, trials, ntrials, e)) == KTUNE_OK &&
-	    sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
-				  sqlite3_errmsg(db->h));
+	/* The key's claim stays: its owner decides whether to try again or release it. */
+	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
+		return ret;
+	if ((ret = ktune__db_device_id(db, dev, &id, e)) == KTUNE_OK &&
+	    (ret = insert_trials(db, id, trials, ntrials, e)) == KTUNE_OK)
+		ret = ktune__db_commit(db, e);
 	if (ret != KTUNE_OK)
-		rollback(db);
+		ktune__db_rollback(db);
 	return ret;
 }
 
@@ -937,11 +982,12 @@ static int prepare_trial_query(struct ktune_db *db, const char *sql,
 	char layout[3];
 	int ret;
 
-	if ((ret = check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
-	    (ret = prepare(db, sql, st, e)) != KTUNE_OK)
+	if ((ret = ktune__db_check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = ktune__db_prepare(db, sql, st, e)) != KTUNE_OK)
 		return ret;
-	if (bind_device(*st, dev) != SQLITE_OK || bind_key(*st, key, dtype, layout) != SQLITE_OK ||
-	    bind_text(*st, ":hash", template_hash, 65) != SQLITE_OK)
+	if (ktune__db_bind_device(*st, dev) != SQLITE_OK ||
+	    ktune__db_bind_key(*st, key, dtype, layout) != SQLITE_OK ||
+	    ktune__db_bind_text(*st, ":hash", template_hash, 65) != SQLITE_OK)
 		return ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
 				   sqlite3_errmsg(db->h));
 	return KTUNE_OK;
@@ -960,8 +1006,8 @@ int ktune__db_failed_configs(struct ktune_db *db, const struct ktune_device_id *
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to read failed trials");
 	if ((ret = prepare_trial_query(db, sql_failed_configs, dev, key, template_hash, &st, e)))
 		goto out;
-	if (bind_text(st, ":nvrtc_version", nvrtc_version, 32) != SQLITE_OK ||
-	    bind_text(st, ":driver_version", driver_version, 32) != SQLITE_OK) {
+	if (ktune__db_bind_text(st, ":nvrtc_version", nvrtc_version, 32) != SQLITE_OK ||
+	    ktune__db_bind_text(st, ":driver_version", driver_version, 32) != SQLITE_OK) {
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
 				  sqlite3_errmsg(db->h));
 		goto out;
@@ -991,22 +1037,21 @@ int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 
 	if (!db || !r || ntrials < 0 || (ntrials > 0 && !trials))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store a result");
-	if ((ret = check_device(db, &r->device, e)) != KTUNE_OK ||
-	    (ret = check_key(db, &r->key, "result", &dtype, layout, e)) != KTUNE_OK)
+	if ((ret = ktune__db_check_device(db, &r->device, e)) != KTUNE_OK ||
+	    (ret = ktune__db_check_key(db, &r->key, "result", &dtype, layout, e)) != KTUNE_OK)
 		return ret;
 	if ((field = nan_field(r)) != NULL)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "result for database '%s' has NaN %s",
 				   db->path, field);
 
-	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot write to database '%s': %s", db->path,
-				  sqlite3_errmsg(db->h));
+	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
 		goto out;
-	}
-	if ((ret = device_id(db, &r->device, &dev, e)) != KTUNE_OK ||
-	    (ret = prepare(db, sql_put_result, &st, e)) != KTUNE_OK)
+	if ((ret = ktune__db_device_id(db, &r->device, &dev, e)) != KTUNE_OK ||
+	    (ret = ktune__db_prepare(db, sql_put_result, &st, e)) != KTUNE_OK)
 		goto out;
-	if (bind_result(st, dev, r, dtype, layout) != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE) {
+	if (bind_result(st, dev, r, dtype, layout) != SQLITE_OK ||
+	    BIND_FIELD(st, ":measure_note", r->measure_note) != SQLITE_OK ||
+	    sqlite3_step(st) != SQLITE_DONE) {
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store result in database '%s': %s",
 				  db->path, sqlite3_errmsg(db->h));
 		goto out;
@@ -1014,15 +1059,15 @@ int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 	sqlite3_finalize(st);
 	st = NULL;
 
-	if ((ret = insert_trials(db, dev, trials, ntrials, e)) != KTUNE_OK)
+	/* The key is done: whoever claimed it, its claim ends with the result. */
+	if ((ret = insert_trials(db, dev, trials, ntrials, e)) != KTUNE_OK ||
+	    (ret = ktune__db_drop_claim(db, dev, &r->key, dtype, layout, e)) != KTUNE_OK)
 		goto out;
-	if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
-				  sqlite3_errmsg(db->h));
+	ret = ktune__db_commit(db, e);
 out:
 	sqlite3_finalize(st);
 	if (ret != KTUNE_OK)
-		rollback(db);
+		ktune__db_rollback(db);
 	return ret;
 }
 
@@ -1036,10 +1081,11 @@ int ktune__db_get_result(struct ktune_db *db, const struct ktune_device_id *dev,
 
 	if (!db || !dev || !key || !out)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to look a result up");
-	if ((ret = check_key(db, key, "lookup", &dtype, layout, e)) != KTUNE_OK ||
-	    (ret = prepare(db, sql_get, &st, e)) != KTUNE_OK)
+	if ((ret = ktune__db_check_key(db, key, "lookup", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = ktune__db_prepare(db, sql_get, &st, e)) != KTUNE_OK)
 		goto out;
-	if (bind_device(st, dev) != SQLITE_OK || bind_key(st, key, dtype, layout) != SQLITE_OK) {
+	if (ktune__db_bind_device(st, dev) != SQLITE_OK ||
+	    ktune__db_bind_key(st, key, dtype, layout) != SQLITE_OK) {
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
 				  sqlite3_errmsg(db->h));
 		goto out;
@@ -1091,7 +1137,7 @@ static int bind_filter_text(sqlite3_stmt *st, const char *name, const char *s, s
 	int i;
 
 	if (strnlen(s, cap) > 0)
-		return bind_text(st, name, s, cap);
+		return ktune__db_bind_text(st, name, s, cap);
 	i = sqlite3_bind_parameter_index(st, name);
 	return i ? sqlite3_bind_null(st, i) : SQLITE_RANGE;
 }
@@ -1101,7 +1147,7 @@ static int bind_filter_int(sqlite3_stmt *st, const char *name, int64_t v)
 	int i;
 
 	if (v != 0)
-		return bind_int(st, name, v);
+		return ktune__db_bind_int(st, name, v);
 	i = sqlite3_bind_parameter_index(st, name);
 	return i ? sqlite3_bind_null(st, i) : SQLITE_RANGE;
 }
@@ -1147,7 +1193,7 @@ int ktune__db_query(struct ktune_db *db, const struct ktune_filter *f,
 
 	if (!db || !fn)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to query a database");
-	if ((ret = prepare(db, sql_query, &st, e)) != KTUNE_OK ||
+	if ((ret = ktune__db_prepare(db, sql_query, &st, e)) != KTUNE_OK ||
 	    (ret = bind_filter(db, st, f, e)) != KTUNE_OK)
 		goto out;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -1172,8 +1218,8 @@ int ktune__db_count(struct ktune_db *db, long *results, long *trials, struct ktu
 	if (!db)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to count a database");
 	/* One statement, so that both counts come from one snapshot. */
-	if ((ret = prepare(db, "SELECT (SELECT count(*) FROM results), (SELECT count(*) FROM trials)",
-			   &st, e)) != KTUNE_OK)
+	if ((ret = ktune__db_prepare(db, "SELECT (SELECT count(*) FROM results),"
+				     " (SELECT count(*) FROM trials)", &st, e)) != KTUNE_OK)
 		goto out;
 	if (sqlite3_step(st) != SQLITE_ROW) {
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot count the rows of database '%s': %s",
@@ -1220,6 +1266,7 @@ int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktun
 				  db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
 		goto out;
 	}
+	sqlite3_busy_timeout(db->h, KTUNE_DB_BUSY_TIMEOUT_MS); /* it may be another sweep's */
 	/* The schema is the file's own: run nothing it defines, write nothing. */
 	sqlite3_db_config(db->h, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
 #ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
@@ -1268,13 +1315,14 @@ static int import_one(struct ktune_db *db, sqlite3_stmt *ins, const struct ktune
 	char layout[3];
 	int ret;
 
-	if ((ret = check_device(db, &r->device, e)) != KTUNE_OK ||
-	    (ret = check_key(db, &r->key, "imported result", &dtype, layout, e)) != KTUNE_OK)
+	if ((ret = ktune__db_check_device(db, &r->device, e)) != KTUNE_OK ||
+	    (ret = ktune__db_check_key(db, &r->key, "imported result", &dtype, layout, e)) !=
+		    KTUNE_OK)
 		return ret;
 	if ((field = nan_field(r)) != NULL)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "result for database '%s' has NaN %s",
 				   db->path, field);
-	if ((ret = device_id(db, &r->device, &dev, e)) != KTUNE_OK)
+	if ((ret = ktune__db_device_id(db, &r->device, &dev, e)) != KTUNE_OK)
 		return ret;
 	sqlite3_reset(ins);
 	sqlite3_clear_bindings(ins);
@@ -1302,10 +1350,9 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 		memset(counts, 0, sizeof(*counts));
 	if (!db || n < 0 || (n > 0 && !rs))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to import results");
-	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-		return ktune__fail(e, KTUNE_ERR_DB, "cannot write to database '%s': %s", db->path,
-				   sqlite3_errmsg(db->h));
-	if ((ret = prepare(db, sql_import_result, &ins, e)) != KTUNE_OK)
+	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
+		return ret;
+	if ((ret = ktune__db_prepare(db, sql_import_result, &ins, e)) != KTUNE_OK)
 		goto out;
 	for (i = 0; i < n; i++) {
 		const struct ktune_result *r = &rs[i];
@@ -1353,16 +1400,15 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 	sqlite3_finalize(ins);
 	ins = NULL;
 	if (dry_run)
-		rollback(db);
-	else if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot commit to database '%s': %s", db->path,
-				  sqlite3_errmsg(db->h));
+		ktune__db_rollback(db);
+	else
+		ret = ktune__db_commit(db, e);
 	if (ret == KTUNE_OK && counts)
 		*counts = c;
 out:
 	sqlite3_finalize(ins);
 	if (ret != KTUNE_OK)
-		rollback(db);
+		ktune__db_rollback(db);
 	return ret;
 }
 

@@ -1,10 +1,12 @@
 /*
  * db.h - the tuning database: SQLite in WAL mode, schema versioned with
  * PRAGMA user_version and migrated forward on open.  It holds the devices,
- * the best result per (device, key) with its provenance, and every trial
- * (candidate measured or failed) with its status.
+ * the best result per (device, key) with its provenance, every trial
+ * (candidate measured or failed) with its status, and the claims of sweeps
+ * on the keys they are tuning.
  *
- * Every write is one transaction; readers never see half a result.
+ * Every write is one BEGIN IMMEDIATE transaction; readers never see half a
+ * result, and concurrent writers (other sweeps) queue for up to a minute.
  */
 #ifndef KTUNE_DB_H
 #define KTUNE_DB_H
@@ -13,7 +15,7 @@
 #include "key.h"
 
 /* The schema version this build writes; older files are migrated, newer refused. */
-#define KTUNE_DB_SCHEMA_VERSION 3
+#define KTUNE_DB_SCHEMA_VERSION 4
 
 struct ktune_db; /* opaque */
 
@@ -39,6 +41,12 @@ struct ktune_result {
 	char nvrtc_version[32], driver_version[32], ktune_version[32];
 	char protocol[256];     /* benchmark protocol, e.g. "events;l2flush;warmup=2;reps>=10;median" */
 	char created_at[32];    /* ISO 8601 UTC, set by the database on insert */
+	/*
+	 * "" when the measurement was clean, else what disturbed it that
+	 * re-measuring did not clear: "disturbed: another process (pid 12) used
+	 * the GPU".  Local to this database: neither exported nor imported.
+	 */
+	char measure_note[128];
 };
 
 /* Outcome of one candidate; status is one of the strings below. */
@@ -81,11 +89,17 @@ struct ktune_filter {
 int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e);
 void ktune__db_close(struct ktune_db *db); /* NULL is a no-op */
 
-/* Stores a result, replacing the one for the same (device, key), and its trials, in one transaction. */
+/*
+ * Stores a result, replacing the one for the same (device, key), and its
+ * trials, and ends any claim on that (device, key), in one transaction.
+ */
 int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e);
 
-/* Stores trials without a result (a key where no candidate was right), in one transaction. */
+/*
+ * Stores trials without a result (a key where no candidate was right), in
+ * one transaction.  A claim on the key stays: release it.
+ */
 int ktune__db_put_trials(struct ktune_db *db, const struct ktune_device_id *dev,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e);
 
@@ -130,6 +144,64 @@ int ktune__db_config_times(struct ktune_db *db, const struct ktune_device_id *de
 /* Number of stored results and trials. */
 int ktune__db_count(struct ktune_db *db, long *results, long *trials, struct ktune_err *e);
 
+/*
+ * Claims: concurrent sweeps on one database (one process per GPU, on one or
+ * several GPUs of one model or of different models) share out the keys.
+ * A sweep claims a (device, key) before tuning it; the result it stores ends
+ * the claim.  A claim's owner is a string unique to one sweep
+ * (ktune__db_claim_owner); the claim also records the process id and host,
+ * when it was taken and when its owner last said it was alive.
+ *
+ * A claim is stale, and taken over by the next sweep that asks, when its
+ * heartbeat is older than KTUNE_CLAIM_LEASE_S, or at once when its owner ran
+ * on this host (and pid namespace) and that process no longer exists.  An
+ * owner tuning one key for longer than the lease must heartbeat meanwhile.
+ */
+#define KTUNE_CLAIM_LEASE_S 600
+#define KTUNE_CLAIM_OWNER_MAX 128 /* bytes of an owner string, with the NUL */
+
+enum ktune_claim {
+	KTUNE_CLAIM_TAKEN = 0, /* we hold the key now: tune it, then store or release */
+	KTUNE_CLAIM_DONE = 1,  /* a result with this template source exists: skip it */
+	KTUNE_CLAIM_BUSY = 2,  /* another live owner is tuning it: come back later */
+};
+
+/*
+ * Writes a new owner string into buf: "<host name>:<pid>:<random hex>".
+ * Make one per sweep, in the process that sweeps (after any fork).
+ */
+int ktune__db_claim_owner(char *buf, size_t len, struct ktune_err *e);
+
+/*
+ * Claims (dev, key), in one transaction.  Returns KTUNE_CLAIM_DONE when a
+ * result for (dev, key) tuned with template_hash exists (unless force: a
+ * --force sweep retunes it), KTUNE_CLAIM_BUSY when another owner holds a
+ * live claim, KTUNE_CLAIM_TAKEN when the claim is ours now: new, taken over
+ * from a stale owner, or already ours (its heartbeat refreshed).  A
+ * negative status on error.
+ */
+int ktune__db_claim_key(struct ktune_db *db, const struct ktune_device_id *dev,
+			const struct ktune_key *key, const char *template_hash,
+			const char *owner, int force, struct ktune_err *e);
+
+/*
+ * Refreshes the heartbeat of every claim of owner.  Returns how many there
+ * are (fewer than the caller holds means a claim was taken over as stale),
+ * or a negative status.
+ */
+int ktune__db_heartbeat(struct ktune_db *db, const char *owner, struct ktune_err *e);
+
+/*
+ * Deletes owner's claim on (dev, key), when tuning it failed or stopped.
+ * Returns 1 if there was one, 0 if not (another owner's claim is left
+ * alone), or a negative status.
+ */
+int ktune__db_release_key(struct ktune_db *db, const struct ktune_device_id *dev,
+			  const struct ktune_key *key, const char *owner, struct ktune_err *e);
+
+/* Deletes every claim of owner (a sweep ending); returns how many, or a negative status. */
+int ktune__db_release_all(struct ktune_db *db, const char *owner, struct ktune_err *e);
+
 /* The path the database was opened with. */
 const char *ktune__db_path(const struct ktune_db *db);
 
@@ -164,7 +236,7 @@ struct ktune_import_counts {
  * be NULL) is skipped.  items (may be NULL) gets each entry's outcome and
  * reason, counts (may be NULL) the totals.  With dry_run the same report is
  * made and the transaction rolled back.  Results keep their created_at; they
- * bring no trials.
+ * bring no trials, and no measure_note (stored as "").
  */
 int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 		     const unsigned char *stale, long n, int policy, int dry_run,

@@ -1,6 +1,6 @@
 /*
  * test-db.c - the tuning database: round trips, replacement, queries,
- * migration from version 1, and refusal (untouched) of files that are not
+ * migration from versions 1 and 3, and refusal (untouched) of files that are not
  * ours, damaged or newer.
  */
 #ifndef _GNU_SOURCE
@@ -282,6 +282,7 @@ static void assert_same_result(const struct ktune_result *a, const struct ktune_
 	assert_string_equal(a->driver_version, b->driver_version);
 	assert_string_equal(a->ktune_version, b->ktune_version);
 	assert_string_equal(a->protocol, b->protocol);
+	assert_string_equal(a->measure_note, b->measure_note);
 }
 
 /* created_at is "YYYY-MM-DDTHH:MM:SSZ", UTC, within a minute of now. */
@@ -401,6 +402,7 @@ static void test_db__result_round_trips_every_field(void **state)
 	struct ktune_db *db;
 
 	sample_result(&in);
+	strcpy(in.measure_note, "disturbed: another process (pid 12) used the GPU");
 	db = open_db(t->db);
 	assert_int_equal(ktune__db_put_result(db, &in, NULL, 0, &e), KTUNE_OK);
 	memset(&out, 0x55, sizeof(out));
@@ -903,6 +905,80 @@ static void test_db__migrates_version_1(void **state)
 	assert_int_equal(raw_long(t->db, "SELECT id FROM devices"), 5);
 }
 
+/* Version 3 as shipped: version 1 and the changes of migrations 2 and 3, in WAL mode. */
+static const char v2_v3_changes[] =
+	"ALTER TABLE results ADD COLUMN p20_us REAL NOT NULL DEFAULT 0;"
+	"ALTER TABLE results ADD COLUMN p80_us REAL NOT NULL DEFAULT 0;"
+	"CREATE INDEX trials_key ON trials (device_id, op, dtype, layout, m, n, k, aligned);"
+	"ALTER TABLE trials ADD COLUMN nvrtc_version TEXT NOT NULL DEFAULT '';"
+	"ALTER TABLE trials ADD COLUMN driver_version TEXT NOT NULL DEFAULT '';"
+	"PRAGMA journal_mode = WAL;"
+	"PRAGMA user_version = 3;";
+
+static void test_db__migrates_version_3(void **state)
+{
+	struct tmp *t = *state;
+	struct ktune_err e = { "" };
+	struct ktune_result want, out;
+	struct ktune_db *db;
+	char owner[KTUNE_CLAIM_OWNER_MAX];
+	long results = 0, trials = 0;
+
+	raw_exec(t->db, v1_schema);
+	raw_exec(t->db, v2_v3_changes);
+	raw_exec(t->db,
+		 "INSERT INTO devices (id, name, arch, sm_count) VALUES (5, 'NVIDIA H100 80GB HBM3', 'sm_90', 132);"
+		 "INSERT INTO results (device_id, op, dtype, layout, m, n, k, aligned, family, config,"
+		 " template_hash, time_us, tflops, cublas_us, err_fro, err_max, candidates, tune_s,"
+		 " nvrtc_version, driver_version, ktune_version, protocol, created_at, p20_us, p80_us)"
+		 " VALUES (5, 'gemm', 'bf16', 'nt', 16, 4096, 14336, 1, 'gemm', 'BLOCK_M=64', 'abc123',"
+		 " 12.25, 153.5, 14.75, 1e-05, 0.0078125, 314, 42.5, '12.4', '550.54.15', '0.1.0',"
+		 " 'events;median', '2025-05-01T10:20:30Z', 12.0625, 12.5);"
+		 "INSERT INTO trials (device_id, op, dtype, layout, m, n, k, aligned, family, config,"
+		 " template_hash, status, time_us, err_fro, err_max, message, created_at,"
+		 " nvrtc_version, driver_version)"
+		 " VALUES (5, 'gemm', 'bf16', 'nt', 16, 4096, 14336, 1, 'gemm', 'BLOCK_M=64', 'abc123',"
+		 " 'ok', 12.25, 1e-05, 0.0078125, '', '2025-05-01T10:20:30Z', '12.4', '550.54.15');");
+	assert_int_equal(raw_long(t->db, "PRAGMA user_version"), 3);
+
+	db = open_db(t->db);
+	sample_result(&want);
+	strcpy(want.config, "BLOCK_M=64");
+	strcpy(want.template_hash, "abc123");
+	want.tflops = 153.5;
+	want.err_fro = 1e-05;
+	strcpy(want.protocol, "events;median");
+	memset(&out, 0x55, sizeof(out));
+	assert_int_equal(ktune__db_get_result(db, &want.device, &want.key, &out, &e), 1);
+	assert_same_result(&want, &out); /* measure_note "": a result from before was clean */
+	assert_string_equal(out.created_at, "2025-05-01T10:20:30Z");
+	assert_int_equal(ktune__db_count(db, &results, &trials, &e), KTUNE_OK);
+	assert_int_equal(results, 1);
+	assert_int_equal(trials, 1);
+
+	/* The migrated file takes claims and notes. */
+	assert_int_equal(ktune__db_claim_owner(owner, sizeof(owner), &e), KTUNE_OK);
+	assert_int_equal(ktune__db_claim_key(db, &want.device, &want.key, "abc123", owner, 0, &e),
+			 KTUNE_CLAIM_DONE);
+	assert_int_equal(ktune__db_claim_key(db, &want.device, &want.key, "def456", owner, 0, &e),
+			 KTUNE_CLAIM_TAKEN);
+	strcpy(want.template_hash, "def456");
+	strcpy(want.measure_note, "disturbed: another process (pid 12) used the GPU");
+	assert_int_equal(ktune__db_put_result(db, &want, NULL, 0, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_get_result(db, &want.device, &want.key, &out, &e), 1);
+	assert_same_result(&want, &out);
+	ktune__db_close(db);
+
+	assert_int_equal(raw_long(t->db, "PRAGMA user_version"), KTUNE_DB_SCHEMA_VERSION);
+	assert_int_equal(raw_long(t->db, "SELECT count(*) FROM pragma_table_info('results')"
+				  " WHERE name = 'measure_note' AND \"notnull\" = 1"
+				  " AND dflt_value = ''''''"),
+			 1);
+	assert_int_equal(raw_long(t->db, "SELECT count(*) FROM pragma_table_info('claims')"), 14);
+	assert_int_equal(raw_long(t->db, "SELECT count(*) FROM claims"), 0);
+	assert_int_equal(raw_long(t->db, "SELECT count(*) FROM trials"), 1);
+}
+
 struct failed {
 	char configs[8][64];
 	int n;
@@ -971,7 +1047,7 @@ static void test_db__open_rejects_newer_schema(void **state)
 	raw_exec(t->db, v1_schema);
 	raw_exec(t->db, "PRAGMA user_version = 7;");
 	assert_refused_untouched(t, t->db,
-				 "has schema version 7, newer than this ktune (3): upgrade ktune");
+				 "has schema version 7, newer than this ktune (4): upgrade ktune");
 }
 
 static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
@@ -979,8 +1055,8 @@ static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
 	struct tmp *t = *state;
 
 	make_db(t->db, 2);
-	raw_exec(t->db, "PRAGMA user_version = 4;");
-	assert_refused_untouched(t, t->db, "schema version 4, newer than this ktune (3)");
+	raw_exec(t->db, "PRAGMA user_version = 5;");
+	assert_refused_untouched(t, t->db, "schema version 5, newer than this ktune (4)");
 }
 
 static void test_db__open_rejects_random_bytes(void **state)
@@ -1173,7 +1249,7 @@ static void test_db__schema_sql_matches_migrations(void **state)
 	describe_schema(h, got, 16384);
 	assert_int_equal(sqlite3_close(h), SQLITE_OK);
 	assert_string_equal(got, want);
-	assert_non_null(strstr(sql, "PRAGMA user_version = 3;"));
+	assert_non_null(strstr(sql, "PRAGMA user_version = 4;"));
 	free(sql);
 	free(want);
 	free(got);
@@ -1224,6 +1300,7 @@ int main(void)
 		DB_TEST(test_db__failed_put_writes_nothing),
 		DB_TEST(test_db__sql_strings_round_trip_verbatim),
 		DB_TEST(test_db__migrates_version_1),
+		DB_TEST(test_db__migrates_version_3),
 		DB_TEST(test_db__open_rejects_newer_schema),
 		DB_TEST(test_db__open_rejects_newer_schema_in_wal_mode),
 		DB_TEST(test_db__open_rejects_random_bytes),
