@@ -9,7 +9,9 @@
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show and verify
 #   bench  host overhead of ktune_gemm
-#   kill   kill -9 a sweep ten times at random moments (tests/gpu/kill-sweep.sh)
+#   kill   kill -9 a sweep's worker and the sweep, ten times at random moments
+#          (tests/gpu/kill-sweep.sh)
+#   concurrent  two sweeps on one database at once (tests/gpu/concurrent-sweeps.sh)
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
@@ -70,6 +72,9 @@ for step in $steps; do
 		;;
 	kill)
 		run kill.log bash tests/gpu/kill-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-kill/ktune.db
+		;;
+	concurrent)
+		run concurrent.log bash tests/gpu/concurrent-sweeps.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-concurrent/ktune.db
 		;;
 	*)
 		echo "unknown step '$step'"

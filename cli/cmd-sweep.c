@@ -54,6 +54,31 @@ int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tun
 	return 0;
 }
 
+/* "0,1,3": distinct device ordinals; the count, or -1 after a usage error. */
+static int parse_devices(const char *name, const char *arg, int *out, int max)
+{
+	int n = 0;
+	for (const char *p = arg; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 0 || v > 1024 || (*end && *end != ',') || n == max) {
+			cli_usage_error(name, "--devices '%s' is not a list of device numbers such as 0,1",
+					arg);
+			return -1;
+		}
+		for (int i = 0; i < n; i++)
+			if (out[i] == v) {
+				cli_usage_error(name, "--devices '%s' names device %ld twice", arg, v);
+				return -1;
+			}
+		out[n++] = (int)v;
+		p = *end ? end + 1 : end;
+	}
+	if (!n)
+		cli_usage_error(name, "--devices needs at least one device number");
+	return n ? n : -1;
+}
+
 int cmd_sweep(int argc, char **argv, struct cli *cli)
 {
 	static const struct option opts[] = {
@@ -66,13 +91,14 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		{ "retry-failed", no_argument, NULL, 'R' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "compile-timeout", required_argument, NULL, 'C' },
+		{ "devices", required_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL };
 	struct ktune_spec spec = { 0 };
-	struct ktune_tuner *t = NULL;
 	struct ktune_err e;
-	int c, rc;
+	int c, rc, devices[64], ndevices = 0;
+	const char *device_list = NULL;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -81,6 +107,10 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 			r = cli_tune_option("sweep", c, optarg, &o);
 		if (!r && c == 'f')
 			o.force = r = 1;
+		if (!r && c == 'V') {
+			device_list = optarg;
+			r = 1;
+		}
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
@@ -104,19 +134,23 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 	}
 	if (spec.budget && !o.budget)
 		o.budget = spec.budget;
+	if (device_list) {
+		if ((ndevices = parse_devices("sweep", device_list, devices, 64)) < 0) {
+			rc = EXIT_USAGE;
+			goto out;
+		}
+	} else {
+		devices[ndevices++] = cli->device;
+	}
 	if ((rc = cli_need_gpu()))
 		goto out;
-	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e)) {
-		rc = cli_error(EXIT_FAIL, "%s", e.msg);
-		goto out;
-	}
-	int failed = ktune__sweep(t, &spec, &o, stdout, &e);
+	int failed = ktune__sweep(cli->db_path, cli_worker_exe(), devices, ndevices, &spec, &o,
+				  stdout, &e);
 	if (failed < 0)
 		rc = cli_error(EXIT_FAIL, "%s", e.msg);
 	else
 		rc = failed ? EXIT_FAIL : EXIT_OK;
 out:
-	ktune__tuner_close(t);
 	ktune__spec_free(&spec);
 	return rc;
 }

@@ -79,13 +79,16 @@ const struct cmd cli_commands[] = {
 	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
 	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",
 	  "usage: ktune sweep [SPEC.yaml] [--budget N] [--force] [--retry-failed] [--seed N]\n"
-	  "                   [--jobs N] [--progress]\n\n"
+	  "                   [--jobs N] [--progress] [--timeout S] [--compile-timeout S]\n"
+	  "                   [--devices 0,1,...]\n\n"
 	  "Tunes the keys a spec lists and stores the best configuration of each in the\n"
 	  "database.  Without SPEC, tunes the built-in default suite: f16 and bf16, layouts\n"
 	  "nn and nt, M=N=K in 512..8192, and M in {1,16,128,1024,4096} on the LLM weight\n"
 	  "shapes (N,K) in {(6144,4096), (4096,4096), (28672,4096), (4096,14336)}.\n"
 	  "Keys already tuned with the current template are skipped unless --force, so an\n"
-	  "interrupted sweep resumes where it stopped.\n\n"
+	  "interrupted sweep resumes where it stopped.  Candidates run in a worker\n"
+	  "process: one that crashes or hangs is recorded and the sweep goes on.  Several\n"
+	  "sweeps may share a database: each key is claimed before it is tuned.\n\n"
 	  "  --budget N    at most N candidates per key (random sample; default: all)\n"
 	  "  --force       retune keys that are already tuned\n"
 	  "  --retry-failed  also try configs that failed for a key before (failed to\n"
@@ -93,7 +96,12 @@ const struct cmd cli_commands[] = {
 	  "                template source, NVRTC and driver); by default they are skipped\n"
 	  "  --seed N      random inputs and sampling (default 1)\n"
 	  "  --jobs N      compile threads (default: one per core)\n"
-	  "  --progress    progress on stderr even when it is not a terminal\n\n"
+	  "  --progress    progress on stderr even when it is not a terminal\n"
+	  "  --timeout S   a candidate's run is killed after S seconds (default: 1000x\n"
+	  "                the key's roofline time, at least 2 s, at most 60 s)\n"
+	  "  --compile-timeout S  an NVRTC compile is killed after S seconds (default 120)\n"
+	  "  --devices 0,1 tune on these GPUs at once, a worker each, sharing the keys\n"
+	  "                (default: --device)\n\n"
 	  "Spec format:\n"
 	  "  budget: 64\n"
 	  "  gemm:\n"
@@ -104,7 +112,8 @@ const struct cmd cli_commands[] = {
 	  "      - {m: [1, 16], n: 4096, k: {from: 1024, to: 4096, mul: 2}}\n\n" COMMON },
 	{ "tune", cmd_tune, "tune one GEMM key and compare with cuBLAS",
 	  "usage: ktune tune gemm -m M -n N -k K [--dtype f16|bf16] [--layout nn|nt|tn|tt]\n"
-	  "                  [--budget N] [--retry-failed] [--seed N] [--jobs N] [--progress]\n\n"
+	  "                  [--budget N] [--retry-failed] [--seed N] [--jobs N] [--progress]\n"
+	  "                  [--timeout S] [--compile-timeout S]\n\n"
 	  "Tunes one key (always, even if tuned before), stores the winner, and prints its\n"
 	  "config, time, TFLOP/s and error, with cuBLAS's time for the same key measured\n"
 	  "in the same run.  Defaults: --dtype f16 --layout nt.\n\n" COMMON },

@@ -735,10 +735,20 @@ static int configure(struct ktune_db *db, struct ktune_err *e)
 		if (i == 0 && sqlite3_db_readonly(db->h, "main") == 1)
 			continue;
 		rc = sqlite3_prepare_v2(db->h, pragmas[i], -1, &st, NULL);
-		if (rc == SQLITE_OK) {
+		/*
+		 * Switching to WAL takes an exclusive lock and SQLite does not wait
+		 * for it: two sweeps creating one file at once would fail.  Retry.
+		 */
+		for (int waited_ms = 0; rc == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED;) {
 			do
 				rc = sqlite3_step(st);
 			while (rc == SQLITE_ROW);
+			if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) ||
+			    waited_ms >= KTUNE_DB_BUSY_TIMEOUT_MS)
+				break;
+			sqlite3_reset(st);
+			usleep(10000);
+			waited_ms += 10;
 		}
 		if (rc != SQLITE_DONE) {
 			ret = ktune__fail(e, KTUNE_ERR_DB, "cannot set '%s' on database '%s': %s",

@@ -1,13 +1,217 @@
 /*
- * sweep.c - tuning every key of a spec, resumably: a key already tuned on
- * this device with the current template source is skipped unless forced.
+ * sweep.c - tuning every key of a spec: resumably (a key already tuned on
+ * this device with the current template source is skipped unless forced),
+ * on one or several GPUs (a thread and a worker per GPU), and side by side
+ * with other sweeps on the same database: a key is claimed in the database
+ * before it is tuned, so no two tune it at once, and a key claimed by
+ * another sweep is waited for at the end rather than tuned twice.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/templates.h"
 #include "tuner/tuner.h"
+
+/* What happened to a key in this sweep, best first when two threads disagree. */
+enum key_state {
+	KEY_NOT_RUN,
+	KEY_CACHED,    /* tuned before this sweep began */
+	KEY_ELSEWHERE, /* tuned meanwhile by another sweep */
+	KEY_FAILED,
+	KEY_TUNED,
+};
+
+static const char *state_name[] = { "not run", "cached", "elsewhere", "failed", "tuned" };
+
+/* Seconds between looks at keys that other sweeps are tuning. */
+#define WAIT_POLL_S 2
+
+struct sweep {
+	const char *db_path, *worker_exe;
+	const struct ktune_spec *spec;
+	struct ktune_tune_options opts;
+	const char *hash;
+	pthread_mutex_t lock; /* guards the arrays below */
+	enum key_state *state;
+	unsigned char *taken; /* a thread of this sweep has the key */
+	struct ktune_result *results;
+	int fatal;            /* a thread hit an error that stops the sweep */
+	struct ktune_err err; /* the first such error */
+};
+
+struct gpu_thread {
+	struct sweep *s;
+	int device, multi;
+	pthread_t tid;
+};
+
+static void set_state(struct sweep *s, int i, enum key_state st, const struct ktune_result *r)
+{
+	pthread_mutex_lock(&s->lock);
+	if (st > s->state[i] || st == KEY_FAILED) {
+		s->state[i] = st;
+		if (r)
+			s->results[i] = *r;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Marks key i as this sweep's; 0 if another thread of this sweep has it already. */
+static int take(struct sweep *s, int i)
+{
+	pthread_mutex_lock(&s->lock);
+	int mine = !s->taken[i];
+	s->taken[i] = 1;
+	pthread_mutex_unlock(&s->lock);
+	return mine;
+}
+
+static void say(struct gpu_thread *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(struct gpu_thread *g, const char *fmt, ...)
+{
+	FILE *to = g->s->opts.progress;
+	char line[512];
+	va_list ap;
+	if (!to)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (g->multi)
+		fprintf(to, "[gpu %d] %s", g->device, line);
+	else
+		fputs(line, to);
+	fflush(to);
+}
+
+static int fatal_status(int rc)
+{
+	return rc == KTUNE_ERR_CUDA || rc == KTUNE_ERR_NOMEM || rc == KTUNE_ERR_DB;
+}
+
+static void stop_sweep(struct sweep *s, const struct ktune_err *e)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!s->fatal)
+		s->err = *e;
+	s->fatal = 1;
+	pthread_mutex_unlock(&s->lock);
+}
+
+static int stopped(struct sweep *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int f = s->fatal;
+	pthread_mutex_unlock(&s->lock);
+	return f;
+}
+
+/*
+ * Claims and tunes key i.  Returns 1 if another sweep holds it (come back
+ * later), 0 when the key is settled, a negative status to stop.
+ */
+static int sweep_key(struct gpu_thread *g, struct ktune_tuner *t, const char *owner, int i,
+		     int force, int waited)
+{
+	struct sweep *s = g->s;
+	const struct ktune_key *key = &s->spec->keys[i];
+	const struct ktune_device_id *dev = &ktune__tuner_device(t)->id;
+	struct ktune_db *db = ktune__tuner_db(t);
+	struct ktune_err ke = { "" };
+	struct ktune_result stored;
+	char text[128];
+
+	ktune__key_format(key, text, sizeof(text));
+	int rc = ktune__db_claim_key(db, dev, key, s->hash, owner, force, &ke);
+	if (rc < 0) {
+		fprintf(stderr, "ktune: %s\n", ke.msg);
+		set_state(s, i, KEY_FAILED, NULL);
+		return fatal_status(rc) ? rc : 0;
+	}
+	if (rc == KTUNE_CLAIM_BUSY)
+		return 1;
+	if (rc == KTUNE_CLAIM_DONE) {
+		int found = ktune__db_get_result(db, dev, key, &stored, &ke);
+		set_state(s, i, waited ? KEY_ELSEWHERE : KEY_CACHED, found == 1 ? &stored : NULL);
+		say(g, "key %d/%d %s: already tuned\n", i + 1, s->spec->nkeys, text);
+		return 0;
+	}
+	say(g, "key %d/%d %s\n", i + 1, s->spec->nkeys, text);
+	struct ktune_tune_report rep;
+	rc = ktune__tune_key(t, key, &s->opts, &rep, &ke);
+	if (rc) {
+		struct ktune_err re;
+		ktune__db_release_key(db, dev, key, owner, &re); /* a failed key is not stored */
+		set_state(s, i, KEY_FAILED, NULL);
+		fprintf(stderr, "ktune: %s\n", ke.msg);
+		if (fatal_status(rc)) {
+			stop_sweep(s, &ke);
+			return rc;
+		}
+		return 0;
+	}
+	set_state(s, i, KEY_TUNED, &rep.result);
+	return 0;
+}
+
+static void *gpu_main(void *arg)
+{
+	struct gpu_thread *g = arg;
+	struct sweep *s = g->s;
+	struct ktune_tuner *t = NULL;
+	struct ktune_err e = { "" };
+	char owner[KTUNE_CLAIM_OWNER_MAX];
+	int *later = calloc((size_t)s->spec->nkeys + 1, sizeof(*later));
+	int nlater = 0;
+
+	if (!later || ktune__db_claim_owner(owner, sizeof(owner), &e) ||
+	    ktune__tuner_open(s->db_path, g->device, s->worker_exe, &t, &e)) {
+		if (!later)
+			ktune__fail(&e, KTUNE_ERR_NOMEM, "out of memory");
+		stop_sweep(s, &e);
+		goto out;
+	}
+	/* First pass: every key not taken by another thread of this sweep. */
+	for (int i = 0; i < s->spec->nkeys && !stopped(s); i++) {
+		if (!take(s, i))
+			continue;
+		ktune__db_heartbeat(ktune__tuner_db(t), owner, NULL);
+		int rc = sweep_key(g, t, owner, i, s->opts.force, 0);
+		if (rc > 0)
+			later[nlater++] = i;
+		else if (rc < 0)
+			goto out;
+	}
+	/* Then the keys that other sweeps were tuning: theirs when they store them, ours if they die. */
+	while (nlater > 0 && !stopped(s)) {
+		int kept = 0;
+		for (int j = 0; j < nlater; j++) {
+			int rc = sweep_key(g, t, owner, later[j], 0, 1);
+			if (rc > 0)
+				later[kept++] = later[j];
+			else if (rc < 0)
+				goto out;
+		}
+		nlater = kept;
+		if (nlater) {
+			say(g, "waiting for %d key%s that another sweep is tuning\n", nlater,
+			    nlater > 1 ? "s" : "");
+			ktune__db_heartbeat(ktune__tuner_db(t), owner, NULL);
+			sleep(WAIT_POLL_S);
+		}
+	}
+out:
+	if (t)
+		ktune__db_release_all(ktune__tuner_db(t), owner, NULL);
+	ktune__tuner_close(t);
+	free(later);
+	return NULL;
+}
 
 static void print_header(FILE *out)
 {
@@ -29,74 +233,74 @@ static void print_row(FILE *out, const struct ktune_key *key, const struct ktune
 	}
 	double cublas_tflops = r->cublas_us > 0 ? ktune__gemm_flops(key) / r->cublas_us / 1e6 : 0;
 	double ratio = r->cublas_us > 0 ? r->cublas_us / r->time_us : 0;
-	fprintf(out, "%-6s %-4s %-6s %-20s %10.1f %9.1f %9.1f %7.2f %9s  %s\n", key->op,
+	fprintf(out, "%-6s %-4s %-6s %-20s %10.1f %9.1f %9.1f %7.2f %9s  %s%s%s\n", key->op,
 		ktune__dtype_name(key->dtype), layout, shape, r->time_us, r->tflops, cublas_tflops,
-		ratio, status, r->config);
+		ratio, status, r->config, r->measure_note[0] ? "  # " : "", r->measure_note);
 }
 
-int ktune__sweep(struct ktune_tuner *t, const struct ktune_spec *spec,
-		 const struct ktune_tune_options *o, FILE *out, struct ktune_err *e)
+int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,
+		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,
+		 struct ktune_err *e)
 {
-	const struct ktune_device_id *dev = &ktune__tuner_device(t)->id;
-	const char *hash = ktune__template_hash(KTUNE_GEMM_SOURCE);
-	struct ktune_result *results = calloc((size_t)spec->nkeys, sizeof(*results));
-	char (*status)[16] = calloc((size_t)spec->nkeys, sizeof(*status));
-	int failed = 0, tuned = 0, skipped = 0;
+	struct sweep s = { db_path, worker_exe, spec, *o, ktune__template_hash(KTUNE_GEMM_SOURCE) };
+	struct gpu_thread *g = calloc((size_t)ndevices, sizeof(*g));
+	int count[KEY_TUNED + 1] = { 0 }, nratio = 0, failed = 0;
 	double t0 = ktune__now(), log_ratio = 0;
-	int nratio = 0;
 
-	if (!results || !status) {
-		free(results);
-		free(status);
-		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	pthread_mutex_init(&s.lock, NULL);
+	s.state = calloc((size_t)spec->nkeys + 1, sizeof(*s.state));
+	s.taken = calloc((size_t)spec->nkeys + 1, 1);
+	s.results = calloc((size_t)spec->nkeys + 1, sizeof(*s.results));
+	if (!g || !s.state || !s.taken || !s.results) {
+		failed = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+		goto out;
 	}
-	for (int i = 0; i < spec->nkeys; i++) {
-		const struct ktune_key *key = &spec->keys[i];
-		struct ktune_tune_report rep;
-		struct ktune_err ke = { "" };
-		char text[128];
+	/* the GPUs share the host's cores for compiling */
+	if (s.opts.jobs <= 0 && ndevices > 1) {
+		s.opts.jobs = (int)sysconf(_SC_NPROCESSORS_ONLN) / ndevices;
+		if (s.opts.jobs < 1)
+			s.opts.jobs = 1;
+	}
+	int started = 0;
+	for (int d = 0; d < ndevices; d++) {
+		g[d] = (struct gpu_thread){ &s, devices[d], ndevices > 1, 0 };
+		if (ndevices == 1)
+			gpu_main(&g[d]);
+		else if (pthread_create(&g[d].tid, NULL, gpu_main, &g[d]) == 0)
+			started |= 1 << d;
+	}
+	for (int d = 0; d < ndevices; d++)
+		if (started & (1 << d))
+			pthread_join(g[d].tid, NULL);
 
-		ktune__key_format(key, text, sizeof(text));
-		int found = ktune__db_get_result(ktune__tuner_db(t), dev, key, &results[i], &ke);
-		if (found == 1 && !strcmp(results[i].template_hash, hash) && !o->force) {
-			snprintf(status[i], sizeof(status[i]), "cached");
-			skipped++;
-			if (o->progress)
-				fprintf(o->progress, "key %d/%d %s: already tuned\n", i + 1, spec->nkeys, text);
-			continue;
-		}
-		if (o->progress)
-			fprintf(o->progress, "key %d/%d %s\n", i + 1, spec->nkeys, text);
-		int rc = ktune__tune_key(t, key, o, &rep, &ke);
-		if (rc) {
-			memset(&results[i], 0, sizeof(results[i]));
-			snprintf(status[i], sizeof(status[i]), "failed");
-			fprintf(stderr, "ktune: %s\n", ke.msg);
-			failed++;
-			if (rc == KTUNE_ERR_CUDA || rc == KTUNE_ERR_NOMEM || rc == KTUNE_ERR_DB)
-				break; /* the device or the database is gone: stop, the rest resumes later */
-			continue;
-		}
-		results[i] = rep.result;
-		snprintf(status[i], sizeof(status[i]), "tuned");
-		tuned++;
-	}
 	print_header(out);
 	for (int i = 0; i < spec->nkeys; i++) {
-		const struct ktune_result *r = status[i][0] && strcmp(status[i], "failed") ? &results[i] : NULL;
-		print_row(out, &spec->keys[i], r, status[i][0] ? status[i] : "not run");
+		enum key_state st = s.state[i];
+		const struct ktune_result *r = st != KEY_NOT_RUN && st != KEY_FAILED &&
+						       s.results[i].time_us > 0 ? &s.results[i] : NULL;
+		count[st]++;
+		print_row(out, &spec->keys[i], r, state_name[st]);
 		if (r && r->cublas_us > 0) {
 			log_ratio += log(r->cublas_us / r->time_us);
 			nratio++;
 		}
 	}
-	fprintf(out, "\n%d keys: %d tuned, %d already tuned, %d failed, %d not run; %.1f s",
-		spec->nkeys, tuned, skipped, failed, spec->nkeys - tuned - skipped - failed,
-		ktune__now() - t0);
+	fprintf(out, "\n%d keys: %d tuned, %d already tuned, %d tuned by another sweep, %d failed, "
+		"%d not run; %.1f s", spec->nkeys, count[KEY_TUNED], count[KEY_CACHED],
+		count[KEY_ELSEWHERE], count[KEY_FAILED], count[KEY_NOT_RUN], ktune__now() - t0);
 	if (nratio)
 		fprintf(out, "; geometric mean of cuBLAS time / ktune time: %.3f", exp(log_ratio / nratio));
 	fprintf(out, "\n");
-	free(results);
-	free(status);
+	failed = count[KEY_FAILED] + count[KEY_NOT_RUN];
+	if (s.fatal && count[KEY_TUNED] + count[KEY_CACHED] + count[KEY_ELSEWHERE] == 0)
+		failed = ktune__fail(e, KTUNE_ERR_CUDA, "%s", s.err.msg);
+	else if (s.fatal)
+		fprintf(stderr, "ktune: stopped early: %s\n", s.err.msg);
+out:
+	pthread_mutex_destroy(&s.lock);
+	free(s.state);
+	free(s.taken);
+	free(s.results);
+	free(g);
 	return failed;
 }

@@ -31,9 +31,11 @@ static void hygiene_open(struct ktune_tuner *t)
 {
 	struct ktune_err e;
 	struct ktune_gpu_sample s;
+	static int said;
 	if (ktune__nvml_open(ktune__client_hello(t->client)->uuid, &t->nvml, &e)) {
-		fprintf(stderr, "ktune: %s: measurements are not checked for other processes or "
-			"throttling\n", e.msg);
+		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			fprintf(stderr, "ktune: %s: measurements are not checked for other processes "
+				"or throttling\n", e.msg);
 		t->nvml = NULL;
 		return;
 	}
@@ -424,6 +426,8 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		r->cublas_err_fro = cb_check.err_fro;
 	}
 	res->tune_s = ktune__now() - t0;
+	snprintf(res->measure_note, sizeof(res->measure_note), "%s%.115s", r->disturbed[0] ? "disturbed: " : "",
+		 r->disturbed);
 	for (int i = 0; i < n; i++)
 		trials[i] = c[i].trial;
 	rc = ktune__db_put_result(t->db, res, trials, n, e);

@@ -68,12 +68,17 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
 		    struct ktune_err *e);
 
 /*
- * Tunes every key of the spec (skipping those already tuned unless force),
- * printing a summary table to `out`.  Returns the number of keys that
- * failed (0: all tuned) or a negative status.
+ * Tunes every key of the spec on each of the ndevices GPUs (a thread and a
+ * worker per GPU, sharing the keys), skipping keys already tuned unless
+ * o->force.  Keys are claimed in the database first, so other sweeps on the
+ * same database never tune a key at the same time; keys they hold are
+ * waited for at the end.  Prints a summary table to `out`.  Returns the
+ * number of keys that failed or were not run (0: all tuned) or a negative
+ * status when nothing could be done.
  */
-int ktune__sweep(struct ktune_tuner *t, const struct ktune_spec *spec,
-		 const struct ktune_tune_options *o, FILE *out, struct ktune_err *e);
+int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,
+		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,
+		 struct ktune_err *e);
 
 /*
  * Re-runs a stored result's config on fresh random inputs against the

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# kill-sweep.sh - kill -9 a sweep at random moments, ten times.  After each
-# kill the database must pass PRAGMA integrity_check and still hold every key
-# completed before; then one more sweep must finish the spec.  Needs a GPU
-# and python3 (for its sqlite3 module).
+# kill-sweep.sh - kill -9 a sweep at random moments, ten times: first its
+# worker process (the sweep must carry on), then the sweep itself (its worker
+# must die with it).  After each kill the database must pass PRAGMA
+# integrity_check and still hold every key completed before; then one more
+# sweep must finish the spec, taking over the dead sweeps' claims.  Needs a
+# GPU and python3 (for its sqlite3 module).
 #
 # usage: bash tests/gpu/kill-sweep.sh /path/to/ktune [SPEC] [DB]
 set -u
@@ -30,11 +32,18 @@ for i in $(seq 1 10); do
 	"$KTUNE" sweep "$SPEC" >/dev/null 2>&1 &
 	pid=$!
 	delay=$(awk -v r=$RANDOM 'BEGIN { printf "%.1f", 0.5 + r % 60 / 10 }')
-	sleep "$delay"
+	sleep "$(awk -v d="$delay" 'BEGIN { print d / 2 }')"
+	worker=$(pgrep -P "$pid" | head -1)
+	[ -n "$worker" ] && kill -9 "$worker" 2>/dev/null
+	sleep "$(awk -v d="$delay" 'BEGIN { print d / 2 }')"
+	alive=$(kill -0 "$pid" 2>/dev/null && echo yes || echo no)
 	kill -9 "$pid" 2>/dev/null
 	wait "$pid" 2>/dev/null
+	sleep 0.5
+	orphans=$(pgrep -f "$KTUNE __worker" | wc -l)
 	read -r integrity n < <(check)
-	echo "kill $i after ${delay} s: integrity $integrity, $n keys stored"
+	echo "kill $i after ${delay} s (worker ${worker:-none} killed at half time, sweep alive after it: $alive): integrity $integrity, $n keys stored, $orphans workers left"
+	[ "$orphans" = 0 ] || { echo "FAIL: a worker outlived its sweep"; exit 1; }
 	[ "$integrity" = ok ] || { echo "FAIL: integrity_check says '$integrity'"; exit 1; }
 	[ "$n" -ge "$prev" ] || { echo "FAIL: $prev keys before the kill, $n after"; exit 1; }
 	prev=$n
