@@ -121,6 +121,9 @@
 #ifndef CONSUMERS
 #define CONSUMERS 2 /* consumer warpgroups (1..3); each owns BLOCK_M / CONSUMERS rows of the tile */
 #endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 1 /* blocks per cluster (1 or 2): a cluster takes CLUSTER_M vertically adjacent tiles that share B; each block loads 1/CLUSTER_M of B and multicasts it */
+#endif
 #ifndef DTYPE_BF16
 #define DTYPE_BF16 0 /* element type: 0 = f16, 1 = bf16 */
 #endif
@@ -146,6 +149,7 @@
 #define B_STAGE_BYTES (BLOCK_N * BLOCK_K * 2)
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES) /* TMA bytes that complete one slot */
 #define MN_BOX_BYTES (64 * BLOCK_K * 2)             /* one 64 x BLOCK_K box of an MN-major operand */
+#define B_KMAJOR_BOX_ROWS (BLOCK_N / CLUSTER_M)     /* rows of one box of a K-major B (TRANS_B=1) */
 #define SMEM_BYTES (1024 + STAGES * STAGE_BYTES + STAGES * 16)
 
 /*
@@ -165,6 +169,7 @@ static_assert(M_SLABS * ACC_N <= 128, "accumulators: at most 128 fp32 registers 
 static_assert(CONSUMERS < 3 || M_SLABS * ACC_N <= 96,
 	      "3 consumers run under a 128-register cap: at most 96 accumulators (ptxas C7602 otherwise)");
 static_assert(STAGES >= 2, "the ring needs at least two slots");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
 static_assert(SMEM_BYTES <= 232448, "227 KiB of shared memory per block on sm_90");
 static_assert(DTYPE_BF16 == 0 || DTYPE_BF16 == 1, "DTYPE_BF16 is 0 or 1");
 static_assert(TRANS_A == 0 || TRANS_A == 1, "TRANS_A is 0 or 1");
@@ -243,10 +248,40 @@ static __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes)
 		     :: "r"(bar), "r"(bytes) : "memory");
 }
 
+#if CLUSTER_M == 1
 static __device__ __forceinline__ void mbar_arrive(u32 bar)
 {
 	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
 }
+#else
+/*
+ * Arrives on the barrier at the same offset in block `cta` of this cluster
+ * (maybe this one).  Default semantics (release at CTA scope), as CUTLASS's
+ * ClusterBarrier: what it orders is the wgmma's reads of the slot, already
+ * complete; an explicit .release.cluster made every slot release a
+ * cluster-wide fence and the kernel 3x slower on the H100.
+ */
+static __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta)
+{
+	asm volatile("{\n\t.reg .b32 remote;\n\t"
+		     "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+		     "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}\n"
+		     :: "r"(bar), "r"(cta) : "memory");
+}
+
+/* All threads of all blocks of the cluster meet here (a __syncthreads across the cluster). */
+static __device__ __forceinline__ void cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ u32 cluster_rank(void)
+{
+	u32 r;
+	asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+}
+#endif
 
 /*
  * Waits until the phase of parity `parity` has completed.  A fresh barrier
@@ -285,6 +320,20 @@ static __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap_ *
 		     " [%0], [%1, {%3, %4}], [%2];\n"
 		     :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
 }
+
+#if CLUSTER_M > 1
+/*
+ * The same box, written to the same shared-memory offset (and completing on
+ * the barrier at the same offset) in every block of the cluster in cta_mask.
+ */
+static __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const CUtensorMap_ *map, u32 bar,
+							     int c0, int c1, unsigned short cta_mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n"
+		     :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask) : "memory");
+}
+#endif
 
 /* -------------------------------------------------- PTX: warpgroup MMA */
 
@@ -491,12 +540,38 @@ static __device__ __forceinline__ int acc_col(int t, int j) { return 8 * j + 2 *
 /* ------------------------------------------------------------------- load */
 
 /*
- * Producer: loads k-tile kt of the tile at (m0, n0) into slot `slot`, all
- * of it completing on barrier bar.  K-major operands take one box; MN-major
- * ones one 64-wide box per 64 rows / columns.
+ * One box of this block's share of B: box i of the slot (its offset and
+ * coordinates), multicast to the whole cluster when CLUSTER_M > 1.
  */
+static __device__ __forceinline__ void load_b_box(const CUtensorMap_ *tmap_b, u32 b_dst, u32 bar, int n0,
+						  int k0, int i)
+{
+#if TRANS_B == 1
+	const u32 dst = b_dst + i * B_KMAJOR_BOX_ROWS * 128;
+	const int c0 = k0, c1 = n0 + i * B_KMAJOR_BOX_ROWS;
+#else
+	const u32 dst = b_dst + i * MN_BOX_BYTES;
+	const int c0 = n0 + 64 * i, c1 = k0;
+#endif
+#if CLUSTER_M > 1
+	tma_load_2d_multicast(dst, tmap_b, bar, c0, c1, (unsigned short)((1u << CLUSTER_M) - 1));
+#else
+	tma_load_2d(dst, tmap_b, bar, c0, c1);
+#endif
+}
+
+/*
+ * Producer: loads k-tile kt of the tile at (m0, n0) into slot `slot`, all
+ * of it completing on barrier bar.  K-major A takes one box, M-major A one
+ * 64-wide box per 64 rows.  B comes in B_BOXES boxes (CLUSTER_M boxes of
+ * B_KMAJOR_BOX_ROWS rows if K-major, one per 64 columns if N-major); box i
+ * is loaded by the block of cluster rank i % CLUSTER_M and multicast to all
+ * of them, so each block's slot receives all of B.
+ */
+#define B_BOXES (TRANS_B ? CLUSTER_M : BLOCK_N / 64)
 static __device__ __forceinline__ void load_stage(const CUtensorMap_ *tmap_a, const CUtensorMap_ *tmap_b,
-						  u32 a_dst, u32 b_dst, u32 bar, int m0, int n0, int kt)
+						  u32 a_dst, u32 b_dst, u32 bar, int m0, int n0, int kt,
+						  int rank)
 {
 	const int k0 = kt * BLOCK_K;
 #if TRANS_A == 0
@@ -506,13 +581,10 @@ static __device__ __forceinline__ void load_stage(const CUtensorMap_ *tmap_a, co
 	for (int c = 0; c < BLOCK_M / 64; c++)
 		tma_load_2d(a_dst + c * MN_BOX_BYTES, tmap_a, bar, m0 + 64 * c, k0);
 #endif
-#if TRANS_B == 1
-	tma_load_2d(b_dst, tmap_b, bar, k0, n0);
-#else
 #pragma unroll
-	for (int c = 0; c < BLOCK_N / 64; c++)
-		tma_load_2d(b_dst + c * MN_BOX_BYTES, tmap_b, bar, n0 + 64 * c, k0);
-#endif
+	for (int i = 0; i < B_BOXES; i++)
+		if (i % CLUSTER_M == rank)
+			load_b_box(tmap_b, b_dst, bar, n0, k0, i);
 }
 
 /* -------------------------------------------------------------------- mma */
@@ -580,9 +652,107 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][AC
 		}
 }
 
+/*
+ * Consumer warp: this warp is done with a slot.  With clusters, every
+ * block's producer writes (its share of B) into every block's slot, so the
+ * warp tells the empty barrier of each block in the cluster.
+ */
+static __device__ __forceinline__ void release_slot(u32 empty)
+{
+#if CLUSTER_M > 1
+#pragma unroll
+	for (int r = 0; r < CLUSTER_M; r++)
+		mbar_arrive_cluster(empty, r);
+#else
+	mbar_arrive(empty);
+#endif
+}
+
+/* --------------------------------------------------------- the two roles */
+
+/* Shared-memory addresses of the ring and its barriers, and the tile walk, as both roles see them. */
+struct ring {
+	u32 a, b;        /* slot 0 of A and of B; slot s at + s * A_STAGE_BYTES, + s * B_STAGE_BYTES */
+	u32 full, empty; /* barrier of slot s at + 8 * s */
+	int rank;        /* this block's rank in its cluster */
+	int num_pid_m, num_pid_n, num_tiles, first_tile, tile_stride, k_tiles;
+};
+
+/* Rows and columns of C where this block's part of cluster tile `tile` starts. */
+static __device__ __forceinline__ void tile_origin(const ring &r, int tile, int group_size, int *m0, int *n0)
+{
+	int pid_m, pid_n;
+	grouped_tile(tile, r.num_pid_m, r.num_pid_n, group_size, &pid_m, &pid_n);
+	*m0 = (pid_m * CLUSTER_M + r.rank) * BLOCK_M;
+	*n0 = pid_n * BLOCK_N;
+}
+
+/*
+ * The producer (one thread): for every k-tile of every tile of this block,
+ * wait until its slot is free in the whole cluster, announce the bytes on
+ * the slot's full barrier, issue the TMA loads.
+ */
+static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap_ *tmap_a,
+						const CUtensorMap_ *tmap_b, int group_size)
+{
+	int it = 0;
+	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
+		int m0, n0;
+		tile_origin(r, tile, group_size, &m0, &n0);
+		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
+			const int slot = ring_slot(it);
+			mbar_wait(r.empty + 8 * slot, ring_parity(it) ^ 1);
+			mbar_arrive_expect_tx(r.full + 8 * slot, STAGE_BYTES);
+			load_stage(tmap_a, tmap_b, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES,
+				   r.full + 8 * slot, m0, n0, kt, r.rank);
+		}
+	}
+}
+
+/*
+ * A consumer warpgroup: for every tile, wait for each slot, run its wgmma
+ * (the previous slot's may still be running), free the previous slot; at
+ * the end of the tile drain the wgmma, free the last slot, store.
+ */
+static __device__ __forceinline__ void consumer(const ring &r, int consumer_index, int t, elem *C, i64 ldc,
+						int M, int N, float alpha, float beta, int group_size)
+{
+	const int wg_row0 = consumer_index * WG_ROWS; /* this consumer's first row in the tile */
+	const bool warp_leader = t % 32 == 0;
+	float acc[M_SLABS][ACC_N];
+	int it = 0;
+	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
+		int m0, n0;
+		tile_origin(r, tile, group_size, &m0, &n0);
+
+		/* mma */
+		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
+			const int slot = ring_slot(it);
+			mbar_wait(r.full + 8 * slot, ring_parity(it));
+			mma_stage(acc, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES, wg_row0, kt == 0);
+			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
+			if (kt > 0 && warp_leader)
+				release_slot(r.empty + 8 * ring_slot(it - 1));
+		}
+		wgmma_wait<0>();
+		fence_acc(acc);
+		if (warp_leader)
+			release_slot(r.empty + 8 * ring_slot(it - 1));
+
+		/* epilogue */
+		store_tile(acc, C, ldc, M, N, m0 + wg_row0, n0, alpha, beta, t);
+	}
+}
+
 /* ----------------------------------------------------------------- kernel */
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+#if CLUSTER_M > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER_M, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_DIMS
 gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_constant__ CUtensorMap_ tmap_b,
 		  unsigned short *C, int M, int N, int K, long long ldc, float alpha, float beta,
 		  int group_size)
@@ -592,74 +762,51 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 		asm volatile("trap;"); /* launched with less than the contract's shared memory */
 
 	/* the ring: [A slot 0 .. STAGES-1][B slot 0 .. STAGES-1][full bars][empty bars] */
-	const u32 ring = (smem_u32(smem) + 1023u) & ~1023u;
-	const u32 a_ring = ring;
-	const u32 b_ring = a_ring + STAGES * A_STAGE_BYTES;
-	const u32 full_bar = b_ring + STAGES * B_STAGE_BYTES; /* TMA landed: slot may be read */
-	const u32 empty_bar = full_bar + STAGES * 8;           /* consumers done: slot may be refilled */
+	ring r;
+	r.a = (smem_u32(smem) + 1023u) & ~1023u;
+	r.b = r.a + STAGES * A_STAGE_BYTES;
+	r.full = r.b + STAGES * B_STAGE_BYTES; /* TMA landed: the slot may be read */
+	r.empty = r.full + STAGES * 8;         /* consumers done: the slot may be refilled */
 
-	const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
-
+	/* setup: barriers */
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < STAGES; s++) {
-			mbar_init(full_bar + 8 * s, 1);                 /* the producer's arrive + bytes */
-			mbar_init(empty_bar + 8 * s, CONSUMERS * 4);    /* one arrive per consumer warp */
+			mbar_init(r.full + 8 * s, 1); /* the producer's arrive, plus the bytes */
+			/* one arrive per consumer warp of every block of the cluster */
+			mbar_init(r.empty + 8 * s, CLUSTER_M * CONSUMERS * 4);
 		}
 		mbar_init_fence();
 	}
+#if CLUSTER_M > 1
+	cluster_sync(); /* the peers' barriers are initialised before any multicast or remote arrive */
+	r.rank = (int)cluster_rank();
+#else
 	__syncthreads();
+	r.rank = 0;
+#endif
 
-	const int num_pid_m = cdiv(M, BLOCK_M), num_pid_n = cdiv(N, BLOCK_N);
-	const int num_tiles = num_pid_m * num_pid_n;
-	const int k_tiles = cdiv(K, BLOCK_K);
+	/*
+	 * setup: the tile walk.  A cluster takes "cluster tiles" of CLUSTER_M *
+	 * BLOCK_M rows; this block the rows rank * BLOCK_M ... of each (loaded as
+	 * zeros and never stored where they lie below M).
+	 */
+	r.num_pid_m = cdiv(M, BLOCK_M * CLUSTER_M);
+	r.num_pid_n = cdiv(N, BLOCK_N);
+	r.num_tiles = r.num_pid_m * r.num_pid_n;
+	r.first_tile = blockIdx.x / CLUSTER_M;
+	r.tile_stride = gridDim.x / CLUSTER_M;
+	r.k_tiles = cdiv(K, BLOCK_K);
 
+	const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
 	if (warpgroup == 0) {
-		/* ---------------------------------------------------- producer */
 		regs_release<PRODUCER_REGS>();
-		if (t != 0)
-			return;
-		int it = 0;
-		for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-			int pid_m, pid_n;
-			grouped_tile(tile, num_pid_m, num_pid_n, group_size, &pid_m, &pid_n);
-			for (int kt = 0; kt < k_tiles; kt++, it++) {
-				const int slot = ring_slot(it);
-				mbar_wait(empty_bar + 8 * slot, ring_parity(it) ^ 1);
-				mbar_arrive_expect_tx(full_bar + 8 * slot, STAGE_BYTES);
-				load_stage(&tmap_a, &tmap_b, a_ring + slot * A_STAGE_BYTES,
-					   b_ring + slot * B_STAGE_BYTES, full_bar + 8 * slot,
-					   pid_m * BLOCK_M, pid_n * BLOCK_N, kt);
-			}
-		}
-		return;
+		if (t == 0)
+			producer(r, &tmap_a, &tmap_b, group_size);
+	} else {
+		regs_claim<CONSUMER_REGS>();
+		consumer(r, warpgroup - 1, t, C, ldc, M, N, alpha, beta, group_size);
 	}
-
-	/* ------------------------------------------------------- consumers */
-	regs_claim<CONSUMER_REGS>();
-	const int wg_row0 = (warpgroup - 1) * WG_ROWS; /* this consumer's first row in the tile */
-	const bool warp_leader = t % 32 == 0;
-	float acc[M_SLABS][ACC_N];
-	int it = 0;
-	for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-		int pid_m, pid_n;
-		grouped_tile(tile, num_pid_m, num_pid_n, group_size, &pid_m, &pid_n);
-
-		/* mma: slot kt is read while the wgmma of slot kt-1 may still run */
-		for (int kt = 0; kt < k_tiles; kt++, it++) {
-			const int slot = ring_slot(it);
-			mbar_wait(full_bar + 8 * slot, ring_parity(it));
-			mma_stage(acc, a_ring + slot * A_STAGE_BYTES, b_ring + slot * B_STAGE_BYTES,
-				  wg_row0, kt == 0);
-			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
-			if (kt > 0 && warp_leader)
-				mbar_arrive(empty_bar + 8 * ring_slot(it - 1));
-		}
-		wgmma_wait<0>();
-		fence_acc(acc);
-		if (warp_leader)
-			mbar_arrive(empty_bar + 8 * ring_slot(it - 1));
-
-		/* epilogue */
-		store_tile(acc, C, ldc, M, N, pid_m * BLOCK_M + wg_row0, pid_n * BLOCK_N, alpha, beta, t);
-	}
+#if CLUSTER_M > 1
+	cluster_sync(); /* no block leaves while a peer may still arrive on its barriers */
+#endif
 }
