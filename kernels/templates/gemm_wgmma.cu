@@ -4,7 +4,9 @@
  * warpgroup MMAs (wgmma.mma_async) read them straight from shared memory into
  * fp32 accumulators in registers.  One producer warpgroup feeds CONSUMERS
  * consumer warpgroups; the grid is persistent (one block per SM) and walks
- * the tiles of C in Triton's grouped order.
+ * the tiles of C in Triton's grouped order.  With CLUSTER_M=2, two blocks
+ * of a cluster take vertically adjacent tiles and share the B tile through
+ * TMA multicast (each loads half of it, for both).
  *
  * Computes, for a row-major C[M,N] and fp32 accumulation,
  *
@@ -43,11 +45,26 @@
  *   The producer runs up to STAGES k-tiles ahead, across tile boundaries, so
  *   the next tile's loads overlap this tile's epilogue.
  *
+ *   CLUSTER_M=2: the list is of cluster tiles (2 * BLOCK_M rows); block rank
+ *   r takes rows r * BLOCK_M ... of each.  Its producer loads its own A and
+ *   half of the B boxes, multicast into the same slot of both blocks (each
+ *   full[s] still expects all STAGE_BYTES); each consumer warp arrives on
+ *   empty[s] of both blocks, so a producer refills slot s only when the
+ *   consumers of both blocks are done with it.  Both blocks meet at a
+ *   cluster barrier after setting up their mbarriers and before exiting.
+ *
  * Launch contract:
  *     block  = (NTHREADS, 1, 1), NTHREADS = (CONSUMERS + 1) * 128
- *     grid   = (min(tiles, number of SMs), 1, 1),
- *              tiles = ceil(M / BLOCK_M) * ceil(N / BLOCK_N); any grid >= 1 is
- *              correct (blocks stride over the tiles), one block per SM is fast
+ *     grid   = (CLUSTER_M * min(tiles, max_resident), 1, 1),
+ *              tiles = ceil(M / (CLUSTER_M * BLOCK_M)) * ceil(N / BLOCK_N);
+ *              max_resident = the number of SMs when CLUSTER_M=1, else what
+ *              cuOccupancyMaxActiveClusters says for this kernel (66 on the
+ *              H100 SXM for every CLUSTER_M=2 config measured).  Any grid that
+ *              is a multiple of CLUSTER_M is correct (clusters stride over the
+ *              tiles); more than fit at once is slow (a second wave).
+ *     clusters: CLUSTER_M=2 compiles __cluster_dims__(2, 1, 1) into the
+ *              kernel, so a plain cuLaunchKernel launches clusters; no launch
+ *              attribute is needed
  *     dynamic shared memory = SMEM_BYTES
  *              = 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + STAGES * 16
  *              (1024: the kernel aligns the ring to 1024 bytes, as the 128-byte
@@ -80,7 +97,7 @@
  *     A, TRANS_A=0: globalDim = {K, M}, globalStrides = {lda*2}, boxDim = {64, BLOCK_M}
  *     A, TRANS_A=1: globalDim = {M, K}, globalStrides = {lda*2}, boxDim = {64, BLOCK_K}
  *     B, TRANS_B=0: globalDim = {N, K}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_K}
- *     B, TRANS_B=1: globalDim = {K, N}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_N}
+ *     B, TRANS_B=1: globalDim = {K, N}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_N / CLUSTER_M}
  *     C: no tensor map; the epilogue stores from registers, clipped to M x N.
  *
  * Shared-memory layout of one slot (what TMA writes and the wgmma
@@ -99,7 +116,7 @@
  *     multiples of 8 elements (TMA's 16-byte stride rule); the host takes the
  *     mma.sync family (gemm.cu) otherwise
  *   - M, N, K < 2^31; tensor-map coordinates are 32-bit
- *   - no split-K, no clusters / TMA multicast, no TMA-store epilogue (yet)
+ *   - no split-K, no A multicast (clusters along N), no TMA-store epilogue (yet)
  *   - sm_90a only (wgmma, setmaxnreg); compile with -arch=sm_90a
  *   - the tile shape must satisfy the static_asserts below
  */
