@@ -1,0 +1,829 @@
+/*
+ * gemm_wgmma.cu - ktune's second GEMM family, for sm_90a (H100): tiles move
+ * by TMA (cp.async.bulk.tensor) into a ring of shared-memory stages, and
+ * warpgroup MMAs (wgmma.mma_async) read them straight from shared memory into
+ * fp32 accumulators in registers.  One producer warpgroup feeds CONSUMERS
+ * consumer warpgroups; the grid is persistent (one block per SM) and walks
+ * the tiles of C in Triton's grouped order.  With CLUSTER_M=2, two blocks
+ * of a cluster take vertically adjacent tiles and share the B tile through
+ * TMA multicast (each loads half of it, for both).
+ *
+ * Computes, for a row-major C[M,N] and fp32 accumulation,
+ *
+ *     C = alpha * op(A) * op(B) + beta * C
+ *
+ * A, B and C hold f16 (DTYPE_BF16=0) or bf16 (DTYPE_BF16=1) values; C is
+ * passed as their 16-bit patterns (unsigned short), so the file needs no
+ * header.  Layouts, as in gemm.cu:
+ *
+ *     TRANS_A=0: A is [M,K], element (m,k) at A[m*lda + k]   (K-major for wgmma)
+ *     TRANS_A=1: A is [K,M], element (m,k) at A[k*lda + m]   (M-major)
+ *     TRANS_B=0: B is [K,N], element (k,n) at B[k*ldb + n]   (N-major)
+ *     TRANS_B=1: B is [N,K], element (k,n) at B[n*ldb + k]   (K-major; nn.Linear weights)
+ *     C:                     element (m,n) at C[m*ldc + n]
+ *
+ * Pipeline (one block, NTHREADS = (CONSUMERS + 1) * 128 threads):
+ *
+ *   warpgroup 0: producer            shared memory: ring of STAGES slots       warpgroups 1..CONSUMERS
+ *   (one thread issues TMA)          slot s = A tile s | B tile s              (consumer c owns rows
+ *                                                                               c*BLOCK_M/CONSUMERS ..
+ *   for each tile of this block:                                                of the block's tile)
+ *     for each k-tile kt:            +-------+-------+-----+---------+
+ *       wait empty[s] ------------>  | slot0 | slot1 | ... | slotS-1 |  ---->  wait full[s]
+ *       expect_tx(full[s], bytes)    +-------+-------+-----+---------+         wgmma x (BLOCK_K/16) per slab
+ *       TMA A, B -> slot s  ---------- complete_tx on full[s] ---------->      commit; wait_group 1
+ *                                  <----- arrive empty[s-1] (4 per consumer)   (slot s-1 is free)
+ *       s = (s + 1) % STAGES                                                  end of tile: wait_group 0,
+ *                                                                             free the last slot, then
+ *                                                                  epilogue: alpha*acc + beta*C
+ *                                                                             -> clipped global stores
+ *
+ *   Every block runs tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the
+ *   grouped order; producer and consumers walk the same list, and one
+ *   counter `it` (k-tiles seen by this block so far) gives the slot
+ *   (it % STAGES) and the barrier phase ((it / STAGES) & 1) on both sides.
+ *   The producer runs up to STAGES k-tiles ahead, across tile boundaries, so
+ *   the next tile's loads overlap this tile's epilogue.
+ *
+ *   CLUSTER_M=2: the list is of cluster tiles (2 * BLOCK_M rows); block rank
+ *   r takes rows r * BLOCK_M ... of each.  Its producer loads its own A and
+ *   half of the B boxes, multicast into the same slot of both blocks (each
+ *   full[s] still expects all STAGE_BYTES); each consumer warp arrives on
+ *   empty[s] of both blocks, so a producer refills slot s only when the
+ *   consumers of both blocks are done with it.  Both blocks meet at a
+ *   cluster barrier after setting up their mbarriers and before exiting.
+ *
+ * Launch contract:
+ *     block  = (NTHREADS, 1, 1), NTHREADS = (CONSUMERS + 1) * 128
+ *     grid   = (CLUSTER_M * min(tiles, max_resident), 1, 1),
+ *              tiles = ceil(M / (CLUSTER_M * BLOCK_M)) * ceil(N / BLOCK_N);
+ *              max_resident = the number of SMs when CLUSTER_M=1, else what
+ *              cuOccupancyMaxActiveClusters says for this kernel (66 on the
+ *              H100 SXM for every CLUSTER_M=2 config measured).  Any grid that
+ *              is a multiple of CLUSTER_M is correct (clusters stride over the
+ *              tiles); more than fit at once is slow (a second wave).
+ *     clusters: CLUSTER_M=2 compiles __cluster_dims__(2, 1, 1) into the
+ *              kernel, so a plain cuLaunchKernel launches clusters; no launch
+ *              attribute is needed
+ *     dynamic shared memory = SMEM_BYTES
+ *              = 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + STAGES * 16
+ *              (1024: the kernel aligns the ring to 1024 bytes, as the 128-byte
+ *              swizzle needs; 16 per stage: two mbarriers).  The host raises
+ *              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static
+ *              shared memory.  A launch with less traps.
+ *     one block per SM: __launch_bounds__(NTHREADS, 1)
+ *
+ * Parameters:
+ *     tmap_a, tmap_b  CUtensorMap (128 bytes, by value) encoded by the host with
+ *                     cuTensorMapEncodeTiled, below
+ *     C               device pointer to C, 16-byte aligned
+ *     M, N, K         >= 1
+ *     ldc             elements between rows of C, a multiple of 8, >= N
+ *     alpha, beta     beta == 0 never reads C (it may hold NaN)
+ *     group_size      rows of tiles per group in the grouped order (Triton's
+ *                     GROUP_SIZE_M); values < 1 act as 1
+ *
+ * Tensor maps (cuTensorMapEncodeTiled; the same for A and B, only the
+ * dimensions differ): rank 2; data type CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+ * (DTYPE_BF16=0) or CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 (DTYPE_BF16=1);
+ * globalAddress = the matrix's base pointer (16-byte aligned);
+ * globalDim = {contiguous extent, other extent}; globalStrides = {ld * 2}
+ * (bytes, a multiple of 16); elementStrides = {1, 1};
+ * CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+ * CU_TENSOR_MAP_L2_PROMOTION_L2_256B (any promotion is correct),
+ * CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE (out-of-bounds elements load as zero,
+ * which the K tail and the M/N edges rely on).
+ *
+ *     A, TRANS_A=0: globalDim = {K, M}, globalStrides = {lda*2}, boxDim = {64, BLOCK_M}
+ *     A, TRANS_A=1: globalDim = {M, K}, globalStrides = {lda*2}, boxDim = {64, BLOCK_K}
+ *     B, TRANS_B=0: globalDim = {N, K}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_K}
+ *     B, TRANS_B=1: globalDim = {K, N}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_N / CLUSTER_M}
+ *     C: no tensor map; the epilogue stores from registers, clipped to M x N.
+ *
+ * Shared-memory layout of one slot (what TMA writes and the wgmma
+ * descriptors describe), all with the 128-byte swizzle, i.e. 8 rows of
+ * 128 bytes = 1024-byte atoms whose 16-byte chunks are permuted by row % 8:
+ *     K-major operand (A with TRANS_A=0, B with TRANS_B=1): one box of
+ *         ROWS x 64 k, row r at byte r*128; 8-row groups 1024 bytes apart (SBO)
+ *     MN-major operand (A with TRANS_A=1, B with TRANS_B=0): ROWS/64 boxes
+ *         of 64 (m or n) x BLOCK_K k, each 8192 bytes (LBO between them), k-row
+ *         at byte k*128 of its box; 8-k groups 1024 bytes apart (SBO)
+ *
+ * Limits:
+ *   - any M, N, K >= 1 (TMA zero-fills loads outside the matrices; stores
+ *     are clipped)
+ *   - "aligned" problems only: A, B, C 16-byte aligned, lda, ldb, ldc
+ *     multiples of 8 elements (TMA's 16-byte stride rule); the host takes the
+ *     mma.sync family (gemm.cu) otherwise
+ *   - M, N, K < 2^31; tensor-map coordinates are 32-bit
+ *   - no split-K, no A multicast (clusters along N), no TMA-store epilogue (yet)
+ *   - sm_90a only (wgmma, setmaxnreg); compile with -arch=sm_90a
+ *   - the tile shape must satisfy the static_asserts below
+ */
+
+/* ---------------------------------------------------------------- tunables */
+
+#ifndef BLOCK_M
+#define BLOCK_M 128 /* rows of C per tile; a multiple of 64 * CONSUMERS, <= 256 */
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 256 /* columns of C per tile = the wgmma N: 64, 128, 192 or 256 */
+#endif
+#ifndef BLOCK_K
+#define BLOCK_K 64 /* depth of one stage: 64 16-bit values = one 128-byte swizzle row */
+#endif
+#ifndef STAGES
+#define STAGES 4 /* slots in the shared-memory ring, >= 2 */
+#endif
+#ifndef CONSUMERS
+#define CONSUMERS 2 /* consumer warpgroups (1..3); each owns BLOCK_M / CONSUMERS rows of the tile */
+#endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 1 /* blocks per cluster (1 or 2): a cluster takes CLUSTER_M vertically adjacent tiles that share B; each block loads 1/CLUSTER_M of B and multicasts it */
+#endif
+#ifndef DTYPE_BF16
+#define DTYPE_BF16 0 /* element type: 0 = f16, 1 = bf16 */
+#endif
+#ifndef TRANS_A
+#define TRANS_A 0 /* 0: A stored [M,K]; 1: A stored [K,M] */
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0 /* 0: B stored [K,N]; 1: B stored [N,K] */
+#endif
+#ifndef MBAR_SPIN_LIMIT
+#define MBAR_SPIN_LIMIT 0 /* > 0: trap after this many failed mbarrier polls (debugging hangs); 0: wait forever */
+#endif
+
+/* ---------------------------------------------------------- derived sizes */
+
+#define NTHREADS ((CONSUMERS + 1) * 128)
+#define WG_ROWS (BLOCK_M / CONSUMERS) /* rows of the tile per consumer warpgroup */
+#define M_SLABS (WG_ROWS / 64)        /* m64 wgmma rows per consumer */
+#define K_STEPS (BLOCK_K / 16)        /* k16 wgmma steps per stage */
+#define ACC_N (BLOCK_N / 2)           /* fp32 accumulators per thread per m64 slab */
+
+#define A_STAGE_BYTES (BLOCK_M * BLOCK_K * 2)
+#define B_STAGE_BYTES (BLOCK_N * BLOCK_K * 2)
+#define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES) /* TMA bytes that complete one slot */
+#define MN_BOX_BYTES (64 * BLOCK_K * 2)             /* one 64 x BLOCK_K box of an MN-major operand */
+#define B_KMAJOR_BOX_ROWS (BLOCK_N / CLUSTER_M)     /* rows of one box of a K-major B (TRANS_B=1) */
+#define SMEM_BYTES (1024 + STAGES * STAGE_BYTES + STAGES * 16)
+
+/*
+ * Registers per thread after setmaxnreg: the producer gives its registers
+ * up, the consumers take them; 128 * (PRODUCER_REGS + CONSUMERS *
+ * CONSUMER_REGS) stays within the 64K of the SM.
+ */
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS (CONSUMERS == 1 ? 240 : CONSUMERS == 2 ? 232 : 152)
+
+static_assert(BLOCK_K == 64, "a stage is one 128-byte swizzle row of 16-bit values deep");
+static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "1 to 3 consumer warpgroups");
+static_assert(BLOCK_M % (64 * CONSUMERS) == 0, "each consumer owns whole m64 slabs");
+static_assert(BLOCK_M <= 256, "a TMA box has at most 256 rows");
+static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "BLOCK_N is 64, 128, 192 or 256 (wgmma N)");
+static_assert(M_SLABS * ACC_N <= 128, "accumulators: at most 128 fp32 registers per thread");
+static_assert(CONSUMERS < 3 || M_SLABS * ACC_N <= 96,
+	      "3 consumers run under a 128-register cap: at most 96 accumulators (ptxas C7602 otherwise)");
+static_assert(STAGES >= 2, "the ring needs at least two slots");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
+static_assert(SMEM_BYTES <= 232448, "227 KiB of shared memory per block on sm_90");
+static_assert(DTYPE_BF16 == 0 || DTYPE_BF16 == 1, "DTYPE_BF16 is 0 or 1");
+static_assert(TRANS_A == 0 || TRANS_A == 1, "TRANS_A is 0 or 1");
+static_assert(TRANS_B == 0 || TRANS_B == 1, "TRANS_B is 0 or 1");
+
+typedef unsigned short elem; /* one f16 or bf16 value, as its bit pattern */
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+/* The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's layout). */
+struct CUtensorMap_ {
+	alignas(64) unsigned long long opaque[16];
+};
+
+/* ------------------------------------------------ PTX: conversions, smem */
+
+static __device__ __forceinline__ float elem_to_float(elem x)
+{
+#if DTYPE_BF16
+	return __uint_as_float((u32)x << 16);
+#else
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+	return f;
+#endif
+}
+
+/* Two values, rounded to nearest even, lo in the low half (the lower address). */
+static __device__ __forceinline__ u32 float2_to_pair(float lo, float hi)
+{
+	u32 r;
+#if DTYPE_BF16
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+	asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+	return r;
+}
+
+static __device__ __forceinline__ elem float_to_elem(float f)
+{
+	return (elem)(float2_to_pair(f, 0.0f) & 0xffff);
+}
+
+/* The shared-state-space address of a pointer into shared memory. */
+static __device__ __forceinline__ u32 smem_u32(const void *p)
+{
+	return (u32)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ u32 dynamic_smem_size(void)
+{
+	u32 r;
+	asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+	return r;
+}
+
+/* ---------------------------------------------------- PTX: mbarriers */
+
+static __device__ __forceinline__ void mbar_init(u32 bar, u32 count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+/* Makes the initialised barriers visible to the other threads and to the async proxy (TMA). */
+static __device__ __forceinline__ void mbar_init_fence(void)
+{
+	asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* Arrives once and adds `bytes` to the transaction count the phase waits for. */
+static __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+		     :: "r"(bar), "r"(bytes) : "memory");
+}
+
+#if CLUSTER_M == 1
+static __device__ __forceinline__ void mbar_arrive(u32 bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+#else
+/*
+ * Arrives on the barrier at the same offset in block `cta` of this cluster
+ * (maybe this one).  Default semantics (release at CTA scope), as CUTLASS's
+ * ClusterBarrier: what it orders is the wgmma's reads of the slot, already
+ * complete; an explicit .release.cluster made every slot release a
+ * cluster-wide fence and the kernel 3x slower on the H100.
+ */
+static __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta)
+{
+	asm volatile("{\n\t.reg .b32 remote;\n\t"
+		     "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+		     "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}\n"
+		     :: "r"(bar), "r"(cta) : "memory");
+}
+
+/* All threads of all blocks of the cluster meet here (a __syncthreads across the cluster). */
+static __device__ __forceinline__ void cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ u32 cluster_rank(void)
+{
+	u32 r;
+	asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+}
+#endif
+
+/*
+ * Waits until the phase of parity `parity` has completed.  A fresh barrier
+ * is in phase 0, so waiting on parity 1 returns at once: the producer's
+ * first pass over the ring does not wait for empty slots.
+ */
+static __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
+{
+	u32 done;
+#if MBAR_SPIN_LIMIT > 0
+	long long spins = 0;
+#endif
+	do {
+		asm volatile("{\n\t.reg .pred p;\n\t"
+			     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			     "selp.u32 %0, 1, 0, p;\n\t}\n"
+			     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#if MBAR_SPIN_LIMIT > 0
+		if (!done && ++spins > (long long)MBAR_SPIN_LIMIT)
+			asm volatile("trap;");
+#endif
+	} while (!done);
+}
+
+/* ------------------------------------------------------------ PTX: TMA */
+
+/*
+ * Copies the box at coordinates (c0 along the contiguous dimension, c1) of
+ * the tensor map into shared memory at dst; its bytes count towards the
+ * transaction of barrier bar.  Elements outside the tensor arrive as zero.
+ */
+static __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap_ *map, u32 bar,
+						   int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     " [%0], [%1, {%3, %4}], [%2];\n"
+		     :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+
+#if CLUSTER_M > 1
+/*
+ * The same box, written to the same shared-memory offset (and completing on
+ * the barrier at the same offset) in every block of the cluster in cta_mask.
+ */
+static __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const CUtensorMap_ *map, u32 bar,
+							     int c0, int c1, unsigned short cta_mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n"
+		     :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask) : "memory");
+}
+#endif
+
+/* -------------------------------------------------- PTX: warpgroup MMA */
+
+/* Orders this warpgroup's register accesses before the wgmma.mma_async that follow. */
+static __device__ __forceinline__ void wgmma_fence(void)
+{
+	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_commit(void)
+{
+	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/* Waits until at most N of this warpgroup's committed wgmma groups are pending. */
+template <int N>
+static __device__ __forceinline__ void wgmma_wait(void)
+{
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+
+/*
+ * Tells the compiler that the accumulators may have changed here (after a
+ * wgmma_wait), so no read of them moves above it.
+ */
+static __device__ __forceinline__ void fence_acc(float (&acc)[M_SLABS][ACC_N])
+{
+#pragma unroll
+	for (int s = 0; s < M_SLABS; s++)
+#pragma unroll
+		for (int i = 0; i < ACC_N; i++)
+			asm volatile("" : "+f"(acc[s][i]) :: "memory");
+}
+
+/* setmaxnreg: give registers back (producer) or take them (consumers). */
+template <int N>
+static __device__ __forceinline__ void regs_release(void)
+{
+	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+
+template <int N>
+static __device__ __forceinline__ void regs_claim(void)
+{
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+
+/*
+ * A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start
+ * address, leading-dimension byte offset (LBO) and stride-dimension byte
+ * offset (SBO), each >> 4, swizzle mode 1 (128B) in bits 62-63.
+ *   K-major:  SBO = 1024 (8-row groups); LBO unused (16)
+ *   MN-major: SBO = 1024 (8-k groups); LBO = MN_BOX_BYTES (64-wide MN boxes)
+ */
+static __device__ __forceinline__ u64 smem_desc(u32 addr, u32 lbo, u32 sbo)
+{
+	return (u64)((addr & 0x3ffff) >> 4) | (u64)(lbo >> 4) << 16 | (u64)(sbo >> 4) << 32 |
+	       1ull << 62;
+}
+
+#if DTYPE_BF16
+#define WG_TYPE "bf16"
+#else
+#define WG_TYPE "f16"
+#endif
+/* wgmma's transpose bits: 0 = K-major, 1 = MN-major (16-bit types only). */
+#if TRANS_A
+#define WG_TRANS_A "1" /* A stored [K,M]: M-major */
+#else
+#define WG_TRANS_A "0" /* A stored [M,K]: K-major */
+#endif
+#if TRANS_B
+#define WG_TRANS_B "0" /* B stored [N,K]: K-major */
+#else
+#define WG_TRANS_B "1" /* B stored [K,N]: N-major */
+#endif
+#define ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+		"+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+/*
+ * d (one m64 x BLOCK_N slab, fp32) = A(64 x 16) * B(16 x BLOCK_N) + (scale_d ? d : 0),
+ * asynchronously; A and B from shared memory through their descriptors.
+ * The operand lists below were written by a script: one variant per wgmma N.
+ */
+static __device__ __forceinline__ void wgmma_tile(float (&d)[ACC_N], u64 desc_a, u64 desc_b,
+						  int scale_d)
+{
+#if BLOCK_N == 64
+	asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
+	    "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_TYPE "." WG_TYPE " {"
+	    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+	    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+	    "}, %32, %33, p, 1, 1, " WG_TRANS_A ", " WG_TRANS_B ";\n}\n"
+	    : ACC8(0), ACC8(8), ACC8(16), ACC8(24)
+	    : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#elif BLOCK_N == 128
+	asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
+	    "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_TYPE "." WG_TYPE " {"
+	    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+	    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+	    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+	    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+	    "}, %64, %65, p, 1, 1, " WG_TRANS_A ", " WG_TRANS_B ";\n}\n"
+	    : ACC8(0), ACC8(8), ACC8(16), ACC8(24),
+	      ACC8(32), ACC8(40), ACC8(48), ACC8(56)
+	    : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#elif BLOCK_N == 192
+	asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %98, 0;\n\t"
+	    "wgmma.mma_async.sync.aligned.m64n192k16.f32." WG_TYPE "." WG_TYPE " {"
+	    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+	    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+	    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+	    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+	    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+	    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+	    "}, %96, %97, p, 1, 1, " WG_TRANS_A ", " WG_TRANS_B ";\n}\n"
+	    : ACC8(0), ACC8(8), ACC8(16), ACC8(24),
+	      ACC8(32), ACC8(40), ACC8(48), ACC8(56),
+	      ACC8(64), ACC8(72), ACC8(80), ACC8(88)
+	    : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#elif BLOCK_N == 256
+	asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %130, 0;\n\t"
+	    "wgmma.mma_async.sync.aligned.m64n256k16.f32." WG_TYPE "." WG_TYPE " {"
+	    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+	    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+	    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+	    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+	    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+	    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+	    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+	    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+	    "}, %128, %129, p, 1, 1, " WG_TRANS_A ", " WG_TRANS_B ";\n}\n"
+	    : ACC8(0), ACC8(8), ACC8(16), ACC8(24),
+	      ACC8(32), ACC8(40), ACC8(48), ACC8(56),
+	      ACC8(64), ACC8(72), ACC8(80), ACC8(88),
+	      ACC8(96), ACC8(104), ACC8(112), ACC8(120)
+	    : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/* ------------------------------------------------------- index arithmetic */
+
+static __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
+static __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+static __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+/*
+ * Triton's grouped order: consecutive tile ids walk down a group of
+ * group_size tile rows before moving one tile column right, so the blocks
+ * running together share rows of A and columns of B in L2.
+ */
+static __device__ __forceinline__ void grouped_tile(int tile, int num_pid_m, int num_pid_n,
+						    int group_size, int *pid_m, int *pid_n)
+{
+	group_size = imin(imax(group_size, 1), num_pid_m);
+	int num_pid_in_group = group_size * num_pid_n;
+	int group_id = tile / num_pid_in_group;
+	int first_pid_m = group_id * group_size;
+	int group_size_m = imin(num_pid_m - first_pid_m, group_size);
+	*pid_m = first_pid_m + (tile % num_pid_in_group) % group_size_m;
+	*pid_n = (tile % num_pid_in_group) / group_size_m;
+}
+
+/* The ring slot and barrier parity of the it-th k-tile this block handles. */
+static __device__ __forceinline__ int ring_slot(int it) { return it % STAGES; }
+static __device__ __forceinline__ u32 ring_parity(int it) { return (u32)(it / STAGES) & 1; }
+
+/*
+ * Byte offset, within one A slot, of the m64 slab at tile row `row` (a
+ * multiple of 64) for k-step ks (16 k each).  K-major: rows of 128 bytes,
+ * a k-step is 32 bytes along the (swizzled) row.  M-major: the slab is one
+ * 64-wide box, a k-step is 16 k-rows of 128 bytes.
+ */
+static __device__ __forceinline__ u32 a_slab_offset(int row, int ks)
+{
+#if TRANS_A == 0
+	return (u32)(row * 128 + ks * 32);
+#else
+	return (u32)((row / 64) * MN_BOX_BYTES + ks * 16 * 128);
+#endif
+}
+
+/* Byte offset, within one B slot, of k-step ks (all BLOCK_N columns). */
+static __device__ __forceinline__ u32 b_kstep_offset(int ks)
+{
+#if TRANS_B == 1
+	return (u32)(ks * 32);
+#else
+	return (u32)(ks * 16 * 128);
+#endif
+}
+
+#define A_LBO (TRANS_A ? MN_BOX_BYTES : 16)
+#define B_LBO (TRANS_B ? 16 : MN_BOX_BYTES)
+
+/*
+ * Accumulator layout of wgmma m64nNk16 (fp32): thread t of the warpgroup
+ * holds, for each n8 block j, d[4j + e] at row 16*(t/32) + (t%32)/4 + 8*(e/2)
+ * and column 8j + 2*(t%4) + e%2 of the slab.
+ */
+static __device__ __forceinline__ int acc_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * (e / 2); }
+static __device__ __forceinline__ int acc_col(int t, int j) { return 8 * j + 2 * (t % 4); }
+
+/* ------------------------------------------------------------------- load */
+
+/*
+ * One box of this block's share of B: box i of the slot (its offset and
+ * coordinates), multicast to the whole cluster when CLUSTER_M > 1.
+ */
+static __device__ __forceinline__ void load_b_box(const CUtensorMap_ *tmap_b, u32 b_dst, u32 bar, int n0,
+						  int k0, int i)
+{
+#if TRANS_B == 1
+	const u32 dst = b_dst + i * B_KMAJOR_BOX_ROWS * 128;
+	const int c0 = k0, c1 = n0 + i * B_KMAJOR_BOX_ROWS;
+#else
+	const u32 dst = b_dst + i * MN_BOX_BYTES;
+	const int c0 = n0 + 64 * i, c1 = k0;
+#endif
+#if CLUSTER_M > 1
+	tma_load_2d_multicast(dst, tmap_b, bar, c0, c1, (unsigned short)((1u << CLUSTER_M) - 1));
+#else
+	tma_load_2d(dst, tmap_b, bar, c0, c1);
+#endif
+}
+
+/*
+ * Producer: loads k-tile kt of the tile at (m0, n0) into slot `slot`, all
+ * of it completing on barrier bar.  K-major A takes one box, M-major A one
+ * 64-wide box per 64 rows.  B comes in B_BOXES boxes (CLUSTER_M boxes of
+ * B_KMAJOR_BOX_ROWS rows if K-major, one per 64 columns if N-major); box i
+ * is loaded by the block of cluster rank i % CLUSTER_M and multicast to all
+ * of them, so each block's slot receives all of B.
+ */
+#define B_BOXES (TRANS_B ? CLUSTER_M : BLOCK_N / 64)
+static __device__ __forceinline__ void load_stage(const CUtensorMap_ *tmap_a, const CUtensorMap_ *tmap_b,
+						  u32 a_dst, u32 b_dst, u32 bar, int m0, int n0, int kt,
+						  int rank)
+{
+	const int k0 = kt * BLOCK_K;
+#if TRANS_A == 0
+	tma_load_2d(a_dst, tmap_a, bar, k0, m0);
+#else
+#pragma unroll
+	for (int c = 0; c < BLOCK_M / 64; c++)
+		tma_load_2d(a_dst + c * MN_BOX_BYTES, tmap_a, bar, m0 + 64 * c, k0);
+#endif
+#pragma unroll
+	for (int i = 0; i < B_BOXES; i++)
+		if (i % CLUSTER_M == rank)
+			load_b_box(tmap_b, b_dst, bar, n0, k0, i);
+}
+
+/* -------------------------------------------------------------------- mma */
+
+/*
+ * Consumer: acc (+)= this warpgroup's rows of slot `slot`'s A times its B,
+ * K_STEPS wgmma per m64 slab, committed as one group.  first: the tile's
+ * first k-tile, whose first k-step overwrites acc instead of adding.
+ */
+static __device__ __forceinline__ void mma_stage(float (&acc)[M_SLABS][ACC_N], u32 a_slot, u32 b_slot,
+						 int wg_row0, bool first)
+{
+	wgmma_fence();
+#pragma unroll
+	for (int ks = 0; ks < K_STEPS; ks++) {
+		u64 db = smem_desc(b_slot + b_kstep_offset(ks), B_LBO, 1024);
+#pragma unroll
+		for (int s = 0; s < M_SLABS; s++) {
+			u64 da = smem_desc(a_slot + a_slab_offset(wg_row0 + 64 * s, ks), A_LBO, 1024);
+			wgmma_tile(acc[s], da, db, !(first && ks == 0));
+		}
+	}
+	wgmma_commit();
+}
+
+/* --------------------------------------------------------------- epilogue */
+
+/*
+ * Writes alpha * acc + beta * C for this warpgroup's rows of the tile at
+ * (m0 + wg_row0, n0), clipped to M x N; C is read only when beta != 0.
+ * Pairs of columns go out as one 4-byte store (col is even and ldc % 8 == 0).
+ */
+static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][ACC_N], elem *C, i64 ldc,
+						  int M, int N, int row0, int n0, float alpha, float beta,
+						  int t)
+{
+#pragma unroll
+	for (int s = 0; s < M_SLABS; s++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = row0 + 64 * s + acc_row(t, 2 * h);
+			if (row >= M)
+				continue;
+			elem *crow = C + (i64)row * ldc;
+#pragma unroll
+			for (int j = 0; j < BLOCK_N / 8; j++) {
+				const int col = n0 + acc_col(t, j);
+				if (col >= N)
+					continue;
+				float v0 = alpha * acc[s][4 * j + 2 * h], v1 = alpha * acc[s][4 * j + 2 * h + 1];
+				elem *p = crow + col;
+				if (col + 1 < N) {
+					if (beta != 0.0f) {
+						u32 old = *(const u32 *)p;
+						v0 += beta * elem_to_float((elem)(old & 0xffff));
+						v1 += beta * elem_to_float((elem)(old >> 16));
+					}
+					*(u32 *)p = float2_to_pair(v0, v1);
+				} else {
+					if (beta != 0.0f)
+						v0 += beta * elem_to_float(*p);
+					*p = float_to_elem(v0);
+				}
+			}
+		}
+}
+
+/*
+ * Consumer warp: this warp is done with a slot.  With clusters, every
+ * block's producer writes (its share of B) into every block's slot, so the
+ * warp tells the empty barrier of each block in the cluster.
+ */
+static __device__ __forceinline__ void release_slot(u32 empty)
+{
+#if CLUSTER_M > 1
+#pragma unroll
+	for (int r = 0; r < CLUSTER_M; r++)
+		mbar_arrive_cluster(empty, r);
+#else
+	mbar_arrive(empty);
+#endif
+}
+
+/* --------------------------------------------------------- the two roles */
+
+/* Shared-memory addresses of the ring and its barriers, and the tile walk, as both roles see them. */
+struct ring {
+	u32 a, b;        /* slot 0 of A and of B; slot s at + s * A_STAGE_BYTES, + s * B_STAGE_BYTES */
+	u32 full, empty; /* barrier of slot s at + 8 * s */
+	int rank;        /* this block's rank in its cluster */
+	int num_pid_m, num_pid_n, num_tiles, first_tile, tile_stride, k_tiles;
+};
+
+/* Rows and columns of C where this block's part of cluster tile `tile` starts. */
+static __device__ __forceinline__ void tile_origin(const ring &r, int tile, int group_size, int *m0, int *n0)
+{
+	int pid_m, pid_n;
+	grouped_tile(tile, r.num_pid_m, r.num_pid_n, group_size, &pid_m, &pid_n);
+	*m0 = (pid_m * CLUSTER_M + r.rank) * BLOCK_M;
+	*n0 = pid_n * BLOCK_N;
+}
+
+/*
+ * The producer (one thread): for every k-tile of every tile of this block,
+ * wait until its slot is free in the whole cluster, announce the bytes on
+ * the slot's full barrier, issue the TMA loads.
+ */
+static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap_ *tmap_a,
+						const CUtensorMap_ *tmap_b, int group_size)
+{
+	int it = 0;
+	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
+		int m0, n0;
+		tile_origin(r, tile, group_size, &m0, &n0);
+		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
+			const int slot = ring_slot(it);
+			mbar_wait(r.empty + 8 * slot, ring_parity(it) ^ 1);
+			mbar_arrive_expect_tx(r.full + 8 * slot, STAGE_BYTES);
+			load_stage(tmap_a, tmap_b, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES,
+				   r.full + 8 * slot, m0, n0, kt, r.rank);
+		}
+	}
+}
+
+/*
+ * A consumer warpgroup: for every tile, wait for each slot, run its wgmma
+ * (the previous slot's may still be running), free the previous slot; at
+ * the end of the tile drain the wgmma, free the last slot, store.
+ */
+static __device__ __forceinline__ void consumer(const ring &r, int consumer_index, int t, elem *C, i64 ldc,
+						int M, int N, float alpha, float beta, int group_size)
+{
+	const int wg_row0 = consumer_index * WG_ROWS; /* this consumer's first row in the tile */
+	const bool warp_leader = t % 32 == 0;
+	float acc[M_SLABS][ACC_N];
+	int it = 0;
+	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
+		int m0, n0;
+		tile_origin(r, tile, group_size, &m0, &n0);
+
+		/* mma */
+		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
+			const int slot = ring_slot(it);
+			mbar_wait(r.full + 8 * slot, ring_parity(it));
+			mma_stage(acc, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES, wg_row0, kt == 0);
+			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
+			if (kt > 0 && warp_leader)
+				release_slot(r.empty + 8 * ring_slot(it - 1));
+		}
+		wgmma_wait<0>();
+		fence_acc(acc);
+		if (warp_leader)
+			release_slot(r.empty + 8 * ring_slot(it - 1));
+
+		/* epilogue */
+		store_tile(acc, C, ldc, M, N, m0 + wg_row0, n0, alpha, beta, t);
+	}
+}
+
+/* ----------------------------------------------------------------- kernel */
+
+#if CLUSTER_M > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER_M, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_DIMS
+gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_constant__ CUtensorMap_ tmap_b,
+		  unsigned short *C, int M, int N, int K, long long ldc, float alpha, float beta,
+		  int group_size)
+{
+	extern __shared__ unsigned char smem[];
+	if (dynamic_smem_size() < SMEM_BYTES)
+		asm volatile("trap;"); /* launched with less than the contract's shared memory */
+
+	/* the ring: [A slot 0 .. STAGES-1][B slot 0 .. STAGES-1][full bars][empty bars] */
+	ring r;
+	r.a = (smem_u32(smem) + 1023u) & ~1023u;
+	r.b = r.a + STAGES * A_STAGE_BYTES;
+	r.full = r.b + STAGES * B_STAGE_BYTES; /* TMA landed: the slot may be read */
+	r.empty = r.full + STAGES * 8;         /* consumers done: the slot may be refilled */
+
+	/* setup: barriers */
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(r.full + 8 * s, 1); /* the producer's arrive, plus the bytes */
+			/* one arrive per consumer warp of every block of the cluster */
+			mbar_init(r.empty + 8 * s, CLUSTER_M * CONSUMERS * 4);
+		}
+		mbar_init_fence();
+	}
+#if CLUSTER_M > 1
+	cluster_sync(); /* the peers' barriers are initialised before any multicast or remote arrive */
+	r.rank = (int)cluster_rank();
+#else
+	__syncthreads();
+	r.rank = 0;
+#endif
+
+	/*
+	 * setup: the tile walk.  A cluster takes "cluster tiles" of CLUSTER_M *
+	 * BLOCK_M rows; this block the rows rank * BLOCK_M ... of each (loaded as
+	 * zeros and never stored where they lie below M).
+	 */
+	r.num_pid_m = cdiv(M, BLOCK_M * CLUSTER_M);
+	r.num_pid_n = cdiv(N, BLOCK_N);
+	r.num_tiles = r.num_pid_m * r.num_pid_n;
+	r.first_tile = blockIdx.x / CLUSTER_M;
+	r.tile_stride = gridDim.x / CLUSTER_M;
+	r.k_tiles = cdiv(K, BLOCK_K);
+
+	const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+	if (warpgroup == 0) {
+		regs_release<PRODUCER_REGS>();
+		if (t == 0)
+			producer(r, &tmap_a, &tmap_b, group_size);
+	} else {
+		regs_claim<CONSUMER_REGS>();
+		consumer(r, warpgroup - 1, t, C, ldc, M, N, alpha, beta, group_size);
+	}
+#if CLUSTER_M > 1
+	cluster_sync(); /* no block leaves while a peer may still arrive on its barriers */
+#endif
+}
