@@ -65,6 +65,8 @@ for step in $steps; do
 			run sweep.log $B/ktune sweep --progress
 		fi
 		$B/ktune show --format csv >"$OUT/results.csv"
+		# the database with trials is too big to bring back; this is db/sm_90/h100.yaml's source
+		$B/ktune export -o "$OUT/h100.yaml"
 		run verify.log $B/ktune verify
 		;;
 	bench)
