@@ -1,6 +1,6 @@
 /*
- * cmd-compile.c - ktune compile: every configuration of the GEMM space
- * through NVRTC for an arch, no GPU needed.
+ * cmd-compile.c - ktune compile: every configuration of the GEMM spaces
+ * (mma.sync, and wgmma for sm_90) through NVRTC for an arch, no GPU needed.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -43,10 +43,12 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 		{ "aligned", required_argument, NULL, 'A' },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "format", required_argument, NULL, 'F' },
+		{ "family", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *arch = "sm_90", *layouts[4] = { "nn", "nt", "tn", "tt" };
 	int ndtypes = 2, nlayouts = 4, aligned_from = 0, aligned_to = 1, csv = 0, c;
+	int family_from = 0, family_to = KTUNE_GEMM_NFAMILIES - 1;
 	ktune_dtype dtypes[2] = { KTUNE_F16, KTUNE_BF16 };
 	long jobs = 0, v;
 	struct ktune_err e;
@@ -85,6 +87,14 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 			if (cli_parse_int("compile", "--jobs", optarg, 1, 256, &jobs))
 				return EXIT_USAGE;
 			break;
+		case 'f': {
+			int f = ktune__gemm_family_from_name(optarg);
+			if (f < 0)
+				return cli_usage_error("compile", "--family '%s' is not one of gemm, gemm_wgmma",
+						       optarg);
+			family_from = family_to = f;
+			break;
+		}
 		case 'F':
 			if (strcmp(optarg, "table") && strcmp(optarg, "csv"))
 				return cli_usage_error("compile", "--format '%s' is not one of table, csv", optarg);
@@ -97,10 +107,29 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 	if (optind < argc)
 		return cli_usage_error("compile", "unexpected argument '%s'", argv[optind]);
 
-	struct ktune_gemm_config *kernels;
-	int nkernels;
-	if (ktune__gemm_space_kernels(&kernels, &nkernels, &e))
-		return cli_error(EXIT_FAIL, "%s", e.msg);
+	/* both families' kernels, one list: wgmma's only where it runs (sm_90) */
+	struct ktune_gemm_config *kernels = NULL;
+	int nkernels = 0;
+	for (int f = family_from; f <= family_to; f++) {
+		struct ktune_gemm_config *some, *grown;
+		int n;
+		if (!ktune__gemm_family_runs(f, arch, 1))
+			continue;
+		if (ktune__gemm_space_kernels(f, &some, &n, &e)) {
+			free(kernels);
+			return cli_error(EXIT_FAIL, "%s", e.msg);
+		}
+		grown = realloc(kernels, (size_t)(nkernels + n + 1) * sizeof(*grown));
+		if (!grown) {
+			free(some);
+			free(kernels);
+			return cli_error(EXIT_FAIL, "out of memory");
+		}
+		kernels = grown;
+		memcpy(kernels + nkernels, some, (size_t)n * sizeof(*some));
+		nkernels += n;
+		free(some);
+	}
 
 	int limit = arch_smem_limit(arch), njobs = 0, nskipped = 0;
 	int total = nkernels * ndtypes * nlayouts * (aligned_to - aligned_from + 1);
@@ -115,6 +144,8 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 				for (int i = 0; i < nkernels; i++) {
 					struct ktune_key key = { .op = "gemm", .dtype = dtypes[d], .aligned = a };
 					ktune__layout_parse(layouts[l], &key);
+					if (!ktune__gemm_family_runs(kernels[i].family, arch, a))
+						continue; /* wgmma has no unaligned variant */
 					if (ktune__gemm_smem_bytes(&key, &kernels[i]) > (size_t)limit) {
 						nskipped++;
 						continue;
@@ -133,7 +164,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 	if (csv)
 		printf("dtype,layout,aligned,config,status,registers,spill_bytes,stack,smem_bytes,seconds\n");
 	else
-		printf("%-4s %-6s %-3s %-56s %-6s %5s %6s %6s %8s %6s\n", "type", "layout", "al",
+		printf("%-4s %-6s %-3s %-101s %-6s %5s %6s %6s %8s %6s\n", "type", "layout", "al",
 		       "config", "status", "regs", "spill", "stack", "smem", "sec");
 	for (int i = 0; i < njobs; i++) {
 		struct ktune_compile_job *j = &jl[i];
@@ -150,7 +181,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 			       layout, j->key.aligned, cfg, status, j->cubin.res.registers, spill,
 			       j->cubin.res.stack, smem, j->cubin.seconds);
 		else
-			printf("%-4s %-6s %-3d %-56s %-6s %5d %6d %6d %8zu %6.2f\n",
+			printf("%-4s %-6s %-3d %-101s %-6s %5d %6d %6d %8zu %6.2f\n",
 			       ktune__dtype_name(j->key.dtype), layout, j->key.aligned, cfg, status,
 			       j->cubin.res.registers, spill, j->cubin.res.stack, smem, j->cubin.seconds);
 		if (j->status)

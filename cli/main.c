@@ -26,11 +26,13 @@
 const struct cmd cli_commands[] = {
 	{ "compile", cmd_compile, "compile every GEMM configuration with NVRTC (no GPU needed)",
 	  "usage: ktune compile [--arch sm_90] [--dtype D] [--layout L] [--aligned 0|1]\n"
-	  "                     [--jobs N] [--format table|csv]\n\n"
-	  "Compiles every configuration that the GEMM search space admits, for each\n"
+	  "                     [--family gemm|gemm_wgmma] [--jobs N] [--format table|csv]\n\n"
+	  "Compiles every configuration that the GEMM search spaces admit, for each\n"
 	  "selected dtype, layout and alignment variant, and reports registers, spills\n"
 	  "and shared memory.  Exits 1 if any admitted configuration fails to compile.\n"
-	  "Default: every dtype, layout and alignment for --arch sm_90.\n\n" COMMON },
+	  "The wgmma family (gemm_wgmma) is compiled, for sm_90a, when --arch is sm_90\n"
+	  "or sm_90a, and only in the aligned variant (the only one it serves).\n"
+	  "Default: every family, dtype, layout and alignment for --arch sm_90.\n\n" COMMON },
 	{ "export", cmd_export, "write the tuned entries to a file to share",
 	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [--defaults] [filters]\n\n"
 	  "Writes the tuned entries as a versioned YAML file: sorted, with fixed number\n"

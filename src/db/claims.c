@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "db/db-internal.h"
+#include "ops/gemm.h"
 
 #define NOW "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
 
@@ -219,7 +220,8 @@ int ktune__db_claim_key(struct ktune_db *db, const struct ktune_device_id *dev,
 			ret = found;
 			goto out;
 		}
-		if (found && strncmp(r.template_hash, template_hash, sizeof(r.template_hash)) == 0) {
+		if (found && (strncmp(r.template_hash, template_hash, sizeof(r.template_hash)) == 0 ||
+			      ktune__gemm_result_fresh(r.family, r.template_hash))) {
 			ret = KTUNE_CLAIM_DONE;
 			goto out;
 		}

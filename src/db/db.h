@@ -174,8 +174,9 @@ int ktune__db_claim_owner(char *buf, size_t len, struct ktune_err *e);
 
 /*
  * Claims (dev, key), in one transaction.  Returns KTUNE_CLAIM_DONE when a
- * result for (dev, key) tuned with template_hash exists (unless force: a
- * --force sweep retunes it), KTUNE_CLAIM_BUSY when another owner holds a
+ * result for (dev, key) exists that was tuned with template_hash or with
+ * the current source of its own family (ktune__gemm_result_fresh; unless
+ * force: a --force sweep retunes it), KTUNE_CLAIM_BUSY when another owner holds a
  * live claim, KTUNE_CLAIM_TAKEN when the claim is ours now: new, taken over
  * from a stale owner, or already ours (its heartbeat refreshed).  A
  * negative status on error.

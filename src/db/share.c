@@ -31,6 +31,7 @@
 static const char *check_name(const char *s);
 static const char *check_arch(const char *s);
 static const char *check_gemm(const char *s);
+static const char *check_family(const char *s);
 static const char *check_hash(const char *s);
 static const char *check_protocol(const char *s);
 static const char *check_version(const char *s);
@@ -47,7 +48,7 @@ const struct ktune_share_field ktune__share_fields[] = {
 	I64("key.n", key.n, 1, 2147483647L),
 	I64("key.k", key.k, 1, 2147483647L),
 	INT("key.aligned", key.aligned, 0, 1),
-	STR("family", family, check_gemm),
+	STR("family", family, check_family),
 	{ "config", FIELD_CONFIG, OFF(config), CAP(config), 0, 0, 0, 0, NULL, NULL },
 	STR("template_hash", template_hash, check_hash),
 	STR("protocol", protocol, check_protocol),
@@ -109,6 +110,12 @@ static const char *check_arch(const char *s)
 static const char *check_gemm(const char *s)
 {
 	return strcmp(s, "gemm") == 0 ? NULL : "is not a known template family (gemm)";
+}
+
+static const char *check_family(const char *s)
+{
+	return ktune__gemm_family_from_name(s) >= 0
+		       ? NULL : "is not a known template family (gemm, gemm_wgmma)";
 }
 
 static const char *check_hash(const char *s)
@@ -264,6 +271,22 @@ int ktune__share_check(struct ktune_result *r, const char **field, struct ktune_
 			return ret;
 		}
 	}
+	/* across fields: the config is of the stated family, and wgmma only serves aligned keys */
+	struct ktune_gemm_config c;
+	if (ktune__gemm_config_parse(r->config, &c, NULL) == KTUNE_OK) {
+		if (ktune__gemm_family_from_name(r->family) != c.family) {
+			if (field)
+				*field = "config";
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not a config of family '%s'",
+					   r->config, r->family);
+		}
+		if (!ktune__gemm_family_runs(c.family, "sm_90", r->key.aligned)) {
+			if (field)
+				*field = "config";
+			return ktune__fail(e, KTUNE_ERR_PARSE,
+					   "a %s config for an unaligned key (aligned: 0)", r->family);
+		}
+	}
 	return KTUNE_OK;
 }
 
@@ -353,13 +376,14 @@ static int compare_index(const void *pa, const void *pb)
 int ktune__share_finish(struct ktune_share *s, const char *file, const char *what,
 			struct ktune_err *e)
 {
-	const char *hash = ktune__template_hash(KTUNE_GEMM_SOURCE);
 	long *idx, i;
 	int ret = KTUNE_OK;
 
 	s->nstale = 0;
 	for (i = 0; i < s->count; i++) {
-		s->stale[i] = strcmp(s->entries[i].template_hash, hash) != 0;
+		/* each entry against the current source of its own family */
+		s->stale[i] = !ktune__gemm_result_fresh(s->entries[i].family,
+							s->entries[i].template_hash);
 		s->nstale += s->stale[i];
 	}
 	if (s->count < 2)

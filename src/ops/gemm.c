@@ -16,38 +16,152 @@ struct field {
 };
 
 #define FIELD(name, member) { name, offsetof(struct ktune_gemm_config, member) }
-static const struct field fields[] = {
+/* Each family's fields in canonical order; the space of the family names the same parameters. */
+static const struct field mma_fields[] = {
 	FIELD("BLOCK_M", block_m),   FIELD("BLOCK_N", block_n), FIELD("BLOCK_K", block_k),
 	FIELD("WARPS_M", warps_m),   FIELD("WARPS_N", warps_n), FIELD("STAGES", stages),
 	FIELD("GROUP_SIZE", group_size), FIELD("SPLIT_K", split_k),
 };
-#define NFIELDS ((int)(sizeof(fields) / sizeof(fields[0])))
+static const struct field wgmma_fields[] = {
+	FIELD("BLOCK_M", block_m),     FIELD("BLOCK_N", block_n),     FIELD("BLOCK_K", block_k),
+	FIELD("STAGES", stages),       FIELD("CONSUMERS", consumers), FIELD("CLUSTER_M", cluster_m),
+	FIELD("GROUP_SIZE", group_size), FIELD("SPLIT_K", split_k),
+};
+#define NFIELDS_MAX 8
 
-static int *field_ptr(struct ktune_gemm_config *c, int i)
+struct family {
+	const char *name;   /* results' family column */
+	const char *tag;    /* FAMILY=<tag> in config texts; NULL: the text has no FAMILY */
+	const char *source; /* kernels/templates/ file */
+	const char *space;
+	const char *entry;
+	const struct field *fields;
+	int nfields;
+};
+
+static const struct family families[KTUNE_GEMM_NFAMILIES] = {
+	{ "gemm", NULL, KTUNE_GEMM_SOURCE, KTUNE_GEMM_SPACE, "gemm_kernel", mma_fields,
+	  (int)(sizeof(mma_fields) / sizeof(mma_fields[0])) },
+	{ "gemm_wgmma", "wgmma", KTUNE_GEMM_WGMMA_SOURCE, KTUNE_GEMM_WGMMA_SPACE,
+	  "gemm_wgmma_kernel", wgmma_fields, (int)(sizeof(wgmma_fields) / sizeof(wgmma_fields[0])) },
+};
+
+/* The family of a config; an out-of-range value (a corrupt struct) reads as mma.sync. */
+static const struct family *family_of(const struct ktune_gemm_config *c)
 {
-	return (int *)((char *)c + fields[i].offset);
+	return &families[c->family == KTUNE_GEMM_WGMMA ? KTUNE_GEMM_WGMMA : KTUNE_GEMM_MMA];
 }
 
-static int field_val(const struct ktune_gemm_config *c, int i)
+static int *field_ptr(struct ktune_gemm_config *c, const struct field *f)
 {
-	return *(const int *)((const char *)c + fields[i].offset);
+	return (int *)((char *)c + f->offset);
+}
+
+static int field_val(const struct ktune_gemm_config *c, const struct field *f)
+{
+	return *(const int *)((const char *)c + f->offset);
+}
+
+const char *ktune__gemm_family_name(int family)
+{
+	return family >= 0 && family < KTUNE_GEMM_NFAMILIES ? families[family].name : NULL;
+}
+
+int ktune__gemm_family_from_name(const char *name)
+{
+	for (int i = 0; i < KTUNE_GEMM_NFAMILIES; i++)
+		if (!strcmp(name, families[i].name))
+			return i;
+	return -1;
+}
+
+const char *ktune__gemm_family_source(int family)
+{
+	return family >= 0 && family < KTUNE_GEMM_NFAMILIES ? families[family].source : NULL;
+}
+
+const char *ktune__gemm_family_hash(int family)
+{
+	const char *src = ktune__gemm_family_source(family);
+	return src ? ktune__template_hash(src) : "";
+}
+
+int ktune__gemm_result_fresh(const char *family_name, const char *template_hash)
+{
+	int f = ktune__gemm_family_from_name(family_name);
+	return f >= 0 && !strcmp(template_hash, ktune__gemm_family_hash(f));
+}
+
+void ktune__gemm_space_hash(char out[65])
+{
+	char both[KTUNE_GEMM_NFAMILIES * 64 + 1] = "";
+	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
+		strncat(both, ktune__gemm_family_hash(f), 64);
+	ktune__sha256_hex(both, strlen(both), out);
+}
+
+static int is_sm90(const char *arch)
+{
+	return !strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a");
+}
+
+int ktune__gemm_family_runs(int family, const char *arch, int aligned)
+{
+	if (family == KTUNE_GEMM_MMA)
+		return 1;
+	/* wgmma and setmaxnreg exist on sm_90a alone, not on later archs */
+	return family == KTUNE_GEMM_WGMMA && aligned && is_sm90(arch);
+}
+
+const char *ktune__gemm_compile_arch(int family, const char *arch)
+{
+	return family == KTUNE_GEMM_WGMMA && is_sm90(arch) ? "sm_90a" : arch;
+}
+
+const char *ktune__gemm_entry(int family)
+{
+	return family_of(&(struct ktune_gemm_config){ .family = family })->entry;
 }
 
 void ktune__gemm_config_format(const struct ktune_gemm_config *c, char *buf, size_t len)
 {
+	const struct family *f = family_of(c);
 	size_t used = 0;
 	buf[0] = 0;
-	for (int i = 0; i < NFIELDS && used < len; i++)
+	if (f->tag)
+		used = (size_t)snprintf(buf, len, "FAMILY=%s,", f->tag);
+	for (int i = 0; i < f->nfields && used < len; i++)
 		used += (size_t)snprintf(buf + used, len - used, "%s%s=%d", i ? "," : "",
-					 fields[i].name, field_val(c, i));
+					 f->fields[i].name, field_val(c, &f->fields[i]));
 }
 
 int ktune__gemm_config_parse(const char *text, struct ktune_gemm_config *c, struct ktune_err *e)
 {
-	int seen[NFIELDS] = { 0 };
+	int seen[NFIELDS_MAX] = { 0 };
 	const char *p = text;
+	const struct family *fam = &families[KTUNE_GEMM_MMA];
 
 	memset(c, 0, sizeof(*c));
+	/* FAMILY comes first, so that every field after it is checked against its family */
+	if (!strncmp(p, "FAMILY=", 7)) {
+		const char *v = p + 7, *end = strchr(v, ',');
+		int f;
+		if (!end)
+			end = v + strlen(v);
+		for (f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
+			if (families[f].tag && (size_t)(end - v) == strlen(families[f].tag) &&
+			    !strncmp(v, families[f].tag, (size_t)(end - v)))
+				break;
+		if (f == KTUNE_GEMM_NFAMILIES)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': unknown family '%.*s'",
+					   text, (int)(end - v), v);
+		if (!*end || !end[1])
+			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': no fields after FAMILY",
+					   text);
+		fam = &families[f];
+		c->family = f;
+		p = end + 1;
+	}
 	while (*p) {
 		const char *eq = strchr(p, '='), *end = strchr(p, ',');
 		if (!end)
@@ -56,44 +170,60 @@ int ktune__gemm_config_parse(const char *text, struct ktune_gemm_config *c, stru
 			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': expected NAME=VALUE at '%.*s'",
 					   text, (int)(end - p), p);
 		int i;
-		for (i = 0; i < NFIELDS; i++)
-			if ((size_t)(eq - p) == strlen(fields[i].name) &&
-			    !strncmp(p, fields[i].name, (size_t)(eq - p)))
+		for (i = 0; i < fam->nfields; i++)
+			if ((size_t)(eq - p) == strlen(fam->fields[i].name) &&
+			    !strncmp(p, fam->fields[i].name, (size_t)(eq - p)))
 				break;
-		if (i == NFIELDS)
-			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': unknown parameter '%.*s'",
-					   text, (int)(eq - p), p);
+		if (i == fam->nfields)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': unknown parameter '%.*s'%s",
+					   text, (int)(eq - p), p,
+					   (size_t)(eq - p) == 6 && !strncmp(p, "FAMILY", 6)
+						   ? " (FAMILY comes first)" : "");
 		if (seen[i]++)
 			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': '%s' given twice", text,
-					   fields[i].name);
+					   fam->fields[i].name);
 		char *num_end;
 		long v = strtol(eq + 1, &num_end, 10);
 		/* digits only: one config has one text */
 		if (num_end != end || eq[1] < '1' || eq[1] > '9' || v < 1 || v > 1 << 20)
 			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': '%s' is not a positive integer",
-					   text, fields[i].name);
-		*field_ptr(c, i) = (int)v;
+					   text, fam->fields[i].name);
+		*field_ptr(c, &fam->fields[i]) = (int)v;
 		if (*end && !end[1])
 			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': trailing ','", text);
 		p = *end ? end + 1 : end;
 	}
-	for (int i = 0; i < NFIELDS; i++)
+	for (int i = 0; i < fam->nfields; i++)
 		if (!seen[i])
 			return ktune__fail(e, KTUNE_ERR_PARSE, "config '%s': '%s' is missing", text,
-					   fields[i].name);
+					   fam->fields[i].name);
 	return KTUNE_OK;
+}
+
+/* The family whose space this is (by the space's `family:` name). */
+static int space_family(const struct ktune_space *s, struct ktune_err *e)
+{
+	int f = ktune__gemm_family_from_name(s->family);
+	if (f < 0)
+		return ktune__fail(e, KTUNE_ERR_PARSE, "space '%s' is not a GEMM family", s->family);
+	return f;
 }
 
 int ktune__gemm_config_from_values(const struct ktune_space *s, const long *values,
 				   struct ktune_gemm_config *c, struct ktune_err *e)
 {
+	int f = space_family(s, e);
+	if (f < 0)
+		return f;
 	memset(c, 0, sizeof(*c));
-	for (int i = 0; i < NFIELDS; i++) {
-		int j = ktune__space_param_index(s, fields[i].name);
+	c->family = f;
+	for (int i = 0; i < families[f].nfields; i++) {
+		const struct field *fl = &families[f].fields[i];
+		int j = ktune__space_param_index(s, fl->name);
 		if (j < 0)
 			return ktune__fail(e, KTUNE_ERR_PARSE, "space '%s' lacks parameter '%s'",
-					   s->family, fields[i].name);
-		*field_ptr(c, i) = (int)values[j];
+					   s->family, fl->name);
+		*field_ptr(c, fl) = (int)values[j];
 	}
 	return KTUNE_OK;
 }
@@ -101,50 +231,77 @@ int ktune__gemm_config_from_values(const struct ktune_space *s, const long *valu
 int ktune__gemm_config_to_values(const struct ktune_space *s, const struct ktune_gemm_config *c,
 				 long *values, struct ktune_err *e)
 {
-	if (s->nparams != NFIELDS)
-		return ktune__fail(e, KTUNE_ERR_PARSE, "space '%s' has %d parameters, gemm needs %d",
-				   s->family, s->nparams, NFIELDS);
-	for (int i = 0; i < NFIELDS; i++) {
-		int j = ktune__space_param_index(s, fields[i].name);
+	const struct family *fam = family_of(c);
+	int f = space_family(s, e);
+	if (f < 0)
+		return f;
+	if (&families[f] != fam)
+		return ktune__fail(e, KTUNE_ERR_PARSE, "space '%s' is not the space of family '%s'",
+				   s->family, fam->name);
+	if (s->nparams != fam->nfields)
+		return ktune__fail(e, KTUNE_ERR_PARSE, "space '%s' has %d parameters, %s needs %d",
+				   s->family, s->nparams, fam->name, fam->nfields);
+	for (int i = 0; i < fam->nfields; i++) {
+		int j = ktune__space_param_index(s, fam->fields[i].name);
 		if (j < 0)
 			return ktune__fail(e, KTUNE_ERR_PARSE, "space '%s' lacks parameter '%s'",
-					   s->family, fields[i].name);
-		values[j] = field_val(c, i);
+					   s->family, fam->fields[i].name);
+		values[j] = field_val(c, &fam->fields[i]);
 	}
 	return KTUNE_OK;
 }
 
 static pthread_once_t space_once = PTHREAD_ONCE_INIT;
-static struct ktune_space space;
-static int space_status;
-static struct ktune_err space_err;
+static struct ktune_space spaces[KTUNE_GEMM_NFAMILIES];
+static int space_status[KTUNE_GEMM_NFAMILIES];
+static struct ktune_err space_err[KTUNE_GEMM_NFAMILIES];
 
-static void load_space(void)
+static void load_spaces(void)
 {
-	const struct ktune_template_file *f = ktune__template_file(KTUNE_GEMM_SPACE);
-	if (!f) {
-		space_status = ktune__fail(&space_err, KTUNE_ERR_NOT_FOUND,
-					   "no embedded '%s'", KTUNE_GEMM_SPACE);
-		return;
+	for (int i = 0; i < KTUNE_GEMM_NFAMILIES; i++) {
+		const struct ktune_template_file *f = ktune__template_file(families[i].space);
+		if (!f) {
+			space_status[i] = ktune__fail(&space_err[i], KTUNE_ERR_NOT_FOUND,
+						      "no embedded '%s'", families[i].space);
+			continue;
+		}
+		space_status[i] = ktune__space_parse(&spaces[i], f->text, f->len, f->name,
+						     &space_err[i]);
+		if (!space_status[i] && strcmp(spaces[i].family, families[i].name))
+			space_status[i] = ktune__fail(&space_err[i], KTUNE_ERR_PARSE,
+						      "'%s' declares family '%s', not '%s'",
+						      f->name, spaces[i].family, families[i].name);
 	}
-	space_status = ktune__space_parse(&space, f->text, f->len, f->name, &space_err);
+}
+
+const struct ktune_space *ktune__gemm_family_space(int family, struct ktune_err *e)
+{
+	if (family < 0 || family >= KTUNE_GEMM_NFAMILIES) {
+		ktune__fail(e, KTUNE_ERR_INVALID, "no GEMM family %d", family);
+		return NULL;
+	}
+	pthread_once(&space_once, load_spaces);
+	if (space_status[family]) {
+		if (e)
+			*e = space_err[family];
+		return NULL;
+	}
+	return &spaces[family];
 }
 
 const struct ktune_space *ktune__gemm_space(struct ktune_err *e)
 {
-	pthread_once(&space_once, load_space);
-	if (space_status) {
-		if (e)
-			*e = space_err;
-		return NULL;
-	}
-	return &space;
+	return ktune__gemm_family_space(KTUNE_GEMM_MMA, e);
 }
 
 int ktune__gemm_config_admitted(const struct ktune_gemm_config *c, struct ktune_err *e)
 {
 	long values[KTUNE_SPACE_MAX_PARAMS];
-	const struct ktune_space *s = ktune__gemm_space(e);
+	if (c->family != KTUNE_GEMM_MMA && c->family != KTUNE_GEMM_WGMMA) {
+		ktune__fail(e, KTUNE_ERR_PARSE, "no GEMM family %d", c->family);
+		return 0;
+	}
+	const struct ktune_space *s = ktune__gemm_family_space(c->family, e);
 	if (!s || ktune__gemm_config_to_values(s, c, values, e))
 		return 0;
 	return ktune__space_admits(s, values, e);
@@ -152,19 +309,28 @@ int ktune__gemm_config_admitted(const struct ktune_gemm_config *c, struct ktune_
 
 int ktune__gemm_same_kernel(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
 {
-	return a->block_m == b->block_m && a->block_n == b->block_n &&
+	return a->family == b->family && a->block_m == b->block_m && a->block_n == b->block_n &&
 	       a->block_k == b->block_k && a->warps_m == b->warps_m &&
-	       a->warps_n == b->warps_n && a->stages == b->stages;
+	       a->warps_n == b->warps_n && a->stages == b->stages &&
+	       a->consumers == b->consumers && a->cluster_m == b->cluster_m;
 }
 
 int ktune__gemm_threads(const struct ktune_gemm_config *c)
 {
+	if (c->family == KTUNE_GEMM_WGMMA)
+		return (c->consumers + 1) * 128; /* a producer warpgroup and the consumers */
 	return c->warps_m * c->warps_n * 32;
 }
 
-/* Tiles keep their contiguous dimension padded by 8 elements (16 bytes): see gemm.cu. */
+/*
+ * wgmma: SMEM_BYTES of gemm_wgmma.cu, the same for every layout: 1024 to
+ * align the ring for the 128-byte swizzle, the stages, two mbarriers a stage.
+ * mma.sync: tiles keep their contiguous dimension padded by 8 elements (16 bytes): see gemm.cu. */
 size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c)
 {
+	if (c->family == KTUNE_GEMM_WGMMA)
+		return 1024 + (size_t)c->stages * (size_t)(c->block_m + c->block_n) * c->block_k * 2 +
+		       (size_t)c->stages * 16;
 	size_t a = key->trans_a == 't' ? (size_t)c->block_k * (c->block_m + 8)
 				      : (size_t)c->block_m * (c->block_k + 8);
 	size_t b = key->trans_b == 't' ? (size_t)c->block_n * (c->block_k + 8)
@@ -177,9 +343,16 @@ static int64_t cdiv(int64_t a, int64_t b)
 	return (a + b - 1) / b;
 }
 
+/* Rows of tiles: for wgmma with clusters, of cluster tiles (CLUSTER_M * BLOCK_M rows). */
+static int64_t tile_rows(const struct ktune_key *key, const struct ktune_gemm_config *c)
+{
+	int rows = c->block_m * (c->family == KTUNE_GEMM_WGMMA && c->cluster_m > 1 ? c->cluster_m : 1);
+	return cdiv(key->m, rows);
+}
+
 static int64_t tiles(const struct ktune_key *key, const struct ktune_gemm_config *c)
 {
-	return cdiv(key->m, c->block_m) * cdiv(key->n, c->block_n);
+	return tile_rows(key, c) * cdiv(key->n, c->block_n);
 }
 
 void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
@@ -188,6 +361,17 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 	grid[0] = (unsigned)tiles(key, c);
 	grid[1] = 1;
 	grid[2] = (unsigned)c->split_k;
+}
+
+void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
+			    int resident, unsigned grid[3])
+{
+	int64_t t = tiles(key, c), cm = c->cluster_m > 1 ? c->cluster_m : 1;
+	if (resident > 0 && t > resident)
+		t = resident; /* persistent: each block (cluster) walks its share of the tiles */
+	grid[0] = (unsigned)(cm * t);
+	grid[1] = 1;
+	grid[2] = 1;
 }
 
 size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c)
@@ -205,6 +389,10 @@ size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm
 void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			   int *a, int *b)
 {
+	if (c->family == KTUNE_GEMM_WGMMA) {
+		*a = *b = 0; /* TMA loads have no such variant */
+		return;
+	}
 	*a = key->n > 0 && key->n <= c->block_n;
 	*b = key->m > 0 && key->m <= c->block_m;
 }
@@ -215,6 +403,19 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_con
 	int n = 0, once_a, once_b;
 	if (max < 12)
 		return -1;
+	if (c->family == KTUNE_GEMM_WGMMA) {
+		/* no ALIGNED: the family serves aligned keys only */
+		snprintf(opts[n++], 48, "-DBLOCK_M=%d", c->block_m);
+		snprintf(opts[n++], 48, "-DBLOCK_N=%d", c->block_n);
+		snprintf(opts[n++], 48, "-DBLOCK_K=%d", c->block_k);
+		snprintf(opts[n++], 48, "-DSTAGES=%d", c->stages);
+		snprintf(opts[n++], 48, "-DCONSUMERS=%d", c->consumers);
+		snprintf(opts[n++], 48, "-DCLUSTER_M=%d", c->cluster_m);
+		snprintf(opts[n++], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
+		snprintf(opts[n++], 48, "-DTRANS_A=%d", key->trans_a == 't');
+		snprintf(opts[n++], 48, "-DTRANS_B=%d", key->trans_b == 't');
+		return n;
+	}
 	ktune__gemm_read_once(key, c, &once_a, &once_b);
 	snprintf(opts[n++], 48, "-DBLOCK_M=%d", c->block_m);
 	snprintf(opts[n++], 48, "-DBLOCK_N=%d", c->block_n);
@@ -239,15 +440,61 @@ static int64_t pow2_ceil(int64_t x)
 	return p;
 }
 
+/*
+ * The wgmma family: the smallest tile is 64 x 64, and the grid is persistent,
+ * so a tile count never costs launches; tiles that are mostly padding and
+ * clusters or groups with nothing to share are what is worth cutting.
+ */
+static int prune_wgmma(const struct ktune_key *key, const struct ktune_gemm_config *c,
+		       int sm_count, char *why, size_t len)
+{
+	if (c->split_k != 1) {
+		snprintf(why, len, "the wgmma family has no split-K");
+		return 1;
+	}
+	if (c->block_m > 64 && c->block_m >= 2 * pow2_ceil(key->m)) {
+		snprintf(why, len, "BLOCK_M=%d is more than twice M=%lld", c->block_m, (long long)key->m);
+		return 1;
+	}
+	if (c->block_n > 64 && c->block_n >= 2 * pow2_ceil(key->n)) {
+		snprintf(why, len, "BLOCK_N=%d is more than twice N=%lld", c->block_n, (long long)key->n);
+		return 1;
+	}
+	if (c->cluster_m > 1 && key->m <= c->block_m) {
+		snprintf(why, len, "CLUSTER_M=%d with one row of tiles: the second block idles",
+			 c->cluster_m);
+		return 1;
+	}
+	int64_t t = tiles(key, c);
+	/* as for mma.sync: small tiles only where few of them cover the problem */
+	if (c->block_m * c->block_n < 128 * 128 && t > 8L * sm_count) {
+		snprintf(why, len, "%lld tiles of %dx%d: too small for this problem", (long long)t,
+			 c->block_m, c->block_n);
+		return 1;
+	}
+	if (c->group_size > 1 && (tile_rows(key, c) == 1 || cdiv(key->n, c->block_n) == 1)) {
+		snprintf(why, len, "GROUP_SIZE=%d changes nothing with one row or column of tiles",
+			 c->group_size);
+		return 1;
+	}
+	return 0;
+}
+
 int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_config *c,
 		      int sm_count, int smem_limit, char *why, size_t len)
 {
 	size_t smem = ktune__gemm_smem_bytes(key, c);
+	if (c->family == KTUNE_GEMM_WGMMA && !key->aligned) {
+		snprintf(why, len, "the wgmma family needs 16-byte aligned operands (TMA)");
+		return 1;
+	}
 	if (smem_limit > 0 && smem > (size_t)smem_limit) {
 		snprintf(why, len, "needs %zu bytes of shared memory, the device allows %d", smem,
 			 smem_limit);
 		return 1;
 	}
+	if (c->family == KTUNE_GEMM_WGMMA)
+		return prune_wgmma(key, c, sm_count, why, len);
 	/* A tile much taller or wider than the matrix computes mostly padding. */
 	if (c->block_m > 16 && c->block_m >= 2 * pow2_ceil(key->m)) {
 		snprintf(why, len, "BLOCK_M=%d is more than twice M=%lld", c->block_m, (long long)key->m);
@@ -291,6 +538,8 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_confi
 
 void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config *c, int sm_count)
 {
+	if (c->family == KTUNE_GEMM_WGMMA)
+		c->split_k = 1;
 	while (c->split_k > 1 && (tiles(key, c) * c->split_k > 8L * sm_count ||
 				  ktune__gemm_partials_bytes(key, c) > (256u << 20)))
 		c->split_k /= 2;
@@ -298,6 +547,7 @@ void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config
 
 int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit)
 {
+	/* wgmma's space starts at 3 stages; the kernel works from 2 */
 	while (c->stages > 2 && ktune__gemm_smem_bytes(key, c) > (size_t)smem_limit)
 		c->stages--;
 	return ktune__gemm_smem_bytes(key, c) <= (size_t)smem_limit ? 0 : -1;

@@ -1,7 +1,9 @@
 /*
- * gemm.h - the GEMM op family: its configuration, its launch contract with
- * kernels/templates/gemm.cu, the problem-dependent pruning, the built-in
- * default, FLOP and byte counts and the verification tolerance.
+ * gemm.h - the GEMM op: its configuration, its launch contract with the two
+ * template families (kernels/templates/gemm.cu, mma.sync, any GPU from sm_80;
+ * kernels/templates/gemm_wgmma.cu, TMA + wgmma, sm_90a and aligned keys
+ * only), the problem-dependent pruning, the built-in default, FLOP and byte
+ * counts and the verification tolerance.
  */
 #ifndef KTUNE_GEMM_H
 #define KTUNE_GEMM_H
@@ -14,40 +16,107 @@
 
 #define KTUNE_GEMM_SOURCE "gemm.cu"
 #define KTUNE_GEMM_SPACE "gemm.yaml"
+#define KTUNE_GEMM_WGMMA_SOURCE "gemm_wgmma.cu"
+#define KTUNE_GEMM_WGMMA_SPACE "gemm_wgmma.yaml"
 
+/* The template families of the GEMM op; the values are stored nowhere (texts name them). */
+enum ktune_gemm_family {
+	KTUNE_GEMM_MMA = 0,   /* gemm.cu: mma.sync + cp.async, family name "gemm" */
+	KTUNE_GEMM_WGMMA = 1, /* gemm_wgmma.cu: TMA + wgmma, family name "gemm_wgmma" */
+};
+#define KTUNE_GEMM_NFAMILIES 2
+
+/*
+ * One configuration of either family.  Fields a family does not have are 0
+ * (warps_* for wgmma, consumers and cluster_m for mma.sync), so that
+ * positional initialisers of mma.sync configs stay valid.
+ */
 struct ktune_gemm_config {
-	int block_m, block_n, block_k; /* compiled in */
-	int warps_m, warps_n;          /* compiled in */
+	int block_m, block_n, block_k; /* compiled in; BLOCK_K is 64 for wgmma */
+	int warps_m, warps_n;          /* compiled in; mma.sync only */
 	int stages;                    /* compiled in */
 	int group_size;                /* kernel argument */
-	int split_k;                   /* kernel argument */
+	int split_k;                   /* kernel argument; always 1 for wgmma */
+	int family;                    /* enum ktune_gemm_family */
+	int consumers;                 /* compiled in; wgmma only: consumer warpgroups, 1..3 */
+	int cluster_m;                 /* compiled in; wgmma only: blocks per cluster, 1 or 2 */
 };
 
-/* "BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,WARPS_M=2,WARPS_N=2,STAGES=4,GROUP_SIZE=8,SPLIT_K=1" */
+/* "gemm" or "gemm_wgmma" (the results' `family` column), NULL for no family. */
+const char *ktune__gemm_family_name(int family);
+/* The family called `name`, or -1. */
+int ktune__gemm_family_from_name(const char *name);
+/* "gemm.cu" or "gemm_wgmma.cu". */
+const char *ktune__gemm_family_source(int family);
+/* sha256 of the family's embedded source: the template_hash of its results. */
+const char *ktune__gemm_family_hash(int family);
+/*
+ * 1 if a result of family `family_name` with this template hash was tuned
+ * with the current source of its family (0 for an unknown family).
+ */
+int ktune__gemm_result_fresh(const char *family_name, const char *template_hash);
+/*
+ * The hash of the whole GEMM search: sha256 of the families' source hashes,
+ * in family order.  Sweeps record it with their claims; it changes when
+ * either template does.
+ */
+void ktune__gemm_space_hash(char out[65]);
+/*
+ * 1 if configs of the family may serve this key on a device of arch `arch`
+ * ("sm_90", "sm_90a"): mma.sync always; wgmma only on sm_90 and for aligned
+ * keys (TMA needs 16-byte aligned pointers and leading dimensions).
+ */
+int ktune__gemm_family_runs(int family, const char *arch, int aligned);
+/* The arch to compile the family for on a device of `arch`: wgmma needs "sm_90a". */
+const char *ktune__gemm_compile_arch(int family, const char *arch);
+/* The kernel's entry point: "gemm_kernel" or "gemm_wgmma_kernel". */
+const char *ktune__gemm_entry(int family);
+
+/*
+ * mma.sync: "BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,WARPS_M=2,WARPS_N=2,STAGES=4,GROUP_SIZE=8,SPLIT_K=1"
+ * wgmma:    "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,
+ *            GROUP_SIZE=8,SPLIT_K=1" (one line)
+ * A text without FAMILY is the mma.sync family: every text written before
+ * the wgmma family existed keeps its meaning.
+ */
 void ktune__gemm_config_format(const struct ktune_gemm_config *c, char *buf, size_t len);
-/* Parses the canonical text (any order, every field once); no range checks. */
+/*
+ * Parses the canonical text: an optional leading "FAMILY=wgmma", then the
+ * family's fields in any order, each once; unknown names (a field of the
+ * other family too) are errors.  No range checks.
+ */
 int ktune__gemm_config_parse(const char *text, struct ktune_gemm_config *c, struct ktune_err *e);
 
-/* Maps between the space's value vector and the config. */
+/* Maps between the space's value vector and the config (the space's family decides). */
 int ktune__gemm_config_from_values(const struct ktune_space *s, const long *values,
 				   struct ktune_gemm_config *c, struct ktune_err *e);
 int ktune__gemm_config_to_values(const struct ktune_space *s, const struct ktune_gemm_config *c,
 				 long *values, struct ktune_err *e);
 
-/* The embedded GEMM space, parsed once (thread-safe); NULL with e set on failure. */
+/* The embedded space of a family, parsed once (thread-safe); NULL with e set on failure. */
+const struct ktune_space *ktune__gemm_family_space(int family, struct ktune_err *e);
+/* The mma.sync family's space (gemm.yaml). */
 const struct ktune_space *ktune__gemm_space(struct ktune_err *e);
 
-/* 1 if the config is in the declared space (values and constraints), else 0 with the reason. */
+/* 1 if the config is in its family's declared space (values and constraints), else 0 with the reason. */
 int ktune__gemm_config_admitted(const struct ktune_gemm_config *c, struct ktune_err *e);
 
-/* Two configs compile to the same kernel (ignoring GROUP_SIZE and SPLIT_K). */
+/* Two configs compile to the same kernel: same family and compiled-in fields (not GROUP_SIZE, SPLIT_K). */
 int ktune__gemm_same_kernel(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b);
 
-/* Launch contract. */
+/* Launch contract (both families; the wgmma header comment is the reference for it). */
 int ktune__gemm_threads(const struct ktune_gemm_config *c);
 size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c);
+/*
+ * mma.sync: one block per tile and split.  wgmma: the persistent grid,
+ * CLUSTER_M * min(tiles, resident) blocks, where `resident` is the SM count
+ * for CLUSTER_M=1 and the max active clusters for CLUSTER_M=2 (<= 0: as
+ * many as there are tiles).
+ */
 void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
 		      unsigned grid[3]);
+void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
+			    int resident, unsigned grid[3]);
 /* Split-K scratch: fp32 partials and per-tile counters (0 when split_k == 1). */
 size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c);
 size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c);
@@ -60,7 +129,7 @@ size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm
 void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			   int *a, int *b);
 
-/* NVRTC -D options for the key's variant of the config; writes up to max strings of 48 bytes. */
+/* NVRTC -D options for the key's variant of the config (by family); writes up to max strings of 48 bytes. */
 int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			char opts[][48], int max);
 
@@ -68,7 +137,8 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_con
  * 0 if the config is worth timing for this key, else 1 with the reason in
  * `why` (a tile far taller than M, split-K where tiles already fill the GPU,
  * GROUP_SIZE where there is one row of tiles, too much shared memory for
- * smem_limit).
+ * smem_limit; for wgmma also: an unaligned key, a cluster with one row of
+ * tiles, split-K).
  */
 int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_config *c,
 		      int sm_count, int smem_limit, char *why, size_t len);
@@ -86,7 +156,7 @@ void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config
  */
 int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit);
 
-/* The built-in configuration for a key that nobody tuned. */
+/* The built-in configuration for a key that nobody tuned: always mma.sync (runs everywhere). */
 struct ktune_gemm_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count);
 
 /* 1 if pointers and leading dimensions allow the 16-byte (ALIGNED=1) variant. */

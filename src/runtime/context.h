@@ -24,6 +24,7 @@ struct ktune_kernel {
 	CUmodule module;
 	CUfunction fn;
 	size_t smem;
+	int max_clusters; /* wgmma, CLUSTER_M=2: clusters resident at once (cuOccupancyMaxActiveClusters) */
 	struct ktune_resources res;
 	struct ktune_kernel *next;
 };

@@ -9,6 +9,10 @@
  * a shipped file, the nearest tuned key of the same dtype and layout
  * (distance in log M, log N, log K; the database before shipped files at
  * equal distance), or the built-in default.
+ *
+ * Entries of the wgmma family count only for aligned keys on sm_90 (TMA and
+ * wgmma): for any other key they are skipped as if absent, so such a key
+ * falls back to the next source, and in the end to the mma.sync default.
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +25,6 @@
 
 struct load_state {
 	ktune_ctx *ctx;
-	const char *hash;
 	int cap;
 	int failed;
 };
@@ -36,11 +39,16 @@ static int add_entry_from(struct load_state *st, const struct ktune_result *r, i
 	ktune_ctx *ctx = st->ctx;
 	struct ktune_entry ent = { .key = r->key, .shipped = shipped };
 
-	if (strcmp(r->template_hash, st->hash) || strcmp(r->device.arch, ctx->id.arch))
-		return 0; /* stale (tuned for another version of the template), or another arch */
-	if (ktune__gemm_config_parse(r->config, &ent.cfg, NULL) ||
-	    !ktune__gemm_config_admitted(&ent.cfg, NULL))
+	/* stale (tuned for another version of its family's template), or another arch */
+	if (!ktune__gemm_result_fresh(r->family, r->template_hash) ||
+	    strcmp(r->device.arch, ctx->id.arch))
 		return 0;
+	if (ktune__gemm_config_parse(r->config, &ent.cfg, NULL) ||
+	    !ktune__gemm_config_admitted(&ent.cfg, NULL) ||
+	    ktune__gemm_family_from_name(r->family) != ent.cfg.family)
+		return 0;
+	if (!ktune__gemm_family_runs(ent.cfg.family, ctx->id.arch, 1))
+		return 0; /* a wgmma entry on a device without wgmma: never usable */
 	ent.same_device = same_device(&r->device, &ctx->id);
 	if (shipped)
 		ctx->from_shipped++;
@@ -97,7 +105,7 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 {
 	struct ktune_db *db = NULL;
 	struct ktune_filter f = { 0 };
-	struct load_state st = { ctx, ktune__template_hash(KTUNE_GEMM_SOURCE), 0, 0 };
+	struct load_state st = { ctx, 0, 0 };
 
 	int rc = KTUNE_OK;
 	/* "": no database, by request; a missing one is no error either */
@@ -141,6 +149,8 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 
 	for (int i = 0; i < ctx->nentries; i++) {
 		const struct ktune_entry *ent = &ctx->entries[i];
+		if (!ktune__gemm_family_runs(ent->cfg.family, ctx->id.arch, key->aligned))
+			continue; /* wgmma for an unaligned key or a device other than sm_90 */
 		if (same_key(&ent->key, key)) {
 			if (ent->shipped) {
 				if (!shipped || (ent->same_device && !shipped->same_device))

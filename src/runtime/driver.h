@@ -34,6 +34,11 @@
 	X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                     \
 	X(cuFuncSetAttribute, (CUfunction, CUfunction_attribute, int))                     \
 	X(cuFuncGetAttribute, (int *, CUfunction_attribute, CUfunction))                   \
+	X(cuOccupancyMaxActiveClusters, (int *, CUfunction, const CUlaunchConfig *))       \
+	X(cuTensorMapEncodeTiled, (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, \
+				   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *, \
+				   const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle, \
+				   CUtensorMapL2promotion, CUtensorMapFloatOOBfill))       \
 	X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,   \
 			   unsigned, unsigned, CUstream, void **, void **))                \
 	X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                          \

@@ -121,6 +121,62 @@ void ktune__workspaces_free(ktune_ctx *ctx)
 	ctx->nworkspaces = 0;
 }
 
+/*
+ * One operand's tensor map, as gemm_wgmma.cu's header specifies: rank 2,
+ * {contiguous extent, other extent}, a row stride of ld * 2 bytes, the
+ * 128-byte swizzle, zero fill out of bounds (the kernel relies on it).
+ * Encoding is a few hundred nanoseconds of host work and no driver round
+ * trip, so it is done on every call rather than cached.
+ */
+static int encode_map(CUtensorMap *map, const struct ktune_key *key, CUdeviceptr ptr,
+		      int64_t inner, int64_t outer, int64_t ld, unsigned box_inner, unsigned box_outer,
+		      struct ktune_err *e)
+{
+	cuuint64_t dims[2] = { (cuuint64_t)inner, (cuuint64_t)outer };
+	cuuint64_t strides[1] = { (cuuint64_t)ld * 2 };
+	cuuint32_t box[2] = { box_inner, box_outer };
+	cuuint32_t elem_strides[2] = { 1, 1 };
+	CU_TRY(e, cuTensorMapEncodeTiled(map, key->dtype == KTUNE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+								  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+					 2, (void *)ptr, dims, strides, box, elem_strides,
+					 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+					 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+					 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+	return KTUNE_OK;
+}
+
+/* The wgmma family's launch: two tensor maps, a persistent grid (gemm_wgmma.cu's contract). */
+static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
+			const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
+			CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
+			CUstream stream, struct ktune_err *e)
+{
+	CUtensorMap map_a, map_b;
+	unsigned grid[3];
+	int m = (int)key->m, n = (int)key->n, k = (int)key->k, group = cfg->group_size, rc;
+	long long ldc_ = ldc;
+	unsigned bk = (unsigned)cfg->block_k;
+
+	/* TMA: 16-byte aligned bases and strides; dispatch never sends other keys here */
+	if (!key->aligned)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "the wgmma family needs aligned operands");
+	if ((rc = key->trans_a == 't'
+			  ? encode_map(&map_a, key, a, key->m, key->k, lda, 64, bk, e)
+			  : encode_map(&map_a, key, a, key->k, key->m, lda, 64, (unsigned)cfg->block_m, e)) ||
+	    (rc = key->trans_b == 't'
+			  ? encode_map(&map_b, key, b, key->k, key->n, ldb, 64,
+				       (unsigned)(cfg->block_n / cfg->cluster_m), e)
+			  : encode_map(&map_b, key, b, key->n, key->k, ldb, 64, bk, e)))
+		return rc;
+	ktune__gemm_wgmma_grid(key, cfg, cfg->cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count,
+			       grid);
+	void *args[] = { &map_a, &map_b, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group };
+	CU_TRY(e, cuLaunchKernel(kernel->fn, grid[0], grid[1], grid[2],
+				 (unsigned)ktune__gemm_threads(cfg), 1, 1, (unsigned)kernel->smem,
+				 stream, args, NULL));
+	return KTUNE_OK;
+}
+
 int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 		       const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
 		       CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
@@ -132,6 +188,8 @@ int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct
 	int group = cfg->group_size, split = cfg->split_k;
 	long long lda_ = lda, ldb_ = ldb, ldc_ = ldc;
 
+	if (cfg->family == KTUNE_GEMM_WGMMA)
+		return launch_wgmma(ctx, kernel, key, cfg, alpha, a, lda, b, ldb, beta, c, ldc, stream, e);
 	if (split > 1) {
 		struct ktune_workspace *w = NULL;
 		pthread_mutex_lock(&ctx->lock);

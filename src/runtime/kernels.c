@@ -16,15 +16,20 @@ int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_c
 {
 	char defines[KTUNE_MAX_OPTIONS][48];
 	const char *opts[KTUNE_MAX_OPTIONS];
-	const struct ktune_template_file *src = ktune__template_file(KTUNE_GEMM_SOURCE);
+	const char *name = ktune__gemm_family_source(cfg->family);
+	const struct ktune_template_file *src = name ? ktune__template_file(name) : NULL;
 
 	if (!src)
-		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no embedded template '%s'",
-				   KTUNE_GEMM_SOURCE);
+		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no embedded template for GEMM family %d",
+				   cfg->family);
+	if (cfg->family == KTUNE_GEMM_WGMMA && strcmp(ktune__gemm_compile_arch(cfg->family, arch), "sm_90a"))
+		return ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
+				   "the wgmma family compiles for sm_90a only, not '%s'", arch);
 	int n = ktune__gemm_defines(key, cfg, defines, KTUNE_MAX_OPTIONS);
 	for (int i = 0; i < n; i++)
 		opts[i] = defines[i];
-	return ktune__compile(src->name, src->text, src->len, opts, n, arch, cache_dir, out, e);
+	return ktune__compile(src->name, src->text, src->len, opts, n,
+			      ktune__gemm_compile_arch(cfg->family, arch), cache_dir, out, e);
 }
 
 static int same_variant(const struct ktune_kernel *k, const struct ktune_key *key,
@@ -70,10 +75,26 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 	k->res = cubin->res;
 	k->smem = ktune__gemm_smem_bytes(key, cfg);
 	CU_GOTO(e, rc, cuModuleLoadData(&k->module, cubin->data));
-	CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module, "gemm_kernel"));
+	CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module, ktune__gemm_entry(cfg->family)));
 	if (k->smem > 48 * 1024)
 		CU_GOTO(e, rc, cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 						  (int)k->smem));
+	if (cfg->family == KTUNE_GEMM_WGMMA && cfg->cluster_m > 1) {
+		/* the cluster shape is compiled in (__cluster_dims__); ask how many fit at once */
+		CUlaunchConfig lc = { 0 };
+		lc.gridDimX = (unsigned)(cfg->cluster_m * (ctx->id.sm_count > 0 ? ctx->id.sm_count : 1));
+		lc.gridDimY = lc.gridDimZ = 1;
+		lc.blockDimX = (unsigned)ktune__gemm_threads(cfg);
+		lc.blockDimY = lc.blockDimZ = 1;
+		lc.sharedMemBytes = (unsigned)k->smem;
+		CU_GOTO(e, rc, cuOccupancyMaxActiveClusters(&k->max_clusters, k->fn, &lc));
+		if (k->max_clusters < 1) {
+			rc = ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
+					 "no cluster of %d blocks with %zu bytes of shared memory fits",
+					 cfg->cluster_m, k->smem);
+			goto out;
+		}
+	}
 	k->next = ctx->kernels;
 	ctx->kernels = k;
 	*out = k;

@@ -10,6 +10,7 @@
 #include "tuner/candidates.h"
 
 struct collect {
+	const struct ktune_space *space;
 	const struct ktune_key *key;
 	int sm_count, smem_limit;
 	struct ktune_gemm_config *cfgs;
@@ -22,9 +23,8 @@ static int collect(const long *values, void *arg)
 	struct collect *c = arg;
 	struct ktune_gemm_config cfg;
 	char why[256];
-	const struct ktune_space *s = ktune__gemm_space(NULL);
 
-	if (ktune__gemm_config_from_values(s, values, &cfg, c->e)) {
+	if (ktune__gemm_config_from_values(c->space, values, &cfg, c->e)) {
 		c->failed = 1;
 		return 1;
 	}
@@ -58,42 +58,97 @@ static unsigned next_random(unsigned *state)
 	return *state = x;
 }
 
-int ktune__gemm_candidates(const struct ktune_key *key, int sm_count, int smem_limit,
-			   int budget, unsigned seed, struct ktune_gemm_config **out, int *n,
-			   int *npruned, struct ktune_err *e)
+/* Keeps a seeded random sample of `keep` of the collected configs (the first `keep` after a partial shuffle). */
+static void sample(struct collect *c, int keep, unsigned seed)
 {
-	struct collect c = { key, sm_count, smem_limit, NULL, 0, 0, 0, 0, e };
-	const struct ktune_space *s = ktune__gemm_space(e);
+	if (keep >= c->n)
+		return;
+	unsigned state = seed * 2654435761u + 1;
+	for (int i = 0; i < keep; i++) {
+		int j = i + (int)(next_random(&state) % (unsigned)(c->n - i));
+		struct ktune_gemm_config t = c->cfgs[i];
+		c->cfgs[i] = c->cfgs[j];
+		c->cfgs[j] = t;
+	}
+	c->pruned += c->n - keep;
+	c->n = keep;
+}
+
+/*
+ * How many wgmma configs a budget keeps, of nm mma.sync and nw wgmma ones:
+ * the family's share of the budget, but at least a quarter of the budget
+ * (when it has that many), since the mma.sync space is several times
+ * larger and a proportional draw could leave the family that wins the big
+ * keys with two or three tries; whatever one family cannot use goes to the
+ * other.
+ */
+static int wgmma_share(int budget, int nm, int nw)
+{
+	int w = (int)(((long)budget * nw + (nm + nw) / 2) / (nm + nw));
+	int floor = (budget + 3) / 4;
+	if (w < floor)
+		w = floor;
+	if (w > nw)
+		w = nw;
+	if (budget - w > nm)
+		w = budget - nm < nw ? budget - nm : nw;
+	return w;
+}
+
+int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,
+			   int smem_limit, int budget, unsigned seed,
+			   struct ktune_gemm_config **out, int *n, int *npruned, struct ktune_err *e)
+{
+	struct collect c[KTUNE_GEMM_NFAMILIES];
+	int nfam = arch && ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, arch, key->aligned) ? 2 : 1;
+	int rc = KTUNE_OK;
 
 	*out = NULL;
 	*n = 0;
-	if (!s)
-		return KTUNE_ERR_PARSE;
-	/* Without a device, keep only the checks that depend on the key. */
-	ktune__space_enumerate(s, collect, &c);
-	if (c.failed) {
-		free(c.cfgs);
-		return KTUNE_ERR_NOMEM;
-	}
-	if (budget > 0 && c.n > budget) {
-		unsigned state = seed * 2654435761u + 1;
-		for (int i = 0; i < budget; i++) {
-			int j = i + (int)(next_random(&state) % (unsigned)(c.n - i));
-			struct ktune_gemm_config t = c.cfgs[i];
-			c.cfgs[i] = c.cfgs[j];
-			c.cfgs[j] = t;
+	memset(c, 0, sizeof(c));
+	for (int f = 0; f < nfam; f++) {
+		c[f] = (struct collect){ ktune__gemm_family_space(f, e), key, sm_count, smem_limit,
+					 NULL, 0, 0, 0, 0, e };
+		if (!c[f].space) {
+			rc = KTUNE_ERR_PARSE;
+			goto out;
 		}
-		c.pruned += c.n - budget;
-		c.n = budget;
+		/* Without a device, keep only the checks that depend on the key. */
+		ktune__space_enumerate(c[f].space, collect, &c[f]);
+		if (c[f].failed) {
+			rc = KTUNE_ERR_NOMEM;
+			goto out;
+		}
 	}
-	*out = c.cfgs;
-	*n = c.n;
+	if (budget > 0 && c[0].n + c[1].n > budget) {
+		int w = nfam > 1 ? wgmma_share(budget, c[0].n, c[1].n) : 0;
+		sample(&c[0], budget - w, seed);
+		if (nfam > 1)
+			sample(&c[1], w, seed);
+	}
+	/* mma.sync first, then wgmma, each in space order (or sample order) */
+	if (nfam > 1 && c[1].n) {
+		struct ktune_gemm_config *all = realloc(c[0].cfgs, (size_t)(c[0].n + c[1].n) * sizeof(*all));
+		if (!all) {
+			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(all + c[0].n, c[1].cfgs, (size_t)c[1].n * sizeof(*all));
+		c[0].cfgs = all;
+	}
+	*out = c[0].cfgs;
+	*n = c[0].n + c[1].n;
+	c[0].cfgs = NULL;
 	if (npruned)
-		*npruned = c.pruned;
-	return KTUNE_OK;
+		*npruned = c[0].pruned + c[1].pruned;
+out:
+	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
+		free(c[f].cfgs);
+	return rc;
 }
 
 struct kernels {
+	const struct ktune_space *space;
 	struct ktune_gemm_config *cfg;
 	int n, cap, failed;
 };
@@ -102,7 +157,7 @@ static int add_kernel(const long *values, void *arg)
 {
 	struct kernels *k = arg;
 	struct ktune_gemm_config cfg;
-	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, NULL))
+	if (ktune__gemm_config_from_values(k->space, values, &cfg, NULL))
 		return k->failed = 1;
 	for (int i = 0; i < k->n; i++)
 		if (ktune__gemm_same_kernel(&k->cfg[i], &cfg))
@@ -121,10 +176,12 @@ static int add_kernel(const long *values, void *arg)
 	return 0;
 }
 
-int ktune__gemm_space_kernels(struct ktune_gemm_config **out, int *n, struct ktune_err *e)
+int ktune__gemm_space_kernels(int family, struct ktune_gemm_config **out, int *n,
+			      struct ktune_err *e)
 {
 	struct kernels k = { 0 };
-	const struct ktune_space *s = ktune__gemm_space(e);
+	const struct ktune_space *s = ktune__gemm_family_space(family, e);
+	k.space = s;
 	*out = NULL;
 	*n = 0;
 	if (!s)

@@ -9,20 +9,25 @@
 #include "runtime/compile.h"
 
 /*
- * Every admitted configuration of the GEMM space that ktune__gemm_prune
- * keeps for the key (sm_count/smem_limit 0: no device checks), in space
- * order; with budget > 0 and more candidates than that, a random sample of
- * `budget` of them (seeded, so a rerun picks the same ones).
+ * Every admitted configuration of the GEMM spaces that ktune__gemm_prune
+ * keeps for the key (sm_count/smem_limit 0: no device checks): the mma.sync
+ * family's in space order, then, when the wgmma family runs for the key on
+ * `arch` (aligned keys on sm_90; NULL: no device, mma.sync only), the wgmma
+ * family's.  With budget > 0 and more candidates than that, a random sample
+ * of `budget` of them (seeded, so a rerun picks the same ones), drawn from
+ * each family separately: wgmma gets its proportional share but at least a
+ * quarter of the budget when it has that many (candidates.c, wgmma_share).
  */
-int ktune__gemm_candidates(const struct ktune_key *key, int sm_count, int smem_limit,
-			   int budget, unsigned seed, struct ktune_gemm_config **out, int *n,
-			   int *npruned, struct ktune_err *e);
+int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,
+			   int smem_limit, int budget, unsigned seed,
+			   struct ktune_gemm_config **out, int *n, int *npruned, struct ktune_err *e);
 
 /*
- * One config per distinct compiled kernel of the GEMM space (GROUP_SIZE and
- * SPLIT_K are kernel arguments: set to 1), in space order; malloc'd.
+ * One config per distinct compiled kernel of a family's space (GROUP_SIZE
+ * and SPLIT_K are kernel arguments: set to 1), in space order; malloc'd.
  */
-int ktune__gemm_space_kernels(struct ktune_gemm_config **out, int *n, struct ktune_err *e);
+int ktune__gemm_space_kernels(int family, struct ktune_gemm_config **out, int *n,
+			      struct ktune_err *e);
 
 /* One compile job: a key variant and a config; filled with the outcome. */
 struct ktune_compile_job {

@@ -34,7 +34,7 @@ struct sweep {
 	const char *db_path, *worker_exe;
 	const struct ktune_spec *spec;
 	struct ktune_tune_options opts;
-	const char *hash;
+	char hash[65]; /* ktune__gemm_space_hash: recorded with our claims */
 	pthread_mutex_t lock; /* guards the arrays below */
 	enum key_state *state;
 	unsigned char *taken; /* a thread of this sweep has the key */
@@ -242,7 +242,15 @@ int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices
 		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,
 		 struct ktune_err *e)
 {
-	struct sweep s = { db_path, worker_exe, spec, *o, ktune__template_hash(KTUNE_GEMM_SOURCE) };
+	/*
+	 * A key counts as tuned when its stored result is fresh for its own
+	 * family (ktune__db_claim_key): a result of either family stands until
+	 * that family's source changes.  Results from before the wgmma family
+	 * existed therefore stand too; `ktune sweep --force` weighs both
+	 * families for them.
+	 */
+	struct sweep s = { db_path, worker_exe, spec, *o, "" };
+	ktune__gemm_space_hash(s.hash);
 	struct gpu_thread *g = calloc((size_t)ndevices, sizeof(*g));
 	int count[KEY_TUNED + 1] = { 0 }, nratio = 0, failed = 0;
 	double t0 = ktune__now(), log_ratio = 0;

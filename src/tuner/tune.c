@@ -226,12 +226,18 @@ static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
 
 	*dropped = 0;
 	snprintf(driver, sizeof(driver), "%s", t->driver);
-	int rc = ktune__db_failed_configs(t->db, &ktune__tuner_device(t)->id, key,
-					  ktune__template_hash(KTUNE_GEMM_SOURCE),
-					  ktune__nvrtc_version(), driver, note_bad, &kb, e);
-	if (rc) {
-		free(kb.configs);
-		return rc > 0 ? ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory") : rc;
+	/*
+	 * Each family's failures count while its own source is unchanged; the
+	 * texts of the two families differ (FAMILY=), so one list serves both.
+	 */
+	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++) {
+		int rc = ktune__db_failed_configs(t->db, &ktune__tuner_device(t)->id, key,
+						  ktune__gemm_family_hash(f), ktune__nvrtc_version(),
+						  driver, note_bad, &kb, e);
+		if (rc) {
+			free(kb.configs);
+			return rc > 0 ? ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory") : rc;
+		}
 	}
 	for (int i = 0; i < n; i++) {
 		int bad = 0;
@@ -247,11 +253,12 @@ static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
 	return kept;
 }
 
-static void fill_provenance(struct ktune_tuner *t, struct ktune_result *res)
+/* Provenance of a result whose winner is of `family`. */
+static void fill_provenance(struct ktune_tuner *t, int family, struct ktune_result *res)
 {
-	snprintf(res->family, sizeof(res->family), "gemm");
+	snprintf(res->family, sizeof(res->family), "%s", ktune__gemm_family_name(family));
 	snprintf(res->template_hash, sizeof(res->template_hash), "%s",
-		 ktune__template_hash(KTUNE_GEMM_SOURCE));
+		 ktune__gemm_family_hash(family));
 	snprintf(res->nvrtc_version, sizeof(res->nvrtc_version), "%s", ktune__nvrtc_version());
 	snprintf(res->driver_version, sizeof(res->driver_version), "%s", t->driver);
 	snprintf(res->ktune_version, sizeof(res->ktune_version), "%s", ktune_version());
@@ -282,8 +289,8 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	double timeout = ktune__run_timeout(key, o->timeout_s);
 	ktune__key_format(key, keytext, sizeof(keytext));
 
-	if ((rc = ktune__gemm_candidates(key, dev->id.sm_count, dev->smem_optin, o->budget,
-					 o->seed, &cfgs, &n, &r->pruned, e)))
+	if ((rc = ktune__gemm_candidates(key, dev->id.arch, dev->id.sm_count, dev->smem_optin,
+					 o->budget, o->seed, &cfgs, &n, &r->pruned, e)))
 		goto out;
 	if (!o->retry_failed) {
 		int kept = drop_known_bad(t, key, cfgs, n, &r->known_bad, e);
@@ -317,9 +324,9 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		struct ktune_trial *tr = &c[i].trial;
 		struct ktune_compile_job *job = &jobs[c[i].job];
 		tr->key = *key;
-		snprintf(tr->family, sizeof(tr->family), "gemm");
+		snprintf(tr->family, sizeof(tr->family), "%s", ktune__gemm_family_name(c[i].cfg.family));
 		snprintf(tr->template_hash, sizeof(tr->template_hash), "%s",
-			 ktune__template_hash(KTUNE_GEMM_SOURCE));
+			 ktune__gemm_family_hash(c[i].cfg.family));
 		ktune__gemm_config_format(&c[i].cfg, tr->config, sizeof(tr->config));
 		snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
 		snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
@@ -411,7 +418,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 
 	struct ktune_result *res = &r->result;
 	res->key = *key;
-	fill_provenance(t, res);
+	fill_provenance(t, c[0].cfg.family, res);
 	snprintf(res->config, sizeof(res->config), "%s", c[0].trial.config);
 	res->time_us = c[0].timing.median_us;
 	res->p20_us = c[0].timing.p20_us;

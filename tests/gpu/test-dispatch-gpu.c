@@ -231,7 +231,7 @@ static void test_dispatch__negative_cache_skips_failed_configs(void **state)
 	assert_int_equal(ktune__tuner_open(db_path, 0, test_program("../ktune"), &t, &e), KTUNE_OK);
 	const struct ktune_hello *dev = ktune__tuner_device(t);
 	/* the candidates the tuner will sample, and a failure recorded for the first */
-	assert_int_equal(ktune__gemm_candidates(&key, dev->id.sm_count, dev->smem_optin, o.budget,
+	assert_int_equal(ktune__gemm_candidates(&key, dev->id.arch, dev->id.sm_count, dev->smem_optin, o.budget,
 						o.seed, &cfgs, &n, &pruned, &e), KTUNE_OK);
 	assert_int_equal(n, 12);
 	snprintf(bad.family, sizeof(bad.family), "gemm");

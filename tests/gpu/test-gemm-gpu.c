@@ -1,7 +1,8 @@
 /*
  * test-gemm-gpu.c - the GEMM kernels on a GPU: the reference against a
  * float64 CPU result, every configuration of the space on awkward shapes,
- * and split-K with beta != 0.  Skipped where no GPU is present.
+ * and split-K with beta != 0; on sm_90, every kernel of the wgmma family in
+ * every layout on awkward and large shapes.  Skipped where no GPU is present.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,8 +131,8 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 	(void)state;
 
 	/* no key-dependent pruning: 1000^3 keeps every tile, smem limit from the device */
-	assert_int_equal(ktune__gemm_candidates(&key, 1 << 20, ctx->smem_optin, 0, 0, &cfgs, &n,
-						&pruned, &e), KTUNE_OK);
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, 1 << 20, ctx->smem_optin, 0, 0, &cfgs,
+						&n, &pruned, &e), KTUNE_OK);
 	/* one config per compiled kernel */
 	int nk = 0;
 	for (int i = 0; i < n; i++) {
@@ -215,6 +216,95 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 	assert_int_equal(failures, 0);
 }
 
+/*
+ * Every kernel of the wgmma family (sm_90 only), each in all four layouts
+ * (the dtype alternating), on four awkward shapes from {1, 7, 33, 127,
+ * 1000}^3 with padded aligned leading dimensions, and one large shape with
+ * an odd K; beta != 0 on every other run, GROUP_SIZE alternating.
+ */
+static void test_gpu__every_wgmma_kernel(void **state)
+{
+	static const int large[][3] = { { 1999, 3001, 4097 }, { 4096, 520, 73 }, { 3000, 129, 65 } };
+	struct ktune_gemm_config *cfgs;
+	int nk, failures = 0, runs = 0;
+	struct ktune_err e;
+	(void)state;
+
+	if (!ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, ctx->id.arch, 1)) {
+		printf("wgmma: %s is not sm_90, nothing to run\n", ctx->id.arch);
+		skip();
+	}
+	assert_int_equal(ktune__gemm_space_kernels(KTUNE_GEMM_WGMMA, &cfgs, &nk, &e), KTUNE_OK);
+	assert_true(nk >= 20);
+	int njobs = nk * 4;
+	struct ktune_compile_job *jobs = calloc((size_t)njobs, sizeof(*jobs));
+	assert_non_null(jobs);
+	for (int i = 0; i < njobs; i++) {
+		int kernel = i / 4, layout = i % 4;
+		jobs[i].key = (struct ktune_key){ .op = "gemm",
+						  .dtype = (kernel + layout) % 2 ? KTUNE_BF16 : KTUNE_F16,
+						  .trans_a = layout & 1 ? 't' : 'n',
+						  .trans_b = layout & 2 ? 't' : 'n', .aligned = 1 };
+		jobs[i].cfg = cfgs[kernel];
+	}
+	ktune__compile_jobs(jobs, njobs, ctx->id.arch, ctx->cache_dir, 0);
+
+	for (int i = 0; i < njobs; i++) {
+		if (jobs[i].status) {
+			fprintf(stderr, "compile failed: %s\n", jobs[i].log);
+			failures++;
+			continue;
+		}
+		if (jobs[i].cubin.res.spill_stores || jobs[i].cubin.res.spill_loads) {
+			fprintf(stderr, "spills: kernel %d\n", i / 4);
+			failures++;
+		}
+		for (int s = 0; s < 5; s++) {
+			int idx = (7 * i + 41 * s) % 125;
+			struct ktune_gemm_config cfg = jobs[i].cfg;
+			cfg.group_size = (i + s) % 2 ? 8 : 1;
+			struct ktune_problem p = {
+				.key = jobs[i].key, .alpha = s % 2 ? 0.75f : 1.0f,
+				.beta = (i + s) % 2 ? -0.5f : 0.0f, .seed = (unsigned)(i * 5 + s + 1000),
+			};
+			if (s < 4) {
+				p.key.m = awkward[idx / 25];
+				p.key.n = awkward[idx / 5 % 5];
+				p.key.k = awkward[idx % 5];
+			} else {
+				p.key.m = large[i % 3][0];
+				p.key.n = large[i % 3][1];
+				p.key.k = large[i % 3][2];
+			}
+			/* aligned leading dimensions: rounded up to 8, padded by 8 on every other run */
+			int pad = (i + s) % 2 ? 8 : 0;
+			p.lda = ((p.key.trans_a == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + pad;
+			p.ldb = ((p.key.trans_b == 't' ? p.key.k : p.key.n) + 7) / 8 * 8 + pad;
+			p.ldc = (p.key.n + 7) / 8 * 8 + pad;
+			struct ktune_trial t = { 0 };
+			struct ktune_timing tm;
+			assert_int_equal(ktune__worker_set_problem(worker, &p, &e), KTUNE_OK);
+			assert_int_equal(ktune__worker_problem(worker)->key.aligned, 1);
+			assert_int_equal(ktune__worker_run(worker, &cfg, &jobs[i].cubin, KTUNE_RUN_VERIFY,
+							   &t, &tm, &e), KTUNE_OK);
+			runs++;
+			if (strcmp(t.status, KTUNE_TRIAL_OK)) {
+				char text[128], c[256];
+				ktune__key_format(&ktune__worker_problem(worker)->key, text, sizeof(text));
+				ktune__gemm_config_format(&cfg, c, sizeof(c));
+				fprintf(stderr, "FAIL %s beta=%.1f %s: %s %s\n", text, p.beta, c, t.status,
+					t.message);
+				failures++;
+			}
+		}
+	}
+	printf("wgmma: %d runs over %d kernels x 4 layouts, %d failures\n", runs, nk, failures);
+	ktune__compile_jobs_free(jobs, njobs);
+	free(jobs);
+	free(cfgs);
+	assert_int_equal(failures, 0);
+}
+
 /* Large shapes and split-K with beta != 0 on the shapes where split-K matters. */
 static void test_gpu__large_and_split_k_with_beta(void **state)
 {
@@ -291,6 +381,7 @@ int main(void)
 		cmocka_unit_test(test_gpu__poison_catches_unwritten_output),
 		cmocka_unit_test(test_gpu__large_and_split_k_with_beta),
 		cmocka_unit_test(test_gpu__every_config_on_awkward_shapes),
+		cmocka_unit_test(test_gpu__every_wgmma_kernel),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

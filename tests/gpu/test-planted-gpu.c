@@ -79,7 +79,7 @@ static void test_planted__sweep_survives_bad_candidates(void **state)
 	unsetenv("KTUNE_PLANT");
 	assert_int_equal(ktune__tuner_open(db_path, 0, worker, &t, &e), KTUNE_OK);
 	const struct ktune_hello *dev = ktune__tuner_device(t);
-	assert_int_equal(ktune__gemm_candidates(&key, dev->id.sm_count, dev->smem_optin, o.budget,
+	assert_int_equal(ktune__gemm_candidates(&key, dev->id.arch, dev->id.sm_count, dev->smem_optin, o.budget,
 						o.seed, &cfgs, &n, &pruned, &e), KTUNE_OK);
 	ktune__tuner_close(t);
 	for (int i = 0; i < n && npicked < NPLANT; i++) {

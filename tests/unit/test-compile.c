@@ -123,7 +123,7 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	int covered[16] = { 0 }, nspill = 0;
 	(void)state;
 
-	if (ktune__gemm_space_kernels(&kernels, &nkernels, &e))
+	if (ktune__gemm_space_kernels(KTUNE_GEMM_MMA, &kernels, &nkernels, &e))
 		fail_msg("gemm kernels: %s", e.msg);
 	assert_int_equal(nkernels, NKERNELS);
 

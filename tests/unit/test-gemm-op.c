@@ -549,7 +549,7 @@ static void test_gemm_op__candidates(void **state)
 	(void)state;
 
 	const long total = ktune__space_count(ktune__gemm_space(NULL));
-	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 0, 1, &all, &nall, &pall, &e),
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 0, 1, &all, &nall, &pall, &e),
 			 KTUNE_OK);
 	assert_true(nall > 10);
 	assert_true(pall > 0); /* split-K is pointless for 1024 tiles */
@@ -564,16 +564,16 @@ static void test_gemm_op__candidates(void **state)
 			assert_false(config_equal(&all[i], &all[j]));
 	}
 
-	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 10, 1, &s1, &n1, &p1, &e),
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 10, 1, &s1, &n1, &p1, &e),
 			 KTUNE_OK);
 	assert_int_equal(n1, 10);
 	assert_int_equal(n1 + p1, total);
-	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 10, 1, &s1again, &n1again,
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 10, 1, &s1again, &n1again,
 						&p1again, &e),
 			 KTUNE_OK);
 	assert_int_equal(n1again, 10);
 	assert_true(same_list(s1, s1again, 10));
-	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, 10, 2, &s2, &n2, &p2, &e),
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 10, 2, &s2, &n2, &p2, &e),
 			 KTUNE_OK);
 	assert_int_equal(n2, 10);
 	assert_false(same_list(s1, s2, 10));
@@ -593,7 +593,7 @@ static void test_gemm_op__candidates(void **state)
 	/* a budget at or above the count returns everything, in space order */
 	struct ktune_gemm_config *big;
 	int nbig, pbig;
-	assert_int_equal(ktune__gemm_candidates(&key, SMS, SMEM_LIMIT, nall, 7, &big, &nbig, &pbig, &e),
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, nall, 7, &big, &nbig, &pbig, &e),
 			 KTUNE_OK);
 	assert_int_equal(nbig, nall);
 	assert_true(same_list(big, all, nall));
@@ -602,7 +602,7 @@ static void test_gemm_op__candidates(void **state)
 	struct ktune_key gemv = make_key(KTUNE_BF16, "nn", 1, 4096, 4096);
 	struct ktune_gemm_config *sk;
 	int nsk, splits = 0;
-	assert_int_equal(ktune__gemm_candidates(&gemv, SMS, SMEM_LIMIT, 0, 1, &sk, &nsk, NULL, &e),
+	assert_int_equal(ktune__gemm_candidates(&gemv, NULL, SMS, SMEM_LIMIT, 0, 1, &sk, &nsk, NULL, &e),
 			 KTUNE_OK);
 	assert_true(nsk > 0);
 	for (int i = 0; i < nsk; i++) {

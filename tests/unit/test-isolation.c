@@ -92,7 +92,7 @@ static void test_isolation__planted_candidates(void **state)
 	(void)state;
 
 	/* plant on candidates of distinct kernels, so a compile action hits one of them */
-	assert_int_equal(ktune__gemm_candidates(&key, 132, 232448, o.budget, o.seed, &cfgs, &n,
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", 132, 232448, o.budget, o.seed, &cfgs, &n,
 						&pruned, &e), KTUNE_OK);
 	for (int i = 0; i < n && npicked < NPLANT; i++)
 		if (distinct_kernels(cfgs, picked, npicked, i))
@@ -116,8 +116,10 @@ static void test_isolation__planted_candidates(void **state)
 
 	struct failures f = { .n = 0 };
 	char driver[] = "13.0";
+	/* the planted configs are the first of the list: mma.sync's, stored under gemm.cu's hash */
+	assert_int_equal(cfgs[picked[NPLANT - 1]].family, KTUNE_GEMM_MMA);
 	assert_int_equal(ktune__db_failed_configs(ktune__tuner_db(t), &ktune__tuner_device(t)->id,
-						  &r.result.key, r.result.template_hash,
+						  &r.result.key, ktune__gemm_family_hash(KTUNE_GEMM_MMA),
 						  ktune__nvrtc_version(), driver, note, &f, &e), KTUNE_OK);
 	assert_string_equal(status_of(&f, text[0]), "crashed");
 	assert_string_equal(status_of(&f, text[1]), "timeout");
