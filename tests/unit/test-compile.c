@@ -29,6 +29,8 @@
 
 /* gemm.yaml's distinct compiled kernels: BLOCK_M/N/K, WARPS_M/N, STAGES (test-space checks it too). */
 #define NKERNELS 411
+/* The wgmma space: 17 tile shapes x 2 cluster sizes, one ring depth each (gemm_wgmma.yaml). */
+#define NKERNELS_WGMMA 34
 
 static char tmp_dir[4096];
 
@@ -194,6 +196,74 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	}
 	free(jobs);
 	free(again);
+	free(kernels);
+}
+
+/*
+ * Every kernel of the wgmma family for sm_90a, in every dtype and layout
+ * (aligned only: the family serves nothing else): it compiles, is a CUBIN
+ * with gemm_wgmma_kernel, and spills nothing.  The family refuses archs
+ * without wgmma.
+ */
+static void test_compile__every_wgmma_kernel(void **state)
+{
+	struct ktune_gemm_config *kernels;
+	int nkernels, nspill = 0;
+	struct ktune_err e;
+	char cache[4200];
+	(void)state;
+
+	if (ktune__gemm_space_kernels(KTUNE_GEMM_WGMMA, &kernels, &nkernels, &e))
+		fail_msg("wgmma kernels: %s", e.msg);
+	assert_int_equal(nkernels, NKERNELS_WGMMA);
+	int njobs = nkernels * 8;
+	struct ktune_compile_job *jobs = calloc((size_t)njobs, sizeof(*jobs));
+	assert_non_null(jobs);
+	for (int i = 0; i < njobs; i++) {
+		static const char *const layouts[4] = { "nn", "nt", "tn", "tt" };
+		int v = i % 8;
+		jobs[i].key = (struct ktune_key){ .op = "gemm", .m = 1024, .n = 1024, .k = 1024,
+						  .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16, .aligned = 1 };
+		assert_int_equal(ktune__layout_parse(layouts[v >> 1], &jobs[i].key), 0);
+		jobs[i].cfg = kernels[i / 8];
+	}
+	fresh_dir("cubin-wgmma", cache, sizeof(cache));
+	double t0 = ktune__now();
+	ktune__compile_jobs(jobs, njobs, "sm_90a", cache, 0);
+	double took = ktune__now() - t0;
+	for (int i = 0; i < njobs; i++) {
+		struct ktune_compile_job *j = &jobs[i];
+		char cfg[256], key[128];
+		ktune__gemm_config_format(&j->cfg, cfg, sizeof(cfg));
+		ktune__key_format(&j->key, key, sizeof(key));
+		if (j->status)
+			fail_msg("%s / %s: %s: %s", key, cfg, ktune_status_name(j->status),
+				 j->log ? j->log : "(no log)");
+		if (!is_cubin_with(&j->cubin, "gemm_wgmma_kernel"))
+			fail_msg("%s / %s: %zu bytes, not a CUBIN with gemm_wgmma_kernel", key, cfg,
+				 j->cubin.size);
+		if (j->cubin.res.registers <= 0 || j->cubin.res.registers > 255)
+			fail_msg("%s / %s: %d registers", key, cfg, j->cubin.res.registers);
+		if (j->cubin.res.spill_stores || j->cubin.res.spill_loads || j->cubin.res.stack)
+			fail_msg("%s / %s: spills %d + %d bytes, stack %d", key, cfg,
+				 j->cubin.res.spill_stores, j->cubin.res.spill_loads, j->cubin.res.stack);
+		nspill += j->cubin.res.spill_stores + j->cubin.res.spill_loads > 0;
+	}
+	print_message("%d wgmma kernels x 8 variants for sm_90a: %.1f s; %d spill\n", nkernels,
+		      took, nspill);
+	ktune__compile_jobs_free(jobs, njobs);
+
+	/* "sm_90" compiles as sm_90a; an arch without wgmma is refused before NVRTC */
+	struct ktune_cubin cubin = { 0 };
+	struct ktune_key key = { .op = "gemm", .dtype = KTUNE_F16, .trans_a = 'n', .trans_b = 't',
+				 .m = 64, .n = 64, .k = 64, .aligned = 1 };
+	assert_int_equal(ktune__kernel_compile(&key, &kernels[0], "sm_90", cache, &cubin, &e), KTUNE_OK);
+	assert_true(is_cubin_with(&cubin, "gemm_wgmma_kernel"));
+	ktune__cubin_free(&cubin);
+	assert_int_equal(ktune__kernel_compile(&key, &kernels[0], "sm_100a", cache, &cubin, &e),
+			 KTUNE_ERR_UNSUPPORTED);
+	assert_non_null(strstr(e.msg, "sm_90a only"));
+	free(jobs);
 	free(kernels);
 }
 
@@ -411,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_compile__untrusted_cache_dir_is_not_used),
 		cmocka_unit_test(test_compile__cache_keys_on_options),
 		cmocka_unit_test(test_compile__every_gemm_kernel_then_cache),
+		cmocka_unit_test(test_compile__every_wgmma_kernel),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
