@@ -38,7 +38,8 @@ static int config_equal(const struct ktune_gemm_config *a, const struct ktune_ge
 {
 	return a->block_m == b->block_m && a->block_n == b->block_n && a->block_k == b->block_k &&
 	       a->warps_m == b->warps_m && a->warps_n == b->warps_n && a->stages == b->stages &&
-	       a->group_size == b->group_size && a->split_k == b->split_k;
+	       a->group_size == b->group_size && a->split_k == b->split_k &&
+	       a->family == b->family && a->consumers == b->consumers && a->cluster_m == b->cluster_m;
 }
 
 static void assert_config_equal(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
@@ -894,6 +895,294 @@ static void test_gemm_op__dispatch_default(void **state)
 	free_ctx(ctx);
 }
 
+/* ----------------------------------------------------------- wgmma family */
+
+/* 128x256, 4 stages, 2 consumers: the family's best on large H100 keys. */
+static const struct ktune_gemm_config wg_a = { .block_m = 128, .block_n = 256, .block_k = 64,
+					       .stages = 4, .group_size = 8, .split_k = 1,
+					       .family = KTUNE_GEMM_WGMMA, .consumers = 2, .cluster_m = 2 };
+
+static void test_gemm_op__wgmma_text_round_trip(void **state)
+{
+	struct ktune_gemm_config c;
+	char text[256];
+	struct ktune_err e;
+	(void)state;
+
+	ktune__gemm_config_format(&wg_a, text, sizeof(text));
+	assert_string_equal(text, "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,"
+				  "CONSUMERS=2,CLUSTER_M=2,GROUP_SIZE=8,SPLIT_K=1");
+	assert_int_equal(ktune__gemm_config_parse(text, &c, &e), KTUNE_OK);
+	assert_config_equal(&c, &wg_a);
+	assert_true(ktune__gemm_config_admitted(&c, &e));
+	/* fields in another order */
+	assert_int_equal(ktune__gemm_config_parse("FAMILY=wgmma,SPLIT_K=1,GROUP_SIZE=8,CLUSTER_M=2,"
+						  "CONSUMERS=2,STAGES=4,BLOCK_K=64,BLOCK_N=256,BLOCK_M=128",
+						  &c, &e), KTUNE_OK);
+	assert_config_equal(&c, &wg_a);
+	/* a text without FAMILY is still the mma.sync family */
+	assert_int_equal(ktune__gemm_config_parse("BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,WARPS_M=2,"
+						  "WARPS_N=2,STAGES=4,GROUP_SIZE=8,SPLIT_K=1", &c, &e),
+			 KTUNE_OK);
+	assert_int_equal(c.family, KTUNE_GEMM_MMA);
+	assert_int_equal(c.consumers, 0);
+	ktune__gemm_config_format(&c, text, sizeof(text));
+	assert_null(strstr(text, "FAMILY"));
+
+	/* every admitted wgmma config round-trips */
+	struct ktune_gemm_config *k;
+	int n;
+	assert_int_equal(ktune__gemm_space_kernels(KTUNE_GEMM_WGMMA, &k, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 34);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(k[i].family, KTUNE_GEMM_WGMMA);
+		ktune__gemm_config_format(&k[i], text, sizeof(text));
+		assert_int_equal(ktune__gemm_config_parse(text, &c, &e), KTUNE_OK);
+		assert_config_equal(&c, &k[i]);
+		assert_true(ktune__gemm_config_admitted(&c, &e));
+		/* what the space admits, the kernel's static_asserts accept */
+		assert_true(ktune__gemm_smem_bytes(NULL, &c) <= 232448);
+		assert_true(c.block_m % (64 * c.consumers) == 0);
+		assert_true(c.block_m / c.consumers / 64 * c.block_n / 2 <= (c.consumers == 3 ? 96 : 128));
+	}
+	free(k);
+}
+
+static void test_gemm_op__wgmma_parse_is_strict(void **state)
+{
+	static const struct {
+		const char *text, *error;
+	} bad[] = {
+		{ "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
+		  "GROUP_SIZE=8,SPLIT_K=1,WARPS_M=2", "unknown parameter 'WARPS_M'" },
+		{ "BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,WARPS_M=2,WARPS_N=2,STAGES=4,GROUP_SIZE=8,"
+		  "SPLIT_K=1,CONSUMERS=2", "unknown parameter 'CONSUMERS'" },
+		{ "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,"
+		  "GROUP_SIZE=8,SPLIT_K=1", "'CLUSTER_M' is missing" },
+		{ "FAMILY=tcgen05,BLOCK_M=128", "unknown family 'tcgen05'" },
+		{ "FAMILY=gemm,BLOCK_M=128", "unknown family 'gemm'" },
+		{ "FAMILY=wgmma", "no fields after FAMILY" },
+		{ "FAMILY=wgmma,", "no fields after FAMILY" },
+		{ "BLOCK_M=128,FAMILY=wgmma,BLOCK_N=256", "FAMILY comes first" },
+		{ "FAMILY=wgmma,FAMILY=wgmma,BLOCK_M=128", "FAMILY comes first" },
+		{ "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
+		  "GROUP_SIZE=8,SPLIT_K=1,", "trailing ','" },
+	};
+	struct ktune_gemm_config c;
+	struct ktune_err e;
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(ktune__gemm_config_parse(bad[i].text, &c, &e), KTUNE_ERR_PARSE);
+		if (!strstr(e.msg, bad[i].error))
+			fail_msg("'%s': got '%s', want '%s'", bad[i].text, e.msg, bad[i].error);
+	}
+	/* parsed but not admitted: outside the space or against the kernel's static_asserts */
+	static const char *outside[] = {
+		"FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=1,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1", /* 256 accumulators a thread */
+		"FAMILY=wgmma,BLOCK_M=192,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=3,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1", /* 3 consumers over 96 accumulators */
+		"FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=5,CONSUMERS=2,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1", /* over 227 KiB */
+		"FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=32,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1",
+		"FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=2",
+		"FAMILY=wgmma,BLOCK_M=64,BLOCK_N=64,BLOCK_K=64,STAGES=6,CONSUMERS=1,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1", /* not the deepest ring */
+	};
+	for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
+		assert_int_equal(ktune__gemm_config_parse(outside[i], &c, &e), KTUNE_OK);
+		if (ktune__gemm_config_admitted(&c, &e))
+			fail_msg("'%s' admitted", outside[i]);
+	}
+}
+
+static void test_gemm_op__wgmma_same_kernel_and_contract(void **state)
+{
+	struct ktune_gemm_config b = wg_a;
+	struct ktune_key key = make_key(KTUNE_BF16, "nt", 1000, 3000, 4096);
+	unsigned grid[3];
+	(void)state;
+
+	b.group_size = 1;
+	assert_true(ktune__gemm_same_kernel(&wg_a, &b));
+	b.cluster_m = 1;
+	assert_false(ktune__gemm_same_kernel(&wg_a, &b));
+	b = wg_a;
+	b.consumers = 1;
+	assert_false(ktune__gemm_same_kernel(&wg_a, &b));
+	/* the same tile numbers in the other family are another kernel */
+	struct ktune_gemm_config mma = { 128, 256, 64, 0, 0, 4, 8, 1 };
+	b = wg_a;
+	b.consumers = b.cluster_m = 0;
+	assert_false(ktune__gemm_same_kernel(&mma, &b));
+	mma.family = KTUNE_GEMM_WGMMA;
+	assert_true(ktune__gemm_same_kernel(&mma, &b));
+
+	assert_int_equal(ktune__gemm_threads(&wg_a), 384);
+	assert_int_equal(ktune__gemm_smem_bytes(&key, &wg_a), 1024 + 4 * 384 * 128 + 4 * 16);
+	char opts[16][48];
+	int n = ktune__gemm_defines(&key, &wg_a, opts, 16);
+	assert_int_equal(n, 9);
+	assert_string_equal(opts[4], "-DCONSUMERS=2");
+	assert_string_equal(opts[5], "-DCLUSTER_M=2");
+	assert_string_equal(opts[8], "-DTRANS_B=1");
+	/* persistent grid: 4 x 12 cluster tiles, at most 66 clusters resident */
+	ktune__gemm_wgmma_grid(&key, &wg_a, 66, grid);
+	assert_int_equal(grid[0], 2 * 48);
+	assert_int_equal(grid[1] * grid[2], 1);
+	struct ktune_key big = make_key(KTUNE_BF16, "nt", 8192, 8192, 8192);
+	ktune__gemm_wgmma_grid(&big, &wg_a, 66, grid);
+	assert_int_equal(grid[0], 132);
+	b = wg_a;
+	b.cluster_m = 1;
+	ktune__gemm_wgmma_grid(&big, &b, SMS, grid);
+	assert_int_equal(grid[0], SMS);
+
+	assert_string_equal(ktune__gemm_entry(KTUNE_GEMM_WGMMA), "gemm_wgmma_kernel");
+	assert_string_equal(ktune__gemm_entry(KTUNE_GEMM_MMA), "gemm_kernel");
+	assert_string_equal(ktune__gemm_compile_arch(KTUNE_GEMM_WGMMA, "sm_90"), "sm_90a");
+	assert_string_equal(ktune__gemm_compile_arch(KTUNE_GEMM_MMA, "sm_90"), "sm_90");
+	assert_true(ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, "sm_90", 1));
+	assert_false(ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, "sm_90", 0));
+	assert_false(ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, "sm_100", 1));
+	assert_false(ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, "sm_80", 1));
+	assert_true(ktune__gemm_family_runs(KTUNE_GEMM_MMA, "sm_80", 0));
+	assert_string_equal(ktune__gemm_family_name(KTUNE_GEMM_WGMMA), "gemm_wgmma");
+	assert_int_equal(ktune__gemm_family_from_name("gemm_wgmma"), KTUNE_GEMM_WGMMA);
+	assert_int_equal(ktune__gemm_family_from_name("wgmma"), -1);
+	/* provenance: each family's results are fresh against their own source */
+	const char *hw = ktune__gemm_family_hash(KTUNE_GEMM_WGMMA);
+	assert_string_equal(hw, ktune__template_hash("gemm_wgmma.cu"));
+	assert_true(ktune__gemm_result_fresh("gemm_wgmma", hw));
+	assert_false(ktune__gemm_result_fresh("gemm", hw));
+	assert_true(ktune__gemm_result_fresh("gemm", ktune__template_hash("gemm.cu")));
+	char space[65];
+	ktune__gemm_space_hash(space);
+	assert_int_equal(strlen(space), 64);
+	assert_string_not_equal(space, hw);
+}
+
+static void test_gemm_op__wgmma_prune(void **state)
+{
+	char why[256];
+	struct ktune_gemm_config c = wg_a;
+	(void)state;
+
+	struct ktune_key key = make_key(KTUNE_F16, "nn", 4096, 4096, 4096);
+	assert_int_equal(ktune__gemm_prune(&key, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	/* never for an unaligned key */
+	key.aligned = 0;
+	assert_int_equal(ktune__gemm_prune(&key, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "aligned"));
+	key.aligned = 1;
+	/* shared memory over the device's limit */
+	assert_int_equal(ktune__gemm_prune(&key, &c, SMS, 160 * 1024, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "shared memory"));
+	/* tiles far larger than the problem */
+	struct ktune_key small_m = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
+	assert_int_equal(ktune__gemm_prune(&small_m, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	struct ktune_key small_n = make_key(KTUNE_F16, "nt", 4096, 64, 4096);
+	assert_int_equal(ktune__gemm_prune(&small_n, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "BLOCK_N"));
+	/* a 64-row tile stays for M = 1 (nothing smaller exists), without a cluster */
+	struct ktune_gemm_config small = { .block_m = 64, .block_n = 128, .block_k = 64, .stages = 7,
+					   .group_size = 1, .split_k = 1, .family = KTUNE_GEMM_WGMMA,
+					   .consumers = 1, .cluster_m = 1 };
+	struct ktune_key gemv = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
+	assert_int_equal(ktune__gemm_prune(&gemv, &small, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	small.cluster_m = 2;
+	assert_int_equal(ktune__gemm_prune(&gemv, &small, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "CLUSTER_M"));
+	/* candidates: wgmma ones only for aligned keys on sm_90, after the mma.sync ones */
+	struct ktune_gemm_config *cfgs;
+	int n, nmma, pruned;
+	struct ktune_err e;
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 0, 1, &cfgs, &nmma,
+						&pruned, &e), KTUNE_OK);
+	free(cfgs);
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", SMS, SMEM_LIMIT, 0, 1, &cfgs, &n,
+						&pruned, &e), KTUNE_OK);
+	assert_true(n > nmma + 20);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(cfgs[i].family, i < nmma ? KTUNE_GEMM_MMA : KTUNE_GEMM_WGMMA);
+	free(cfgs);
+	key.aligned = 0;
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", SMS, SMEM_LIMIT, 0, 1, &cfgs, &n,
+						&pruned, &e), KTUNE_OK);
+	assert_int_equal(n, nmma);
+	free(cfgs);
+	key.aligned = 1;
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_80", SMS, SMEM_LIMIT, 0, 1, &cfgs, &n,
+						&pruned, &e), KTUNE_OK);
+	assert_int_equal(n, nmma);
+	free(cfgs);
+	/* a small budget still tries a quarter of wgmma configs */
+	for (int budget = 4; budget <= 64; budget *= 2) {
+		int nw = 0;
+		assert_int_equal(ktune__gemm_candidates(&key, "sm_90", SMS, SMEM_LIMIT, budget, 3, &cfgs,
+							&n, &pruned, &e), KTUNE_OK);
+		assert_int_equal(n, budget);
+		for (int i = 0; i < n; i++)
+			nw += cfgs[i].family == KTUNE_GEMM_WGMMA;
+		if (nw < (budget + 3) / 4 || nw == budget)
+			fail_msg("budget %d: %d wgmma configs", budget, nw);
+		free(cfgs);
+	}
+}
+
+static void test_gemm_op__dispatch_never_wgmma_for_unaligned(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
+	struct ktune_key unaligned = key;
+	struct ktune_gemm_config cfg;
+	(void)state;
+	unaligned.aligned = 0;
+
+	/* an exact wgmma entry serves the aligned key ... */
+	struct ktune_entry ents[] = { entry(key, wg_a, 1) };
+	ktune_ctx *ctx = make_ctx(ents, 1);
+	assert_string_equal(choose(ctx, key, &cfg), "exact");
+	assert_config_equal(&cfg, &wg_a);
+	/* ... but never the unaligned one, not even as the nearest: the mma.sync default */
+	assert_string_equal(choose(ctx, unaligned, &cfg), "default");
+	assert_int_equal(cfg.family, KTUNE_GEMM_MMA);
+	free_ctx(ctx);
+
+	/* every source: exact, arch, shipped, nearest; wgmma skipped, mma.sync taken */
+	struct ktune_entry mixed[] = {
+		entry(unaligned, wg_a, 1),             /* exact (an imported file could hold it) */
+		entry(unaligned, wg_a, 0),             /* arch */
+		entry(make_key(KTUNE_F16, "nt", 4000, 4096, 4096), cfg_a, 1), /* nearest, mma.sync */
+		entry(make_key(KTUNE_F16, "nt", 4096, 4096, 4000), wg_a, 1),  /* nearer, wgmma */
+	};
+	mixed[1].shipped = 0;
+	ctx = make_ctx(mixed, 4);
+	assert_string_equal(choose(ctx, unaligned, &cfg), "nearest");
+	assert_config_equal(&cfg, &cfg_a);
+	/* the aligned key takes the nearer wgmma entry */
+	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 4096, 4096, 4001), &cfg),
+			    "nearest");
+	assert_config_equal(&cfg, &wg_a);
+	free_ctx(ctx);
+
+	/* shipped wgmma entries likewise */
+	struct ktune_entry shipped[] = { entry(unaligned, wg_a, 1), entry(unaligned, cfg_c, 1) };
+	shipped[0].shipped = shipped[1].shipped = 1;
+	ctx = make_ctx(shipped, 2);
+	assert_string_equal(choose(ctx, unaligned, &cfg), "shipped");
+	assert_config_equal(&cfg, &cfg_c);
+	free_ctx(ctx);
+
+	/* a device that is not sm_90 never takes wgmma, aligned or not */
+	ctx = make_ctx(ents, 1);
+	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_100");
+	assert_string_equal(choose(ctx, key, &cfg), "default");
+	assert_int_equal(cfg.family, KTUNE_GEMM_MMA);
+	free_ctx(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -915,6 +1204,11 @@ int main(void)
 		cmocka_unit_test(test_gemm_op__dispatch_nearest),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest_prefers_this_device),
 		cmocka_unit_test(test_gemm_op__dispatch_default),
+		cmocka_unit_test(test_gemm_op__wgmma_text_round_trip),
+		cmocka_unit_test(test_gemm_op__wgmma_parse_is_strict),
+		cmocka_unit_test(test_gemm_op__wgmma_same_kernel_and_contract),
+		cmocka_unit_test(test_gemm_op__wgmma_prune),
+		cmocka_unit_test(test_gemm_op__dispatch_never_wgmma_for_unaligned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
