@@ -557,6 +557,46 @@ static void test_share__rejects_values_outside_the_space(void **state)
 	free(text);
 }
 
+/* wgmma entries: accepted for aligned keys with their family's hash; checked across fields. */
+static void test_share__wgmma_entries(void **state)
+{
+	struct ktune_result r = make_result(7);
+	struct ktune_err e;
+	const char *field = NULL;
+	(void)state;
+
+	snprintf(r.family, sizeof(r.family), "gemm_wgmma");
+	snprintf(r.config, sizeof(r.config), "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,"
+		 "STAGES=4,CONSUMERS=2,CLUSTER_M=1,GROUP_SIZE=8,SPLIT_K=1");
+	snprintf(r.template_hash, sizeof(r.template_hash), "%s",
+		 ktune__template_hash(KTUNE_GEMM_WGMMA_SOURCE));
+	assert_int_equal(ktune__share_check(&r, &field, &e), KTUNE_OK);
+	assert_true(ktune__gemm_result_fresh(r.family, r.template_hash));
+
+	struct ktune_result bad = r;
+	bad.key.aligned = 0;
+	assert_int_equal(ktune__share_check(&bad, &field, &e), KTUNE_ERR_PARSE);
+	assert_string_equal(field, "config");
+	assert_non_null(strstr(e.msg, "unaligned key"));
+
+	bad = r;
+	snprintf(bad.family, sizeof(bad.family), "gemm");
+	assert_int_equal(ktune__share_check(&bad, &field, &e), KTUNE_ERR_PARSE);
+	assert_non_null(strstr(e.msg, "is not a config of family 'gemm'"));
+
+	bad = make_result(7);
+	snprintf(bad.family, sizeof(bad.family), "gemm_wgmma");
+	assert_int_equal(ktune__share_check(&bad, &field, &e), KTUNE_ERR_PARSE);
+	assert_non_null(strstr(e.msg, "is not a config of family 'gemm_wgmma'"));
+
+	bad = r;
+	snprintf(bad.config, sizeof(bad.config), "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,"
+		 "STAGES=4,CONSUMERS=1,CLUSTER_M=1,GROUP_SIZE=8,SPLIT_K=1");
+	assert_int_equal(ktune__share_check(&bad, &field, &e), KTUNE_ERR_PARSE);
+	assert_string_equal(field, "config");
+	assert_non_null(strstr(e.msg, "not in the template's space"));
+}
+
 static void test_share__rejects_duplicate_keys(void **state)
 {
 	char *text = make_text(2), *m = replace(text, "m: 2\n", "m: 1\n");
@@ -712,6 +752,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_share__rejects_huge_and_nested, setup_tmp,
 						teardown_tmp),
 		cmocka_unit_test(test_share__rejects_values_outside_the_space),
+		cmocka_unit_test(test_share__wgmma_entries),
 		cmocka_unit_test(test_share__rejects_duplicate_keys),
 		cmocka_unit_test_setup_teardown(test_share__sql_looking_strings_are_data, setup_tmp,
 						teardown_tmp),
