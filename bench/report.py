@@ -97,6 +97,22 @@ def main():
         lines.append(f"- M <= 16 on the LLM weight shapes: {sum(o['ratio'] > 1 for o in small)}/"
                      f"{len(small)} keys faster than cuBLAS; the lowest ratio is {worst['ratio']:.2f} "
                      f"({worst['dtype']} {worst['layout']} {worst['m']}x{worst['n']}x{worst['k']})")
+    wg = [o for o in out if o["config"].startswith("FAMILY=wgmma")]
+    lines.append(f"- families: {len(wg)} keys won by wgmma (gemm_wgmma.cu), {len(out) - len(wg)} by "
+                 f"mma.sync (gemm.cu)")
+    big = [o for o in out if o["dtype"] == "bf16" and o["m"] == o["n"] == o["k"] == 8192]
+    for o in big:
+        lines.append(f"- bf16 8192^3 ({o['layout']}): **{o['ktune_tflops']:.0f} TFLOP/s** (cuBLAS in the same run: "
+                     f"{o['cublas_tflops']:.0f}); checkpoints of hand-written H100 kernels: about 490 "
+                     f"(TMA + wgmma, one warpgroup), 630 (producer/consumer), 770 (persistent, raw "
+                     f"mbarrier waits), 800 (cluster multicast)")
+    issue5 = [("square 2048, 4096, 8192", lambda o: o["m"] == o["n"] == o["k"] and o["m"] >= 2048),
+              ("LLM shapes, M = 1024 and 4096", lambda o: o["m"] in (1024, 4096) and o["m"] != o["n"])]
+    for name, pick in issue5:
+        sel = [o["ratio"] for o in out if pick(o)]
+        if sel:
+            lines.append(f"- {name}: geometric mean {geomean(sel):.3f} (range {min(sel):.2f}-{max(sel):.2f})")
+    lines.append(f"- keys below 0.95: {sum(o['ratio'] < 0.95 for o in out)} of {len(out)}")
     lines += ["", "| dtype | layout | M x N x K | ktune us | TFLOP/s | cuBLAS us | cuBLAS TFLOP/s | "
               "ratio | Triton ratio | floor us | bound | x floor | cands | tune s | config |",
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
