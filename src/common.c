@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,6 +448,47 @@ void ktune__sha256_hex(const void *data, size_t len, char out[65])
 		out[2 * i + 1] = hex[byte & 0xf];
 	}
 	out[64] = '\0';
+}
+
+struct parallel {
+	int n, next; /* next: guarded by lock */
+	void (*fn)(int i, void *arg);
+	void *arg;
+	pthread_mutex_t lock;
+};
+
+static void *parallel_thread(void *arg)
+{
+	struct parallel *p = arg;
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		int i = p->next++;
+		pthread_mutex_unlock(&p->lock);
+		if (i >= p->n)
+			return NULL;
+		p->fn(i, p->arg);
+	}
+}
+
+void ktune__parallel_for(int n, int threads, void (*fn)(int i, void *arg), void *arg)
+{
+	struct parallel p = { n, 0, fn, arg, PTHREAD_MUTEX_INITIALIZER };
+	pthread_t tids[256];
+	int started = 0;
+
+	if (threads <= 0)
+		threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (threads > 256)
+		threads = 256;
+	if (threads > n)
+		threads = n;
+	for (int i = 0; i < threads; i++)
+		if (!pthread_create(&tids[started], NULL, parallel_thread, &p))
+			started++;
+	if (!started)
+		parallel_thread(&p);
+	for (int i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
 }
 
 double ktune__now(void)

@@ -45,6 +45,13 @@ int ktune__default_db_path(char *buf, size_t len);
 /* Lowercase hex SHA-256 of data (65 bytes with the NUL). */
 void ktune__sha256_hex(const void *data, size_t len, char out[65]);
 
+/*
+ * Calls fn(i, arg) for every i in 0..n-1 on `threads` threads (0: one per
+ * core), each taking the next i until none is left; returns when all are
+ * done.  Without threads to be had it runs them all on the caller's.
+ */
+void ktune__parallel_for(int n, int threads, void (*fn)(int i, void *arg), void *arg);
+
 /* Monotonic wall time in seconds. */
 double ktune__now(void);
 

@@ -137,6 +137,7 @@ void ktune_close(ktune_ctx *ctx)
 	}
 	for (struct ktune_kernel *k = ctx->kernels, *next; k; k = next) {
 		next = k->next;
+		free(k->maps);
 		free(k);
 	}
 	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)

@@ -14,6 +14,13 @@
 #include "runtime/compile.h"
 #include "runtime/driver.h"
 
+/* The wgmma family's two tensor maps and the operands they were encoded for. */
+struct ktune_tensor_maps {
+	CUdeviceptr a, b;
+	int64_t m, n, k, lda, ldb;
+	CUtensorMap map_a, map_b;
+};
+
 /* A compiled and loaded kernel variant: one per (key variant, compiled config). */
 struct ktune_kernel {
 	ktune_dtype dtype;
@@ -25,6 +32,7 @@ struct ktune_kernel {
 	CUfunction fn;
 	size_t smem;
 	int max_clusters; /* wgmma, CLUSTER_M=2: clusters resident at once (cuOccupancyMaxActiveClusters) */
+	struct ktune_tensor_maps *maps; /* wgmma: the last call's tensor maps; guarded by ctx->lock */
 	struct ktune_resources res;
 	struct ktune_kernel *next;
 };

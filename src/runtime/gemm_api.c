@@ -125,8 +125,8 @@ void ktune__workspaces_free(ktune_ctx *ctx)
  * One operand's tensor map, as gemm_wgmma.cu's header specifies: rank 2,
  * {contiguous extent, other extent}, a row stride of ld * 2 bytes, the
  * 128-byte swizzle, zero fill out of bounds (the kernel relies on it).
- * Encoding is a few hundred nanoseconds of host work and no driver round
- * trip, so it is done on every call rather than cached.
+ * Encoding costs a few hundred nanoseconds of host work, as much as the
+ * rest of a call, so each kernel keeps the maps of its last call (below).
  */
 static int encode_map(CUtensorMap *map, const struct ktune_key *key, CUdeviceptr ptr,
 		      int64_t inner, int64_t outer, int64_t ld, unsigned box_inner, unsigned box_outer,
@@ -145,6 +145,12 @@ static int encode_map(CUtensorMap *map, const struct ktune_key *key, CUdeviceptr
 	return KTUNE_OK;
 }
 
+static int same_operands(const struct ktune_tensor_maps *x, const struct ktune_tensor_maps *y)
+{
+	return x->a == y->a && x->b == y->b && x->m == y->m && x->n == y->n && x->k == y->k &&
+	       x->lda == y->lda && x->ldb == y->ldb;
+}
+
 /* The wgmma family's launch: two tensor maps, a persistent grid (gemm_wgmma.cu's contract). */
 static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 			const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
@@ -160,14 +166,33 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 	/* TMA: 16-byte aligned bases and strides; dispatch never sends other keys here */
 	if (!key->aligned)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "the wgmma family needs aligned operands");
-	if ((rc = key->trans_a == 't'
-			  ? encode_map(&map_a, key, a, key->m, key->k, lda, 64, bk, e)
-			  : encode_map(&map_a, key, a, key->k, key->m, lda, 64, (unsigned)cfg->block_m, e)) ||
-	    (rc = key->trans_b == 't'
-			  ? encode_map(&map_b, key, b, key->k, key->n, ldb, 64,
-				       (unsigned)(cfg->block_n / cfg->cluster_m), e)
-			  : encode_map(&map_b, key, b, key->n, key->k, ldb, 64, bk, e)))
-		return rc;
+	/* a kernel variant fixes dtype, layout and tile: the operands decide the rest */
+	struct ktune_tensor_maps now = { a, b, key->m, key->n, key->k, lda, ldb };
+	int cached = 0;
+	pthread_mutex_lock(&ctx->lock);
+	if (kernel->maps && same_operands(kernel->maps, &now)) {
+		map_a = kernel->maps->map_a;
+		map_b = kernel->maps->map_b;
+		cached = 1;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (!cached) {
+		if ((rc = key->trans_a == 't'
+				  ? encode_map(&map_a, key, a, key->m, key->k, lda, 64, bk, e)
+				  : encode_map(&map_a, key, a, key->k, key->m, lda, 64,
+					       (unsigned)cfg->block_m, e)) ||
+		    (rc = key->trans_b == 't'
+				  ? encode_map(&map_b, key, b, key->k, key->n, ldb, 64,
+					       (unsigned)(cfg->block_n / cfg->cluster_m), e)
+				  : encode_map(&map_b, key, b, key->n, key->k, ldb, 64, bk, e)))
+			return rc;
+		now.map_a = map_a;
+		now.map_b = map_b;
+		pthread_mutex_lock(&ctx->lock);
+		if (kernel->maps || (kernel->maps = malloc(sizeof(*kernel->maps))))
+			*kernel->maps = now;
+		pthread_mutex_unlock(&ctx->lock);
+	}
 	ktune__gemm_wgmma_grid(key, cfg, cfg->cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count,
 			       grid);
 	void *args[] = { &map_a, &map_b, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group };

@@ -1,10 +1,8 @@
 /*
  * candidates.c - enumerate, prune and sample; compile in parallel.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/context.h"
 #include "tuner/candidates.h"
@@ -198,49 +196,24 @@ int ktune__gemm_space_kernels(int family, struct ktune_gemm_config **out, int *n
 
 struct pool {
 	struct ktune_compile_job *jobs;
-	int n;
-	int next; /* guarded by lock */
 	const char *arch, *cache_dir;
-	pthread_mutex_t lock;
 };
 
-static void *compile_worker(void *arg)
+static void compile_one(int i, void *arg)
 {
 	struct pool *p = arg;
-	for (;;) {
-		pthread_mutex_lock(&p->lock);
-		int i = p->next++;
-		pthread_mutex_unlock(&p->lock);
-		if (i >= p->n)
-			return NULL;
-		struct ktune_compile_job *j = &p->jobs[i];
-		struct ktune_err e = { "" };
-		j->status = ktune__kernel_compile(&j->key, &j->cfg, p->arch, p->cache_dir, &j->cubin, &e);
-		if (j->status)
-			j->log = strdup(e.msg);
-	}
+	struct ktune_compile_job *j = &p->jobs[i];
+	struct ktune_err e = { "" };
+	j->status = ktune__kernel_compile(&j->key, &j->cfg, p->arch, p->cache_dir, &j->cubin, &e);
+	if (j->status)
+		j->log = strdup(e.msg);
 }
 
 void ktune__compile_jobs(struct ktune_compile_job *jobs, int n, const char *arch,
 			 const char *cache_dir, int threads)
 {
-	struct pool p = { jobs, n, 0, arch, cache_dir, PTHREAD_MUTEX_INITIALIZER };
-	pthread_t tids[256];
-	int started = 0;
-
-	if (threads <= 0)
-		threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (threads > 256)
-		threads = 256;
-	if (threads > n)
-		threads = n;
-	for (int i = 0; i < threads; i++)
-		if (!pthread_create(&tids[started], NULL, compile_worker, &p))
-			started++;
-	if (!started)
-		compile_worker(&p); /* no threads to be had: compile here */
-	for (int i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
+	struct pool p = { jobs, arch, cache_dir };
+	ktune__parallel_for(n, threads, compile_one, &p);
 }
 
 void ktune__compile_jobs_free(struct ktune_compile_job *jobs, int n)

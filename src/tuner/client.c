@@ -289,12 +289,9 @@ int ktune__client_run(struct ktune_client *c, int job, const struct ktune_gemm_c
 		if (rc == KTUNE_RECV_OK && type == KTUNE_MSG_RESULT &&
 		    len == sizeof(struct ktune_run_reply)) {
 			const struct ktune_run_reply *r = c->buf;
-			char status[16], message[512];
 			/* keep the orchestrator's identity fields; take the outcome */
-			memcpy(status, r->trial.status, sizeof(status));
-			memcpy(message, r->trial.message, sizeof(message));
-			memcpy(trial->status, status, sizeof(trial->status));
-			memcpy(trial->message, message, sizeof(trial->message));
+			memcpy(trial->status, r->trial.status, sizeof(trial->status));
+			memcpy(trial->message, r->trial.message, sizeof(trial->message));
 			trial->time_us = r->trial.time_us;
 			trial->err_fro = r->trial.err_fro;
 			trial->err_max = r->trial.err_max;

@@ -53,48 +53,38 @@ static void drop_cubins(struct server *s)
 	s->ncubins = 0;
 }
 
-struct compile_pool {
+struct compile_batch {
 	struct server *s;
-	struct ktune_compile_item *items;
-	int n, next;
-	pthread_mutex_t lock;
+	const struct ktune_compile_item *items;
 };
 
-static void *compile_thread(void *arg)
+/* One job: announced first, so that the tuner can time it. */
+static void compile_one(int i, void *arg)
 {
-	struct compile_pool *p = arg;
-	struct server *s = p->s;
-	struct ktune_compile_done *done = malloc(sizeof(*done));
-	if (!done)
-		return NULL;
-	for (;;) {
-		pthread_mutex_lock(&p->lock);
-		int i = p->next++;
-		pthread_mutex_unlock(&p->lock);
-		if (i >= p->n)
-			break;
-		struct ktune_compile_item *it = &p->items[i];
-		struct ktune_cubin cubin = { 0 };
-		struct ktune_err e = { "" };
-		send_locked(s, KTUNE_MSG_STARTED, &it->id, sizeof(it->id));
-		memset(done, 0, sizeof(*done));
-		done->id = it->id;
-		done->status = s->ops->compile(s->state, &it->key, &it->cfg, &cubin, &e);
-		if (done->status == KTUNE_OK) {
-			done->res = cubin.res;
-			if (it->id >= 0 && it->id < s->ncubins) {
-				s->cubins[it->id] = cubin; /* each id is one thread's alone */
-				s->have[it->id] = 1;
-			} else {
-				ktune__cubin_free(&cubin);
-			}
-		} else {
-			snprintf(done->log, sizeof(done->log), "%s", e.msg);
-		}
-		send_locked(s, KTUNE_MSG_DONE, done, sizeof(*done));
+	struct compile_batch *b = arg;
+	struct server *s = b->s;
+	const struct ktune_compile_item *it = &b->items[i];
+	struct ktune_compile_done *done = calloc(1, sizeof(*done)); /* 8 KB: not on the stack */
+	struct ktune_cubin cubin = { 0 };
+	struct ktune_err e = { "" };
+
+	send_locked(s, KTUNE_MSG_STARTED, &it->id, sizeof(it->id));
+	int status = s->ops->compile(s->state, &it->key, &it->cfg, &cubin, &e);
+	if (status == KTUNE_OK && it->id >= 0 && it->id < s->ncubins) {
+		s->cubins[it->id] = cubin; /* each id is one thread's alone */
+		s->have[it->id] = 1;
+	} else if (status == KTUNE_OK) {
+		ktune__cubin_free(&cubin);
 	}
+	if (!done)
+		return; /* the tuner times it out */
+	done->id = it->id;
+	done->status = status;
+	done->res = cubin.res;
+	if (status)
+		snprintf(done->log, sizeof(done->log), "%s", e.msg);
+	send_locked(s, KTUNE_MSG_DONE, done, sizeof(*done));
 	free(done);
-	return NULL;
 }
 
 static int serve_compile(struct server *s, const void *buf, size_t len)
@@ -105,39 +95,19 @@ static int serve_compile(struct server *s, const void *buf, size_t len)
 	memcpy(&req, buf, sizeof(req));
 	if (req.n < 0 || len != sizeof(req) + (size_t)req.n * sizeof(struct ktune_compile_item))
 		return -1;
-	struct compile_pool p = { s, malloc((size_t)req.n * sizeof(*p.items) + 1), req.n, 0,
-				  PTHREAD_MUTEX_INITIALIZER };
-	if (!p.items)
-		return -1;
-	memcpy(p.items, (const char *)buf + sizeof(req), (size_t)req.n * sizeof(*p.items));
+	/* the items follow the request in buf, which stays ours until we answer */
+	struct compile_batch b = { s, (const struct ktune_compile_item *)((const char *)buf + sizeof(req)) };
 	drop_cubins(s);
 	int maxid = -1;
 	for (int i = 0; i < req.n; i++)
-		if (p.items[i].id > maxid)
-			maxid = p.items[i].id;
+		if (b.items[i].id > maxid)
+			maxid = b.items[i].id;
 	s->cubins = calloc((size_t)maxid + 1, sizeof(*s->cubins));
 	s->have = calloc((size_t)maxid + 1, sizeof(*s->have));
-	if (!s->cubins || !s->have) {
-		free(p.items);
+	if (!s->cubins || !s->have)
 		return -1;
-	}
 	s->ncubins = maxid + 1;
-
-	int threads = req.threads > 0 ? req.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	pthread_t tids[256];
-	int started = 0;
-	if (threads > 256)
-		threads = 256;
-	if (threads > req.n)
-		threads = req.n;
-	for (int i = 0; i < threads; i++)
-		if (!pthread_create(&tids[started], NULL, compile_thread, &p))
-			started++;
-	if (!started)
-		compile_thread(&p);
-	for (int i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
-	free(p.items);
+	ktune__parallel_for(req.n, req.threads, compile_one, &b);
 	return send_locked(s, KTUNE_MSG_END, NULL, 0);
 }
 
