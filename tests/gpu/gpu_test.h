@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "runtime/driver.h"
-#include "test_paths.h"
+#include "test_util.h"
 
 /* CTest's SKIP_RETURN_CODE: the test reports itself as skipped. */
 #define GPU_TEST_SKIP 77

@@ -29,13 +29,9 @@ static const struct ktune_key tuned[] = {
 
 static int setup(void **state)
 {
-	const char *base = getenv("KTUNE_TEST_TMP");
 	char dir[4096];
 	(void)state;
-	snprintf(dir, sizeof(dir), "%s/dispatch-XXXXXX", base && *base ? base : "/tmp");
-	if (base && *base)
-		ktune__mkdirs(base, NULL);
-	if (!mkdtemp(dir))
+	if (test_tmp_dir("dispatch", dir, sizeof(dir)))
 		return -1;
 	snprintf(db_path, sizeof(db_path), "%s/tuned.db", dir);
 	return 0;

@@ -115,6 +115,30 @@ static void test_gpu__reference_matches_float64(void **state)
 /* M, N and K each from this list: 1, 7, 33, 127, 1000. */
 static const int awkward[] = { 1, 7, 33, 127, 1000 };
 
+
+/*
+ * Runs one compiled kernel on problem p and checks it against the reference;
+ * returns 1 if right, else 0 with the case on stderr.  The worker must see
+ * the problem in the alignment class the kernel was compiled for.
+ */
+static int verify_one(const struct ktune_problem *p, const struct ktune_gemm_config *cfg,
+		      const struct ktune_cubin *cubin, int aligned)
+{
+	struct ktune_trial t = { 0 };
+	struct ktune_timing tm;
+	struct ktune_err e;
+	assert_int_equal(ktune__worker_set_problem(worker, p, &e), KTUNE_OK);
+	assert_int_equal(ktune__worker_problem(worker)->key.aligned, aligned);
+	assert_int_equal(ktune__worker_run(worker, cfg, cubin, KTUNE_RUN_VERIFY, &t, &tm, &e),
+			 KTUNE_OK);
+	if (!strcmp(t.status, KTUNE_TRIAL_OK))
+		return 1;
+	char text[128], c[256];
+	ktune__key_format(&ktune__worker_problem(worker)->key, text, sizeof(text));
+	ktune__gemm_config_format(cfg, c, sizeof(c));
+	fprintf(stderr, "FAIL %s beta=%.1f %s: %s %s\n", text, p->beta, c, t.status, t.message);
+	return 0;
+}
 /*
  * Every compiled kernel of the space, each on three awkward shapes, with the
  * dtype, layout, alignment, GROUP_SIZE, SPLIT_K and beta rotating across
@@ -192,21 +216,8 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 				p.ldb = ((p.key.trans_b == 't' ? p.key.k : p.key.n) + 7) / 8 * 8;
 				p.ldc = (p.key.n + 7) / 8 * 8 + 16;
 			}
-			struct ktune_trial t = { 0 };
-			struct ktune_timing tm;
-			assert_int_equal(ktune__worker_set_problem(worker, &p, &e), KTUNE_OK);
-			assert_int_equal(ktune__worker_problem(worker)->key.aligned, jobs[i].key.aligned);
-			assert_int_equal(ktune__worker_run(worker, &cfg, &jobs[i].cubin, KTUNE_RUN_VERIFY,
-							   &t, &tm, &e), KTUNE_OK);
+			failures += !verify_one(&p, &cfg, &jobs[i].cubin, jobs[i].key.aligned);
 			runs++;
-			if (strcmp(t.status, KTUNE_TRIAL_OK)) {
-				char text[128], c[256];
-				ktune__key_format(&ktune__worker_problem(worker)->key, text, sizeof(text));
-				ktune__gemm_config_format(&cfg, c, sizeof(c));
-				fprintf(stderr, "FAIL %s beta=%.1f %s: %s %s\n", text, p.beta, c, t.status,
-					t.message);
-				failures++;
-			}
 		}
 	}
 	printf("%d runs over %d kernels, %d failures\n", runs, nk, failures);
@@ -281,21 +292,8 @@ static void test_gpu__every_wgmma_kernel(void **state)
 			p.lda = ((p.key.trans_a == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + pad;
 			p.ldb = ((p.key.trans_b == 't' ? p.key.k : p.key.n) + 7) / 8 * 8 + pad;
 			p.ldc = (p.key.n + 7) / 8 * 8 + pad;
-			struct ktune_trial t = { 0 };
-			struct ktune_timing tm;
-			assert_int_equal(ktune__worker_set_problem(worker, &p, &e), KTUNE_OK);
-			assert_int_equal(ktune__worker_problem(worker)->key.aligned, 1);
-			assert_int_equal(ktune__worker_run(worker, &cfg, &jobs[i].cubin, KTUNE_RUN_VERIFY,
-							   &t, &tm, &e), KTUNE_OK);
+			failures += !verify_one(&p, &cfg, &jobs[i].cubin, 1);
 			runs++;
-			if (strcmp(t.status, KTUNE_TRIAL_OK)) {
-				char text[128], c[256];
-				ktune__key_format(&ktune__worker_problem(worker)->key, text, sizeof(text));
-				ktune__gemm_config_format(&cfg, c, sizeof(c));
-				fprintf(stderr, "FAIL %s beta=%.1f %s: %s %s\n", text, p.beta, c, t.status,
-					t.message);
-				failures++;
-			}
 		}
 	}
 	printf("wgmma: %d runs over %d kernels x 4 layouts, %d failures\n", runs, nk, failures);

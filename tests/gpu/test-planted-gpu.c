@@ -15,46 +15,18 @@
 #include "gpu_test.h"
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
+#include "test_tuning.h"
 
 static char db_path[4200];
 
 static int setup(void **state)
 {
-	const char *base = getenv("KTUNE_TEST_TMP");
 	char dir[4096];
 	(void)state;
-	if (base && *base)
-		ktune__mkdirs(base, NULL);
-	snprintf(dir, sizeof(dir), "%s/planted-XXXXXX", base && *base ? base : "/tmp");
-	if (!mkdtemp(dir))
+	if (test_tmp_dir("planted", dir, sizeof(dir)))
 		return -1;
 	snprintf(db_path, sizeof(db_path), "%s/tuned.db", dir);
 	return 0;
-}
-
-struct failures {
-	char config[64][256];
-	char status[64][16];
-	int n;
-};
-
-static int note(const char *config, const char *status, void *arg)
-{
-	struct failures *f = arg;
-	if (f->n < 64) {
-		snprintf(f->config[f->n], sizeof(f->config[0]), "%s", config);
-		snprintf(f->status[f->n], sizeof(f->status[0]), "%s", status);
-		f->n++;
-	}
-	return 0;
-}
-
-static const char *status_of(const struct failures *f, const char *config)
-{
-	for (int i = 0; i < f->n; i++)
-		if (!strcmp(f->config[i], config))
-			return f->status[i];
-	return "ok";
 }
 
 static void test_planted__sweep_survives_bad_candidates(void **state)
@@ -69,7 +41,7 @@ static void test_planted__sweep_survives_bad_candidates(void **state)
 	struct ktune_tune_report r;
 	struct ktune_err e;
 	char plan[4096] = "", text[NPLANT][256];
-	int n, pruned, picked[NPLANT], npicked = 0;
+	int n, pruned;
 	const char *worker = test_program("planted-worker");
 	(void)state;
 	if (getenv("KTUNE_TEST_VERBOSE"))
@@ -82,19 +54,7 @@ static void test_planted__sweep_survives_bad_candidates(void **state)
 	assert_int_equal(ktune__gemm_candidates(&key, dev->id.arch, dev->id.sm_count, dev->smem_optin, o.budget,
 						o.seed, &cfgs, &n, &pruned, &e), KTUNE_OK);
 	ktune__tuner_close(t);
-	for (int i = 0; i < n && npicked < NPLANT; i++) {
-		int distinct = 1;
-		for (int j = 0; j < npicked; j++)
-			distinct &= !ktune__gemm_same_kernel(&cfgs[picked[j]], &cfgs[i]);
-		if (distinct)
-			picked[npicked++] = i;
-	}
-	assert_int_equal(npicked, NPLANT);
-	for (int i = 0; i < NPLANT; i++) {
-		ktune__gemm_config_format(&cfgs[picked[i]], text[i], sizeof(text[i]));
-		snprintf(plan + strlen(plan), sizeof(plan) - strlen(plan), "%s%s=%s", i ? ";" : "",
-			 actions[i], text[i]);
-	}
+	assert_int_equal(test_plant(cfgs, n, actions, NPLANT, text, plan, sizeof(plan)), NPLANT);
 	setenv("KTUNE_PLANT", plan, 1);
 
 	assert_int_equal(ktune__tuner_open(db_path, 0, worker, &t, &e), KTUNE_OK);
@@ -107,16 +67,16 @@ static void test_planted__sweep_survives_bad_candidates(void **state)
 	for (int i = 0; i < NPLANT; i++)
 		assert_string_not_equal(r.result.config, text[i]);
 
-	struct failures f = { .n = 0 };
+	struct test_failures f = { .n = 0 };
 	char driver[32];
 	snprintf(driver, sizeof(driver), "%d.%d", dev->driver_version / 1000,
 		 dev->driver_version % 1000 / 10);
 	assert_int_equal(ktune__db_failed_configs(ktune__tuner_db(t), &dev->id, &r.result.key,
 						  r.result.template_hash, ktune__nvrtc_version(),
-						  driver, note, &f, &e), KTUNE_OK);
+						  driver, test_note_failure, &f, &e), KTUNE_OK);
 	for (int i = 0; i < NPLANT; i++) {
-		printf("planted %-13s -> %s\n", actions[i], status_of(&f, text[i]));
-		assert_string_equal(status_of(&f, text[i]), expect[i]);
+		printf("planted %-13s -> %s\n", actions[i], test_status_of(&f, text[i]));
+		assert_string_equal(test_status_of(&f, text[i]), expect[i]);
 	}
 	assert_true(ktune__tuner_worker_starts(t) >= 3); /* the first, after oob, after spin */
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "test_util.h"
 
 /* A fresh directory under /tmp for each test, removed with everything in it. */
 struct tmp {
@@ -42,32 +43,11 @@ static int setup_tmp(void **state)
 	return 0;
 }
 
-static void remove_tree(const char *path)
-{
-	struct dirent *de;
-	char sub[4096];
-	DIR *d;
-
-	d = opendir(path);
-	if (!d) {
-		unlink(path);
-		return;
-	}
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-		remove_tree(sub);
-	}
-	closedir(d);
-	rmdir(path);
-}
-
 static int teardown_tmp(void **state)
 {
 	struct tmp *t = *state;
 
-	remove_tree(t->dir);
+	test_remove_tree(t->dir);
 	free(t);
 	return 0;
 }

@@ -24,6 +24,7 @@
 #include "runtime/templates.h"
 #include "search/space.h"
 #include "tuner/candidates.h"
+#include "test_util.h"
 
 #define ARCH "sm_90"
 
@@ -34,41 +35,16 @@
 
 static char tmp_dir[4096];
 
-/* Removes a directory and the files directly inside it (the cache is flat). */
-static void remove_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	char path[8192];
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (unlink(path))
-			remove_dir(path);
-	}
-	closedir(d);
-	rmdir(dir);
-}
-
 static int setup(void **state)
 {
-	const char *base = getenv("KTUNE_TEST_TMP");
 	(void)state;
-	if (base && *base && ktune__mkdirs(base, NULL) == KTUNE_OK)
-		snprintf(tmp_dir, sizeof(tmp_dir), "%s/compile-XXXXXX", base);
-	else
-		snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/ktune-test-compile-XXXXXX");
-	return mkdtemp(tmp_dir) ? 0 : -1;
+	return test_tmp_dir("compile", tmp_dir, sizeof(tmp_dir));
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	remove_dir(tmp_dir);
+	test_remove_tree(tmp_dir);
 	return 0;
 }
 
@@ -76,7 +52,7 @@ static int teardown(void **state)
 static void fresh_dir(const char *name, char *out, size_t len)
 {
 	snprintf(out, len, "%s/%s", tmp_dir, name);
-	remove_dir(out);
+	test_remove_tree(out);
 	assert_int_equal(ktune__mkdirs(out, NULL), KTUNE_OK);
 }
 
@@ -97,6 +73,25 @@ static int is_cubin_with(const struct ktune_cubin *c, const char *symbol)
 {
 	return c->data && c->size > 4 && !memcmp(c->data, "\177ELF", 4) &&
 	       memmem(c->data, c->size, symbol, strlen(symbol)) != NULL;
+}
+
+/*
+ * A job that compiled: no error, a CUBIN holding `entry`, and ptxas's -v
+ * log parsed (a register count).  Leaves the job's key and config as text
+ * in key[128] and cfg[256] for the caller's own checks.
+ */
+static void check_compiled(const struct ktune_compile_job *j, const char *entry, char *key,
+			   char *cfg)
+{
+	ktune__gemm_config_format(&j->cfg, cfg, 256);
+	ktune__key_format(&j->key, key, 128);
+	if (j->status)
+		fail_msg("%s / %s: %s: %s", key, cfg, ktune_status_name(j->status),
+			 j->log ? j->log : "(no log)");
+	if (!is_cubin_with(&j->cubin, entry))
+		fail_msg("%s / %s: %zu bytes, not a CUBIN with %s", key, cfg, j->cubin.size, entry);
+	if (j->cubin.res.registers <= 0 || j->cubin.res.registers > 255)
+		fail_msg("%s / %s: %d registers", key, cfg, j->cubin.res.registers);
 }
 
 /*
@@ -152,20 +147,11 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	for (int i = 0; i < NKERNELS; i++) {
 		struct ktune_compile_job *j = &jobs[i];
 		char cfg[256], key[128];
-		ktune__gemm_config_format(&j->cfg, cfg, sizeof(cfg));
-		ktune__key_format(&j->key, key, sizeof(key));
-		if (j->status)
-			fail_msg("%s / %s: %s: %s", key, cfg, ktune_status_name(j->status),
-				 j->log ? j->log : "(no log)");
+		check_compiled(j, "gemm_kernel", key, cfg);
 		assert_null(j->log);
-		if (!is_cubin_with(&j->cubin, "gemm_kernel"))
-			fail_msg("%s / %s: %zu bytes, not a CUBIN with gemm_kernel", key, cfg,
-				 j->cubin.size);
 		assert_int_equal(j->cubin.cached, 0); /* a fresh cache: really compiled */
 		assert_true(j->cubin.seconds > 0);
-		/* ptxas -v was parsed; gemm.cu uses dynamic shared memory only */
-		if (j->cubin.res.registers <= 0 || j->cubin.res.registers > 255)
-			fail_msg("%s / %s: %d registers", key, cfg, j->cubin.res.registers);
+		/* gemm.cu uses dynamic shared memory only */
 		if (j->cubin.res.smem_static != 0)
 			fail_msg("%s / %s: %d bytes of static shared memory", key, cfg,
 				 j->cubin.res.smem_static);
@@ -234,16 +220,7 @@ static void test_compile__every_wgmma_kernel(void **state)
 	for (int i = 0; i < njobs; i++) {
 		struct ktune_compile_job *j = &jobs[i];
 		char cfg[256], key[128];
-		ktune__gemm_config_format(&j->cfg, cfg, sizeof(cfg));
-		ktune__key_format(&j->key, key, sizeof(key));
-		if (j->status)
-			fail_msg("%s / %s: %s: %s", key, cfg, ktune_status_name(j->status),
-				 j->log ? j->log : "(no log)");
-		if (!is_cubin_with(&j->cubin, "gemm_wgmma_kernel"))
-			fail_msg("%s / %s: %zu bytes, not a CUBIN with gemm_wgmma_kernel", key, cfg,
-				 j->cubin.size);
-		if (j->cubin.res.registers <= 0 || j->cubin.res.registers > 255)
-			fail_msg("%s / %s: %d registers", key, cfg, j->cubin.res.registers);
+		check_compiled(j, "gemm_wgmma_kernel", key, cfg);
 		if (j->cubin.res.spill_stores || j->cubin.res.spill_loads || j->cubin.res.stack)
 			fail_msg("%s / %s: spills %d + %d bytes, stack %d", key, cfg,
 				 j->cubin.res.spill_stores, j->cubin.res.spill_loads, j->cubin.res.stack);

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
-#include "test_paths.h"
+#include "test_util.h"
 #include "tuner/tuner.h"
 
 #define BUDGET 6
@@ -28,13 +28,9 @@ static char dir[4096];
 
 static int setup(void **state)
 {
-	const char *base = getenv("KTUNE_TEST_TMP");
 	(void)state;
-	if (base && *base)
-		ktune__mkdirs(base, NULL);
-	snprintf(dir, sizeof(dir), "%s/concurrency-XXXXXX", base && *base ? base : "/tmp");
 	setenv("KTUNE_FAKE_RUN_MS", "3", 1); /* so that the sweeps overlap */
-	return mkdtemp(dir) ? 0 : -1;
+	return test_tmp_dir("concurrency", dir, sizeof(dir));
 }
 
 static void load_spec(struct ktune_spec *spec)

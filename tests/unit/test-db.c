@@ -25,6 +25,8 @@
 #include <sqlite3.h>
 
 #include "db/db.h"
+#include "test_sql.h"
+#include "test_util.h"
 
 /* A fresh directory under /tmp for each test, removed with everything in it. */
 struct tmp {
@@ -48,32 +50,11 @@ static int setup_tmp(void **state)
 	return 0;
 }
 
-static void remove_tree(const char *path)
-{
-	struct dirent *de;
-	char sub[4096];
-	DIR *d;
-
-	d = opendir(path);
-	if (!d) {
-		unlink(path);
-		return;
-	}
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-		remove_tree(sub);
-	}
-	closedir(d);
-	rmdir(path);
-}
-
 static int teardown_tmp(void **state)
 {
 	struct tmp *t = *state;
 
-	remove_tree(t->dir);
+	test_remove_tree(t->dir);
 	free(t);
 	return 0;
 }
@@ -142,46 +123,8 @@ static void assert_refused_untouched(const struct tmp *t, const char *path, cons
 	free(after);
 }
 
-/* Raw SQLite, to build files by hand and look behind the module's back. */
-
-static void raw_exec(const char *path, const char *sql)
-{
-	sqlite3 *h = NULL;
-	char *err = NULL;
-
-	assert_int_equal(sqlite3_open(path, &h), SQLITE_OK);
-	if (sqlite3_exec(h, sql, NULL, NULL, &err) != SQLITE_OK)
-		fail_msg("raw sql failed: %s", err);
-	assert_int_equal(sqlite3_close(h), SQLITE_OK);
-}
-
-static long raw_long(const char *path, const char *sql)
-{
-	sqlite3_stmt *st = NULL;
-	sqlite3 *h = NULL;
-	long v;
-
-	assert_int_equal(sqlite3_open(path, &h), SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
-	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-	v = (long)sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	assert_int_equal(sqlite3_close(h), SQLITE_OK);
-	return v;
-}
-
 /* A db file with results and trials in it, closed. */
 static void make_db(const char *path, int nresults);
-
-static struct ktune_db *open_db(const char *path)
-{
-	struct ktune_err e = { "" };
-	struct ktune_db *db = NULL;
-
-	if (ktune__db_open(path, 1, &db, &e) != KTUNE_OK)
-		fail_msg("cannot open '%s': %s", path, e.msg);
-	return db;
-}
 
 static void sample_result(struct ktune_result *r)
 {

@@ -13,20 +13,17 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "test_paths.h"
+#include "test_util.h"
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
+#include "test_tuning.h"
 
 static char dir[4096], db_path[4200];
 
 static int setup(void **state)
 {
-	const char *base = getenv("KTUNE_TEST_TMP");
 	(void)state;
-	if (base && *base)
-		ktune__mkdirs(base, NULL);
-	snprintf(dir, sizeof(dir), "%s/isolation-XXXXXX", base && *base ? base : "/tmp");
-	if (!mkdtemp(dir))
+	if (test_tmp_dir("isolation", dir, sizeof(dir)))
 		return -1;
 	snprintf(db_path, sizeof(db_path), "%s/tuned.db", dir);
 	setenv("KTUNE_FAKE_STATE", dir, 1);
@@ -36,41 +33,6 @@ static int setup(void **state)
 static const char *fake_worker(void)
 {
 	return test_program("fake-worker");
-}
-
-/* The (config, status) failures stored for a key. */
-struct failures {
-	char config[32][256];
-	char status[32][16];
-	int n;
-};
-
-static int note(const char *config, const char *status, void *arg)
-{
-	struct failures *f = arg;
-	if (f->n < 32) {
-		snprintf(f->config[f->n], sizeof(f->config[0]), "%s", config);
-		snprintf(f->status[f->n], sizeof(f->status[0]), "%s", status);
-		f->n++;
-	}
-	return 0;
-}
-
-static const char *status_of(const struct failures *f, const char *config)
-{
-	for (int i = 0; i < f->n; i++)
-		if (!strcmp(f->config[i], config))
-			return f->status[i];
-	return "ok";
-}
-
-/* Candidates i and j compile to different kernels. */
-static int distinct_kernels(const struct ktune_gemm_config *c, const int *picked, int npicked, int i)
-{
-	for (int j = 0; j < npicked; j++)
-		if (ktune__gemm_same_kernel(&c[picked[j]], &c[i]))
-			return 0;
-	return 1;
 }
 
 static void test_isolation__planted_candidates(void **state)
@@ -88,21 +50,13 @@ static void test_isolation__planted_candidates(void **state)
 	struct ktune_tune_report r;
 	struct ktune_err e;
 	char plan[4096] = "", text[NPLANT][256];
-	int n, pruned, picked[NPLANT], npicked = 0;
+	int n, pruned;
 	(void)state;
 
 	/* plant on candidates of distinct kernels, so a compile action hits one of them */
 	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", 132, 232448, o.budget, o.seed, &cfgs, &n,
 						&pruned, &e), KTUNE_OK);
-	for (int i = 0; i < n && npicked < NPLANT; i++)
-		if (distinct_kernels(cfgs, picked, npicked, i))
-			picked[npicked++] = i;
-	assert_int_equal(npicked, NPLANT);
-	for (int i = 0; i < NPLANT; i++) {
-		ktune__gemm_config_format(&cfgs[picked[i]], text[i], sizeof(text[i]));
-		snprintf(plan + strlen(plan), sizeof(plan) - strlen(plan), "%s%s=%s", i ? ";" : "",
-			 actions[i], text[i]);
-	}
+	assert_int_equal(test_plant(cfgs, n, actions, NPLANT, text, plan, sizeof(plan)), NPLANT);
 	setenv("KTUNE_FAKE_PLAN", plan, 1);
 
 	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
@@ -114,21 +68,23 @@ static void test_isolation__planted_candidates(void **state)
 	for (int i = 0; i < NPLANT; i++)
 		assert_string_not_equal(r.result.config, text[i]);
 
-	struct failures f = { .n = 0 };
+	struct test_failures f = { .n = 0 };
 	char driver[] = "13.0";
 	/* the planted configs are the first of the list: mma.sync's, stored under gemm.cu's hash */
-	assert_int_equal(cfgs[picked[NPLANT - 1]].family, KTUNE_GEMM_MMA);
+	struct ktune_gemm_config last;
+	assert_int_equal(ktune__gemm_config_parse(text[NPLANT - 1], &last, &e), KTUNE_OK);
+	assert_int_equal(last.family, KTUNE_GEMM_MMA);
 	assert_int_equal(ktune__db_failed_configs(ktune__tuner_db(t), &ktune__tuner_device(t)->id,
 						  &r.result.key, ktune__gemm_family_hash(KTUNE_GEMM_MMA),
-						  ktune__nvrtc_version(), driver, note, &f, &e), KTUNE_OK);
-	assert_string_equal(status_of(&f, text[0]), "crashed");
-	assert_string_equal(status_of(&f, text[1]), "timeout");
-	assert_string_equal(status_of(&f, text[2]), "compile_error");
-	assert_string_equal(status_of(&f, text[3]), "wrong");
-	assert_string_equal(status_of(&f, text[4]), "timeout");
-	assert_string_equal(status_of(&f, text[5]), "ok"); /* died once, fine the second time */
-	assert_string_equal(status_of(&f, text[6]), "crashed");
-	assert_string_equal(status_of(&f, text[7]), "compile_error");
+						  ktune__nvrtc_version(), driver, test_note_failure, &f, &e), KTUNE_OK);
+	assert_string_equal(test_status_of(&f, text[0]), "crashed");
+	assert_string_equal(test_status_of(&f, text[1]), "timeout");
+	assert_string_equal(test_status_of(&f, text[2]), "compile_error");
+	assert_string_equal(test_status_of(&f, text[3]), "wrong");
+	assert_string_equal(test_status_of(&f, text[4]), "timeout");
+	assert_string_equal(test_status_of(&f, text[5]), "ok"); /* died once, fine the second time */
+	assert_string_equal(test_status_of(&f, text[6]), "crashed");
+	assert_string_equal(test_status_of(&f, text[7]), "compile_error");
 	/* a worker for the start, and fresh ones after: crash, hang, compile hang, 2 x die, die_once,
 	 * 2 x compile_die */
 	assert_true(ktune__tuner_worker_starts(t) >= 9);

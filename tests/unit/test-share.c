@@ -16,7 +16,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +32,7 @@
 #include "db/share.h"
 #include "ops/gemm.h"
 #include "runtime/templates.h"
+#include "test_util.h"
 
 struct tmp {
 	char dir[64];
@@ -56,31 +56,11 @@ static int setup_tmp(void **state)
 	return 0;
 }
 
-static void remove_tree(const char *path)
-{
-	struct dirent *de;
-	char sub[4096];
-	DIR *d = opendir(path);
-
-	if (!d) {
-		unlink(path);
-		return;
-	}
-	while ((de = readdir(d)) != NULL) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-		remove_tree(sub);
-	}
-	closedir(d);
-	rmdir(path);
-}
-
 static int teardown_tmp(void **state)
 {
 	struct tmp *t = *state;
 
-	remove_tree(t->dir);
+	test_remove_tree(t->dir);
 	free(t);
 	return 0;
 }

@@ -1,0 +1,64 @@
+/*
+ * test_util.h - what the test programs share: the programs built beside
+ * them (the ktune CLI, whose `__worker` command the tuner spawns, and the
+ * tests' fake workers), and scratch directories.
+ */
+#ifndef KTUNE_TEST_UTIL_H
+#define KTUNE_TEST_UTIL_H
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* rel is relative to the directory of the running test, e.g. "../ktune". */
+static inline const char *test_program(const char *rel)
+{
+	static char path[4096];
+	char self[4000];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return rel;
+	self[n] = 0;
+	char *slash = strrchr(self, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(path, sizeof(path), "%s/%s", self, rel);
+	return path;
+}
+
+/* A fresh directory "<$KTUNE_TEST_TMP or /tmp>/<name>-XXXXXX" into out; 0 or -1. */
+static inline int test_tmp_dir(const char *name, char *out, size_t len)
+{
+	const char *base = getenv("KTUNE_TEST_TMP");
+	if (base && *base)
+		ktune__mkdirs(base, NULL);
+	snprintf(out, len, "%s/%s-XXXXXX", base && *base ? base : "/tmp", name);
+	return mkdtemp(out) ? 0 : -1;
+}
+
+/* rm -r path. */
+static inline void test_remove_tree(const char *path)
+{
+	struct dirent *de;
+	char sub[4096];
+	DIR *d = opendir(path);
+
+	if (!d) {
+		unlink(path);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < (int)sizeof(sub))
+			test_remove_tree(sub);
+	}
+	closedir(d);
+	rmdir(path);
+}
+
+#endif
