@@ -13,6 +13,15 @@
  *                                 and not, against an fp32 reference GEMM
  *   harness time DIR              the timing shapes, every timing variant and
  *                                 cuBLAS, same inputs, same run
+ *   harness compile-probe OUTDIR LIST [SRC]
+ *                                 compiles the variants listed in LIST, one a
+ *                                 line: "bm bn stages consumers cluster bf16 tb
+ *                                 [-DNAME=VALUE ...]", into OUTDIR with
+ *                                 OUTDIR/probe.list naming them
+ *   harness probe DIR M N K       times those variants (each in its own dtype
+ *                                 and layout) and cuBLAS at one shape; checks
+ *                                 each against cuBLAS.  PROBE_RUNS=n times n
+ *                                 runs after one warm-up (1 for a profiler)
  *
  * Build (see README.md):
  *   nvcc -O3 -arch=sm_90a -std=c++17 -o harness bench/wgmma/harness.cu \
@@ -27,6 +36,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -78,13 +88,14 @@ static void blas_check(cublasStatus_t r, const char *what, const char *file, int
 struct tile_cfg {
 	int bm, bn, stages, consumers;
 	int cluster; /* CLUSTER_M */
+	int epi_bufs = 2; /* EPI_BUFS */
 };
 
 /* The configurations checked and timed (each for both dtypes and the layouts used). */
 static const tile_cfg CFGS[] = {
 	{ 128, 256, 4, 2, 1 }, { 128, 128, 6, 2, 1 }, { 128, 128, 6, 1, 1 },
-	{ 256, 128, 4, 2, 1 }, { 192, 128, 5, 3, 1 }, { 128, 192, 5, 2, 1 },
-	{ 128, 256, 4, 2, 2 }, { 256, 128, 4, 2, 2 }, { 128, 192, 5, 2, 2 },
+	{ 256, 128, 4, 2, 1 }, { 192, 128, 4, 3, 1 }, { 128, 192, 4, 2, 1 },
+	{ 128, 256, 4, 2, 2 }, { 256, 128, 4, 2, 2 }, { 128, 192, 4, 2, 2 },
 	{ 128, 128, 6, 1, 2 },
 };
 #define NCFGS ((int)(sizeof(CFGS) / sizeof(CFGS[0])))
@@ -93,6 +104,7 @@ struct variant {
 	tile_cfg c;
 	int bf16, ta, tb;
 	int dbg; /* compiled with MBAR_SPIN_LIMIT: hangs trap instead */
+	std::string extra; /* more -D options, space-separated (probe variants) */
 	std::string name;
 	CUmodule mod = nullptr;
 	CUfunction fn = nullptr;
@@ -113,10 +125,11 @@ static std::string variant_name(const tile_cfg &c, int bf16, int ta, int tb, int
 	return b;
 }
 
-/* The kernel's SMEM_BYTES: 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + STAGES * 16. */
+/* The kernel's SMEM_BYTES: 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + CONSUMERS * 2 * 8192 + STAGES * 16. */
 static size_t smem_bytes(const tile_cfg &c)
 {
-	return 1024 + (size_t)c.stages * (c.bm + c.bn) * 64 * 2 + (size_t)c.stages * 16;
+	return 1024 + (size_t)c.stages * (c.bm + c.bn) * 64 * 2 + (size_t)c.consumers * c.epi_bufs * 8192 +
+	       (size_t)c.stages * 16;
 }
 
 static int threads(const tile_cfg &c)
@@ -182,7 +195,7 @@ static std::string read_file(const char *path)
 
 /* Compiles one variant; returns the cubin (empty on failure) and the log in *log. */
 static std::string nvrtc_compile(const std::string &src, const tile_cfg &c, int bf16, int ta, int tb,
-				 int dbg, std::string *log)
+				 int dbg, const std::string &extra, std::string *log)
 {
 	char d[9][48];
 	snprintf(d[0], 48, "-DBLOCK_M=%d", c.bm);
@@ -194,14 +207,25 @@ static std::string nvrtc_compile(const std::string &src, const tile_cfg &c, int 
 	snprintf(d[6], 48, "-DTRANS_B=%d", tb);
 	snprintf(d[7], 48, "-DMBAR_SPIN_LIMIT=%d", dbg ? (1 << 20) : 0);
 	snprintf(d[8], 48, "-DCLUSTER_M=%d", c.cluster);
-	const char *opts[] = { "-arch=sm_90a", "-default-device", "-std=c++17", "-Xptxas=-v",
-			       d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8] };
+	std::vector<const char *> opts = { "-arch=sm_90a", "-default-device", "-std=c++17", "-Xptxas=-v",
+					   d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8] };
+	std::vector<std::string> words;
+	for (size_t i = 0; i < extra.size();) {
+		size_t j = extra.find(' ', i);
+		if (j == std::string::npos)
+			j = extra.size();
+		if (j > i)
+			words.push_back(extra.substr(i, j - i));
+		i = j + 1;
+	}
+	for (auto &w : words)
+		opts.push_back(w.c_str());
 	nvrtcProgram p;
 	if (nvrtcCreateProgram(&p, src.c_str(), "gemm_wgmma.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) {
 		*log = "nvrtcCreateProgram failed";
 		return "";
 	}
-	nvrtcResult r = nvrtcCompileProgram(p, (int)(sizeof(opts) / sizeof(opts[0])), opts);
+	nvrtcResult r = nvrtcCompileProgram(p, (int)opts.size(), opts.data());
 	size_t n = 0;
 	nvrtcGetProgramLogSize(p, &n);
 	log->assign(n, '\0');
@@ -233,12 +257,65 @@ static void ptxas_summary(const std::string &log, int *regs, int *spill_st, int 
 	}
 }
 
-static int cmd_compile(const char *outdir, const char *src_path)
+/*
+ * Probe variants, one a line: "bm bn stages consumers cluster bf16 tb
+ * [-DNAME=VALUE ...]" (layout nn or nt); '#' starts a comment.  The name
+ * carries the extra defines, so variants that differ only in them differ.
+ */
+static std::vector<variant> read_probe_list(const char *path)
+{
+	std::vector<variant> v;
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "cannot read '%s'\n", path);
+		exit(1);
+	}
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = 0;
+		variant x;
+		int used = 0;
+		if (sscanf(line, " %d %d %d %d %d %d %d %n", &x.c.bm, &x.c.bn, &x.c.stages, &x.c.consumers,
+			   &x.c.cluster, &x.bf16, &x.tb, &used) < 7)
+			continue;
+		x.ta = 0;
+		x.dbg = 0;
+		x.extra = line + used;
+		const char *eb = strstr(x.extra.c_str(), "-DEPI_BUFS=");
+		if (eb)
+			x.c.epi_bufs = atoi(eb + strlen("-DEPI_BUFS="));
+		while (!x.extra.empty() && isspace((unsigned char)x.extra.back()))
+			x.extra.pop_back();
+		x.name = variant_name(x.c, x.bf16, 0, x.tb, 0);
+		if (!x.extra.empty())
+			x.name += '_';
+		for (char ch : x.extra)
+			if (isalnum((unsigned char)ch) || ch == '_')
+				x.name += ch;
+			else if (ch == ' ')
+				x.name += '_';
+		v.push_back(x);
+	}
+	fclose(f);
+	return v;
+}
+
+static int cmd_compile(const char *outdir, const char *src_path, const char *list_path)
 {
 	std::string src = read_file(src_path);
 	std::vector<variant> todo;
 	bool survey = !strcmp(outdir, "survey");
-	if (survey) {
+	if (list_path) {
+		todo = read_probe_list(list_path);
+		std::string copy = std::string(outdir) + "/probe.list";
+		FILE *f = fopen(copy.c_str(), "w");
+		for (auto &v : todo)
+			fprintf(f, "%d %d %d %d %d %d %d %s\n", v.c.bm, v.c.bn, v.c.stages, v.c.consumers, v.c.cluster,
+				v.bf16, v.tb, v.extra.c_str());
+		fclose(f);
+	} else if (survey) {
 		/* the tile grid: the most stages that fit, bf16 nn and tt */
 		for (int cons = 1; cons <= 3; cons++)
 			for (int bm = 64; bm <= 256; bm += 64)
@@ -270,7 +347,7 @@ static int cmd_compile(const char *outdir, const char *src_path)
 		for (int i; (i = next++) < (int)todo.size();) {
 			const variant &v = todo[i];
 			std::string log;
-			std::string cubin = nvrtc_compile(src, v.c, v.bf16, v.ta, v.tb, v.dbg, &log);
+			std::string cubin = nvrtc_compile(src, v.c, v.bf16, v.ta, v.tb, v.dbg, v.extra, &log);
 			int regs, st, ld, stack;
 			ptxas_summary(log, &regs, &st, &ld, &stack);
 			char b[256];
@@ -491,6 +568,7 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, c.bm);
 	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / c.cluster)
 			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64);
+	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, 64);
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
 	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) * ((p.N + c.bn - 1) / c.bn);
 	unsigned grid = c.cluster > 1 ? (unsigned)(c.cluster * std::min(tiles, v.max_clusters))
@@ -499,7 +577,7 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	int M = p.M, N = p.N, K = p.K;
 	long long ldc = p.ldc;
 	float alpha = p.alpha, beta = p.beta;
-	void *args[] = { &ma, &mb, &C, &M, &N, &K, &ldc, &alpha, &beta, &group_size };
+	void *args[] = { &ma, &mb, &mc, &C, &M, &N, &K, &ldc, &alpha, &beta, &group_size };
 	CU_CHECK(cuLaunchKernel(v.fn, grid, 1, 1, threads(c), 1, 1, (unsigned)smem_bytes(c), (CUstream)s, args,
 				nullptr));
 }
@@ -796,16 +874,86 @@ static int cmd_time(const char *dir)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ probe */
+
+static int cmd_probe(const char *dir, int M, int N, int K)
+{
+	std::vector<variant> vs = read_probe_list((std::string(dir) + "/probe.list").c_str());
+	for (auto &v : vs)
+		load_variant(v, dir);
+	const char *env = getenv("PROBE_RUNS");
+	int runs = env ? atoi(env) : 25, warmup = env ? 1 : 3;
+	size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+	u16 *A, *B, *C, *Cref;
+	RT_CHECK(cudaMalloc(&A, na * 2));
+	RT_CHECK(cudaMalloc(&B, nb * 2));
+	RT_CHECK(cudaMalloc(&C, nc * 2));
+	RT_CHECK(cudaMalloc(&Cref, nc * 2));
+	double flops = 2.0 * M * N * K;
+	printf("%-52s %5s %5s %5s %4s %9s %8s %9s %7s\n", "variant", "M", "N", "K", "grp", "ms", "TFLOP/s", "cuBLASms",
+	       "ratio");
+	for (int bf16 = 1; bf16 >= 0; bf16--)
+		for (int tb = 0; tb < 2; tb++) {
+			bool any = false;
+			for (auto &v : vs)
+				any |= v.bf16 == bf16 && v.tb == tb;
+			if (!any)
+				continue;
+			problem p;
+			p.M = M, p.N = N, p.K = K;
+			p.lda = K, p.ldb = tb ? K : N, p.ldc = N;
+			p.alpha = 1.0f, p.beta = 0.0f;
+			p.A = A, p.B = B, p.C = C;
+			fill(A, na, 11, bf16);
+			fill(B, nb, 12, bf16);
+			problem pr = p;
+			pr.C = Cref;
+			poison(Cref, nc);
+			cublas_gemm(pr, bf16, 0, tb);
+			double t_blas = time_ms([&] { cublas_gemm(pr, bf16, 0, tb); }, warmup, runs);
+			std::vector<std::pair<std::string, double>> rows;
+			for (auto &v : vs) {
+				if (v.bf16 != bf16 || v.tb != tb)
+					continue;
+				for (int g : { 8, 16 }) {
+					poison(C, nc);
+					launch(v, p, g, 0);
+					CU_CHECK(cuCtxSynchronize());
+					errs e = compare_with(C, nullptr, Cref, M, N, N, bf16);
+					double tf, tm;
+					tolerance(bf16, &tf, &tm);
+					bool ok = e.nonfinite == 0 && e.fro <= tf && e.max_rel <= tm;
+					double t = time_ms([&] { launch(v, p, g, 0); }, warmup, runs);
+					char b[256];
+					snprintf(b, sizeof(b), "%-52s %5d %5d %5d %4d %9.4f %8.1f", v.name.c_str(), M, N, K, g, t,
+						 flops / t / 1e9);
+					rows.push_back({ std::string(b) + (ok ? "" : "  (wrong)"), t });
+				}
+			}
+			t_blas = std::min(t_blas, time_ms([&] { cublas_gemm(pr, bf16, 0, tb); }, warmup, runs));
+			for (auto &r : rows)
+				printf("%s %9.4f %7.3f\n", r.first.c_str(), t_blas, t_blas / r.second);
+			printf("%-52s %5d %5d %5d %4s %9.4f %8.1f\n", bf16 ? (tb ? "cublas_bf16_nt" : "cublas_bf16_nn")
+								      : (tb ? "cublas_f16_nt" : "cublas_f16_nn"),
+			       M, N, K, "-", t_blas, flops / t_blas / 1e9);
+			fflush(stdout);
+		}
+	return 0;
+}
+
 /* ------------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: harness compile OUTDIR|survey [SRC] | correct DIR | time DIR\n");
+		fprintf(stderr, "usage: harness compile OUTDIR|survey [SRC] | correct DIR | time DIR |\n"
+				"       compile-probe OUTDIR LIST [SRC] | probe DIR M N K\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "compile"))
-		return cmd_compile(argv[2], argc > 3 ? argv[3] : "kernels/templates/gemm_wgmma.cu");
+		return cmd_compile(argv[2], argc > 3 ? argv[3] : "kernels/templates/gemm_wgmma.cu", nullptr);
+	if (!strcmp(argv[1], "compile-probe") && argc >= 4)
+		return cmd_compile(argv[2], argc > 4 ? argv[4] : "kernels/templates/gemm_wgmma.cu", argv[3]);
 
 	CU_CHECK(cuInit(0));
 	RT_CHECK(cudaSetDevice(0));
@@ -826,6 +974,8 @@ int main(int argc, char **argv)
 		return cmd_correct(argv[2]);
 	if (!strcmp(argv[1], "time"))
 		return cmd_time(argv[2]);
+	if (!strcmp(argv[1], "probe") && argc == 6)
+		return cmd_probe(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
 	fprintf(stderr, "unknown mode '%s'\n", argv[1]);
 	return 2;
 }

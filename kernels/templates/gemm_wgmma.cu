@@ -35,15 +35,22 @@
  *                                  <----- arrive empty[s-1] (4 per consumer)   (slot s-1 is free)
  *       s = (s + 1) % STAGES                                                  end of tile: wait_group 0,
  *                                                                             free the last slot, then
- *                                                                  epilogue: alpha*acc + beta*C
- *                                                                             -> clipped global stores
+ *                                                                  epilogue, per 64 x 64 chunk:
+ *                                                                    alpha*acc (+ beta*C) -> 16-bit
+ *                                                                    -> staging buffer (2 a consumer)
+ *                                                                    -> TMA store (bulk, async)
  *
  *   Every block runs tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the
  *   grouped order; producer and consumers walk the same list, and one
  *   counter `it` (k-tiles seen by this block so far) gives the slot
  *   (it % STAGES) and the barrier phase ((it / STAGES) & 1) on both sides.
  *   The producer runs up to STAGES k-tiles ahead, across tile boundaries, so
- *   the next tile's loads overlap this tile's epilogue.
+ *   the next tile's loads overlap this tile's epilogue.  The epilogue goes
+ *   through shared memory because stores straight from the accumulator
+ *   layout (16 bytes of a row per four threads) ran at a fraction of the
+ *   memory's speed on the H100: at 2048^3 they took 40% of the kernel's time
+ *   (bench/wgmma/README.md, "the epilogue").  TMA stores write whole lines
+ *   and clip to M x N themselves.
  *
  *   CLUSTER_M=2: the list is of cluster tiles (2 * BLOCK_M rows); block rank
  *   r takes rows r * BLOCK_M ... of each.  Its producer loads its own A and
@@ -66,17 +73,21 @@
  *              kernel, so a plain cuLaunchKernel launches clusters; no launch
  *              attribute is needed
  *     dynamic shared memory = SMEM_BYTES
- *              = 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + STAGES * 16
+ *              = 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2
+ *                + CONSUMERS * 2 * 8192 + STAGES * 16
  *              (1024: the kernel aligns the ring to 1024 bytes, as the 128-byte
- *              swizzle needs; 16 per stage: two mbarriers).  The host raises
+ *              swizzle needs; 8192: a 64 x 64 staging chunk of C, two per
+ *              consumer; 16 per stage: two mbarriers).  The host raises
  *              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static
  *              shared memory.  A launch with less traps.
  *     one block per SM: __launch_bounds__(NTHREADS, 1)
  *
  * Parameters:
- *     tmap_a, tmap_b  CUtensorMap (128 bytes, by value) encoded by the host with
- *                     cuTensorMapEncodeTiled, below
- *     C               device pointer to C, 16-byte aligned
+ *     tmap_a, tmap_b, tmap_c  CUtensorMap (128 bytes, by value) encoded by the
+ *                     host with cuTensorMapEncodeTiled, below
+ *     C               device pointer to C, 16-byte aligned (read when beta != 0,
+ *                     written directly in the chunks holding column N - 1 when
+ *                     N % 8 != 0, through tmap_c everywhere else)
  *     M, N, K         >= 1
  *     ldc             elements between rows of C, a multiple of 8, >= N
  *     alpha, beta     beta == 0 never reads C (it may hold NaN)
@@ -98,7 +109,8 @@
  *     A, TRANS_A=1: globalDim = {M, K}, globalStrides = {lda*2}, boxDim = {64, BLOCK_K}
  *     B, TRANS_B=0: globalDim = {N, K}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_K}
  *     B, TRANS_B=1: globalDim = {K, N}, globalStrides = {ldb*2}, boxDim = {64, BLOCK_N / CLUSTER_M}
- *     C: no tensor map; the epilogue stores from registers, clipped to M x N.
+ *     C:               globalDim = {N, M}, globalStrides = {ldc*2}, boxDim = {64, 64}
+ *                      (TMA stores write only the part of a box inside the tensor)
  *
  * Shared-memory layout of one slot (what TMA writes and the wgmma
  * descriptors describe), all with the 128-byte swizzle, i.e. 8 rows of
@@ -116,7 +128,7 @@
  *     multiples of 8 elements (TMA's 16-byte stride rule); the host takes the
  *     mma.sync family (gemm.cu) otherwise
  *   - M, N, K < 2^31; tensor-map coordinates are 32-bit
- *   - no split-K, no A multicast (clusters along N), no TMA-store epilogue (yet)
+ *   - no split-K, no A multicast (clusters along N)
  *   - sm_90a only (wgmma, setmaxnreg); compile with -arch=sm_90a
  *   - the tile shape must satisfy the static_asserts below
  */
@@ -150,6 +162,15 @@
 #ifndef TRANS_B
 #define TRANS_B 0 /* 0: B stored [K,N]; 1: B stored [N,K] */
 #endif
+#ifndef PROBE_SKIP
+/*
+ * Measurement aid for bench/wgmma, never set by ktune: 1 leaves out the
+ * epilogue, 2 the wgmma, 3 the epilogue's TMA stores, 4 its barriers and
+ * TMA stores; 5 replaces the epilogue by a sum of the accumulators.  The kernel is then wrong; its time next to the
+ * real one's is the time of the part left out.
+ */
+#define PROBE_SKIP 0
+#endif
 #ifndef MBAR_SPIN_LIMIT
 #define MBAR_SPIN_LIMIT 0 /* > 0: trap after this many failed mbarrier polls (debugging hangs); 0: wait forever */
 #endif
@@ -167,7 +188,12 @@
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES) /* TMA bytes that complete one slot */
 #define MN_BOX_BYTES (64 * BLOCK_K * 2)             /* one 64 x BLOCK_K box of an MN-major operand */
 #define B_KMAJOR_BOX_ROWS (BLOCK_N / CLUSTER_M)     /* rows of one box of a K-major B (TRANS_B=1) */
-#define SMEM_BYTES (1024 + STAGES * STAGE_BYTES + STAGES * 16)
+#define EPI_CHUNK_BYTES (64 * 64 * 2)                      /* a 64 x 64 chunk of C: one TMA store */
+#ifndef EPI_BUFS
+#define EPI_BUFS 2                                        /* staging chunks per consumer */
+#endif
+#define EPI_BYTES (CONSUMERS * EPI_BUFS * EPI_CHUNK_BYTES)
+#define SMEM_BYTES (1024 + STAGES * STAGE_BYTES + EPI_BYTES + STAGES * 16)
 
 /*
  * Registers per thread after setmaxnreg: the producer gives its registers
@@ -225,11 +251,6 @@ static __device__ __forceinline__ u32 float2_to_pair(float lo, float hi)
 	asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
 #endif
 	return r;
-}
-
-static __device__ __forceinline__ elem float_to_elem(float f)
-{
-	return (elem)(float2_to_pair(f, 0.0f) & 0xffff);
 }
 
 /* The shared-state-space address of a pointer into shared memory. */
@@ -351,6 +372,46 @@ static __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const CUte
 		     :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask) : "memory");
 }
 #endif
+
+/*
+ * Stores the box at (c0, c1) of the tensor map from shared memory at src,
+ * clipped to the tensor, as one bulk asynchronous copy of this thread's
+ * current bulk group.
+ */
+static __device__ __forceinline__ void tma_store_2d(const CUtensorMap_ *map, u32 src, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+		     :: "l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+
+static __device__ __forceinline__ void bulk_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N of this thread's bulk groups still read their shared memory. */
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read(void)
+{
+	asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+
+/* Makes this thread's shared-memory writes visible to the async proxy (the TMA store). */
+static __device__ __forceinline__ void fence_proxy_async(void)
+{
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* A barrier among the `count` threads that use hardware barrier `id` (0 is __syncthreads'). */
+static __device__ __forceinline__ void named_barrier(u32 id, u32 count)
+{
+	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v)
+{
+	asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+}
 
 /* -------------------------------------------------- PTX: warpgroup MMA */
 
@@ -629,43 +690,106 @@ static __device__ __forceinline__ void mma_stage(float (&acc)[M_SLABS][ACC_N], u
 
 /* --------------------------------------------------------------- epilogue */
 
+/* One 64 x 64 chunk of C, alpha * acc (+ beta * C), row by row from registers: the ragged edge (below). */
+static __device__ __forceinline__ void store_chunk_direct(const float (&d)[ACC_N], elem *C, i64 ldc, int M, int N,
+							  int row0, int n0, int c, float alpha, float beta, int t)
+{
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int row = row0 + acc_row(t, 2 * h);
+		if (row >= M)
+			continue;
+		elem *crow = C + (i64)row * ldc;
+#pragma unroll
+		for (int q = 0; q < 8; q++) {
+			const int j = 8 * c + q, col = n0 + acc_col(t, j);
+			if (col >= N)
+				continue;
+			float v0 = alpha * d[4 * j + 2 * h], v1 = alpha * d[4 * j + 2 * h + 1];
+			const bool pair = col + 1 < N;
+			if (beta != 0.0f) {
+				v0 += beta * elem_to_float(crow[col]);
+				if (pair)
+					v1 += beta * elem_to_float(crow[col + 1]);
+			}
+			const u32 v = float2_to_pair(v0, v1);
+			crow[col] = (elem)(v & 0xffff);
+			if (pair)
+				crow[col + 1] = (elem)(v >> 16);
+		}
+	}
+}
+
 /*
  * Writes alpha * acc + beta * C for this warpgroup's rows of the tile at
- * (m0 + wg_row0, n0), clipped to M x N; C is read only when beta != 0.
- * Pairs of columns go out as one 4-byte store (col is even and ldc % 8 == 0).
+ * (row0, n0), one 64 x 64 chunk at a time: the warpgroup rounds the chunk
+ * into a staging buffer, thread 0 stores it with TMA, which clips it to
+ * M x N.  The consumer's EPI_BUFS buffers take chunks in turn; before the
+ * warpgroup writes chunk c, thread 0 waits until the store that last read
+ * its buffer (chunk c - EPI_BUFS) is done with it.  `chunks` counts the
+ * consumer's chunks across tiles, so the turns carry over.
+ *
+ * TMA clips rows at M exactly, but columns only at 16 bytes: where N is not
+ * a multiple of 8 it would write up to 7 columns past N, into what may be
+ * another matrix's data.  The chunk holding that edge goes out with plain
+ * stores instead.
+ *
+ * A chunk's layout is what TMA's 128-byte swizzle expects: row r at byte
+ * r * 128, its 16-byte piece q at piece q ^ (r % 8).  A thread's pair for
+ * n8 block j lands in piece j ^ (r % 8); the 8 rows of a warp's store hit 8
+ * different pieces, so its 32 words fall in 32 different banks.
  */
-static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][ACC_N], elem *C, i64 ldc,
-						  int M, int N, int row0, int n0, float alpha, float beta,
-						  int t)
+static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][ACC_N], const CUtensorMap_ *tmap_c,
+						  u32 bufs, int *chunks, elem *C, i64 ldc, int M, int N,
+						  int row0, int n0, float alpha, float beta, int t, u32 barrier_id)
 {
 #pragma unroll
 	for (int s = 0; s < M_SLABS; s++)
 #pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int row = row0 + 64 * s + acc_row(t, 2 * h);
-			if (row >= M)
+		for (int c = 0; c < BLOCK_N / 64; c++) {
+			if (n0 + 64 * c >= N || row0 + 64 * s >= M)
+				continue; /* wholly outside C */
+			if (N % 8 != 0 && n0 + 64 * c + 64 > N) {
+				store_chunk_direct(acc[s], C, ldc, M, N, row0 + 64 * s, n0, c, alpha, beta, t);
 				continue;
-			elem *crow = C + (i64)row * ldc;
+			}
+			const u32 buf = bufs + (u32)(*chunks % EPI_BUFS) * EPI_CHUNK_BYTES;
+#if PROBE_SKIP != 4
+			if (t == 0)
+				bulk_wait_read<EPI_BUFS - 1>(); /* the store of chunk c - EPI_BUFS has read buf */
+			named_barrier(barrier_id, 128);
+#endif
 #pragma unroll
-			for (int j = 0; j < BLOCK_N / 8; j++) {
-				const int col = n0 + acc_col(t, j);
-				if (col >= N)
-					continue;
-				float v0 = alpha * acc[s][4 * j + 2 * h], v1 = alpha * acc[s][4 * j + 2 * h + 1];
-				elem *p = crow + col;
-				if (col + 1 < N) {
+			for (int h = 0; h < 2; h++) {
+				const int r = acc_row(t, 2 * h); /* 0..63 within the slab */
+				const int row = row0 + 64 * s + r;
+#pragma unroll
+				for (int q = 0; q < 8; q++) {
+					const int j = 8 * c + q; /* n8 block within the tile */
+					float v0 = alpha * acc[s][4 * j + 2 * h], v1 = alpha * acc[s][4 * j + 2 * h + 1];
 					if (beta != 0.0f) {
-						u32 old = *(const u32 *)p;
-						v0 += beta * elem_to_float((elem)(old & 0xffff));
-						v1 += beta * elem_to_float((elem)(old >> 16));
+						const int col = n0 + acc_col(t, j); /* col + 1 < N: N % 8 == 0 here */
+						if (row < M && col < N) {
+							const u32 old = *(const u32 *)(C + (i64)row * ldc + col);
+							v0 += beta * elem_to_float((elem)(old & 0xffff));
+							v1 += beta * elem_to_float((elem)(old >> 16));
+						}
 					}
-					*(u32 *)p = float2_to_pair(v0, v1);
-				} else {
-					if (beta != 0.0f)
-						v0 += beta * elem_to_float(*p);
-					*p = float_to_elem(v0);
+					st_shared_u32(buf + r * 128 + ((q ^ (r % 8)) * 16) + (t % 4) * 4,
+						      float2_to_pair(v0, v1));
 				}
 			}
+#if PROBE_SKIP != 4
+			fence_proxy_async(); /* the TMA store reads what the generic proxy wrote */
+			named_barrier(barrier_id, 128);
+			if (t == 0) {
+#if PROBE_SKIP != 3
+				tma_store_2d(tmap_c, buf, n0 + 64 * c, row0 + 64 * s);
+#endif
+				bulk_commit();
+			}
+#endif
+			(*chunks)++;
 		}
 }
 
@@ -690,6 +814,7 @@ static __device__ __forceinline__ void release_slot(u32 empty)
 /* Shared-memory addresses of the ring and its barriers, and the tile walk, as both roles see them. */
 struct ring {
 	u32 a, b;        /* slot 0 of A and of B; slot s at + s * A_STAGE_BYTES, + s * B_STAGE_BYTES */
+	u32 c;           /* staging chunks of C: consumer i's buffer b at + (i * EPI_BUFS + b) * EPI_CHUNK_BYTES */
 	u32 full, empty; /* barrier of slot s at + 8 * s */
 	int rank;        /* this block's rank in its cluster */
 	int num_pid_m, num_pid_n, num_tiles, first_tile, tile_stride, k_tiles;
@@ -731,13 +856,15 @@ static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap
  * (the previous slot's may still be running), free the previous slot; at
  * the end of the tile drain the wgmma, free the last slot, store.
  */
-static __device__ __forceinline__ void consumer(const ring &r, int consumer_index, int t, elem *C, i64 ldc,
-						int M, int N, float alpha, float beta, int group_size)
+static __device__ __forceinline__ void consumer(const ring &r, int consumer_index, int t,
+						const CUtensorMap_ *tmap_c, elem *C, i64 ldc, int M, int N,
+						float alpha, float beta, int group_size)
 {
 	const int wg_row0 = consumer_index * WG_ROWS; /* this consumer's first row in the tile */
 	const bool warp_leader = t % 32 == 0;
+	const u32 bufs = r.c + (u32)consumer_index * EPI_BUFS * EPI_CHUNK_BYTES;
 	float acc[M_SLABS][ACC_N];
-	int it = 0;
+	int it = 0, chunks = 0;
 	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
 		int m0, n0;
 		tile_origin(r, tile, group_size, &m0, &n0);
@@ -746,7 +873,9 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
 			const int slot = ring_slot(it);
 			mbar_wait(r.full + 8 * slot, ring_parity(it));
+#if PROBE_SKIP != 2
 			mma_stage(acc, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES, wg_row0, kt == 0);
+#endif
 			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
 			if (kt > 0 && warp_leader)
 				release_slot(r.empty + 8 * ring_slot(it - 1));
@@ -757,8 +886,22 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 			release_slot(r.empty + 8 * ring_slot(it - 1));
 
 		/* epilogue */
-		store_tile(acc, C, ldc, M, N, m0 + wg_row0, n0, alpha, beta, t);
+#if PROBE_SKIP == 5
+		float sum = 0.0f;
+#pragma unroll
+		for (int s = 0; s < M_SLABS; s++)
+#pragma unroll
+			for (int i = 0; i < ACC_N; i++)
+				sum += acc[s][i];
+		if (sum == 1234.5f)
+			C[t] = 1;
+#elif PROBE_SKIP != 1
+		store_tile(acc, tmap_c, bufs, &chunks, C, ldc, M, N, m0 + wg_row0, n0, alpha, beta, t,
+			   1 + (u32)consumer_index);
+#endif
 	}
+	if (t == 0)
+		bulk_wait_read<0>(); /* the staging buffers stay valid until the last store has read them */
 }
 
 /* ----------------------------------------------------------------- kernel */
@@ -771,18 +914,19 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_DIMS
 gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_constant__ CUtensorMap_ tmap_b,
-		  unsigned short *C, int M, int N, int K, long long ldc, float alpha, float beta,
-		  int group_size)
+		  const __grid_constant__ CUtensorMap_ tmap_c, unsigned short *C, int M, int N, int K,
+		  long long ldc, float alpha, float beta, int group_size)
 {
 	extern __shared__ unsigned char smem[];
 	if (dynamic_smem_size() < SMEM_BYTES)
 		asm volatile("trap;"); /* launched with less than the contract's shared memory */
 
-	/* the ring: [A slot 0 .. STAGES-1][B slot 0 .. STAGES-1][full bars][empty bars] */
+	/* [A slot 0 .. STAGES-1][B slot 0 .. STAGES-1][C staging][full bars][empty bars], 1024-aligned */
 	ring r;
 	r.a = (smem_u32(smem) + 1023u) & ~1023u;
 	r.b = r.a + STAGES * A_STAGE_BYTES;
-	r.full = r.b + STAGES * B_STAGE_BYTES; /* TMA landed: the slot may be read */
+	r.c = r.b + STAGES * B_STAGE_BYTES;
+	r.full = r.c + EPI_BYTES;              /* TMA landed: the slot may be read */
 	r.empty = r.full + STAGES * 8;         /* consumers done: the slot may be refilled */
 
 	/* setup: barriers */
@@ -821,7 +965,7 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 			producer(r, &tmap_a, &tmap_b, group_size);
 	} else {
 		regs_claim<CONSUMER_REGS>();
-		consumer(r, warpgroup - 1, t, C, ldc, M, N, alpha, beta, group_size);
+		consumer(r, warpgroup - 1, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size);
 	}
 #if CLUSTER_M > 1
 	cluster_sync(); /* no block leaves while a peer may still arrive on its barriers */

@@ -324,13 +324,14 @@ int ktune__gemm_threads(const struct ktune_gemm_config *c)
 
 /*
  * wgmma: SMEM_BYTES of gemm_wgmma.cu, the same for every layout: 1024 to
- * align the ring for the 128-byte swizzle, the stages, two mbarriers a stage.
+ * align the ring for the 128-byte swizzle, the stages, two 64 x 64 staging
+ * chunks of C per consumer, two mbarriers a stage.
  * mma.sync: tiles keep their contiguous dimension padded by 8 elements (16 bytes): see gemm.cu. */
 size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c)
 {
 	if (c->family == KTUNE_GEMM_WGMMA)
 		return 1024 + (size_t)c->stages * (size_t)(c->block_m + c->block_n) * c->block_k * 2 +
-		       (size_t)c->stages * 16;
+		       (size_t)c->consumers * 2 * 64 * 64 * 2 + (size_t)c->stages * 16;
 	size_t a = key->trans_a == 't' ? (size_t)c->block_k * (c->block_m + 8)
 				      : (size_t)c->block_m * (c->block_k + 8);
 	size_t b = key->trans_b == 't' ? (size_t)c->block_n * (c->block_k + 8)

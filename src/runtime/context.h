@@ -14,11 +14,11 @@
 #include "runtime/compile.h"
 #include "runtime/driver.h"
 
-/* The wgmma family's two tensor maps and the operands they were encoded for. */
+/* The wgmma family's tensor maps (A, B and C) and the operands they were encoded for. */
 struct ktune_tensor_maps {
-	CUdeviceptr a, b;
-	int64_t m, n, k, lda, ldb;
-	CUtensorMap map_a, map_b;
+	CUdeviceptr a, b, c;
+	int64_t m, n, k, lda, ldb, ldc;
+	CUtensorMap map_a, map_b, map_c;
 };
 
 /* A compiled and loaded kernel variant: one per (key variant, compiled config). */

@@ -124,7 +124,8 @@ void ktune__workspaces_free(ktune_ctx *ctx)
 /*
  * One operand's tensor map, as gemm_wgmma.cu's header specifies: rank 2,
  * {contiguous extent, other extent}, a row stride of ld * 2 bytes, the
- * 128-byte swizzle, zero fill out of bounds (the kernel relies on it).
+ * 128-byte swizzle, zero fill out of bounds (the kernel's loads rely on it;
+ * its stores of C are clipped to the extents).
  * Encoding costs a few hundred nanoseconds of host work, as much as the
  * rest of a call, so each kernel keeps the maps of its last call (below).
  */
@@ -147,17 +148,17 @@ static int encode_map(CUtensorMap *map, const struct ktune_key *key, CUdeviceptr
 
 static int same_operands(const struct ktune_tensor_maps *x, const struct ktune_tensor_maps *y)
 {
-	return x->a == y->a && x->b == y->b && x->m == y->m && x->n == y->n && x->k == y->k &&
-	       x->lda == y->lda && x->ldb == y->ldb;
+	return x->a == y->a && x->b == y->b && x->c == y->c && x->m == y->m && x->n == y->n &&
+	       x->k == y->k && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc;
 }
 
-/* The wgmma family's launch: two tensor maps, a persistent grid (gemm_wgmma.cu's contract). */
+/* The wgmma family's launch: three tensor maps, a persistent grid (gemm_wgmma.cu's contract). */
 static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 			const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
 			CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
 			CUstream stream, struct ktune_err *e)
 {
-	CUtensorMap map_a, map_b;
+	CUtensorMap map_a, map_b, map_c;
 	unsigned grid[3];
 	int m = (int)key->m, n = (int)key->n, k = (int)key->k, group = cfg->group_size, rc;
 	long long ldc_ = ldc;
@@ -167,12 +168,13 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 	if (!key->aligned)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "the wgmma family needs aligned operands");
 	/* a kernel variant fixes dtype, layout and tile: the operands decide the rest */
-	struct ktune_tensor_maps now = { a, b, key->m, key->n, key->k, lda, ldb };
+	struct ktune_tensor_maps now = { a, b, c, key->m, key->n, key->k, lda, ldb, ldc };
 	int cached = 0;
 	pthread_mutex_lock(&ctx->lock);
 	if (kernel->maps && same_operands(kernel->maps, &now)) {
 		map_a = kernel->maps->map_a;
 		map_b = kernel->maps->map_b;
+		map_c = kernel->maps->map_c;
 		cached = 1;
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -184,10 +186,12 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 		    (rc = key->trans_b == 't'
 				  ? encode_map(&map_b, key, b, key->k, key->n, ldb, 64,
 					       (unsigned)(cfg->block_n / cfg->cluster_m), e)
-				  : encode_map(&map_b, key, b, key->n, key->k, ldb, 64, bk, e)))
+				  : encode_map(&map_b, key, b, key->n, key->k, ldb, 64, bk, e)) ||
+		    (rc = encode_map(&map_c, key, c, key->n, key->m, ldc, 64, 64, e)))
 			return rc;
 		now.map_a = map_a;
 		now.map_b = map_b;
+		now.map_c = map_c;
 		pthread_mutex_lock(&ctx->lock);
 		if (kernel->maps || (kernel->maps = malloc(sizeof(*kernel->maps))))
 			*kernel->maps = now;
@@ -195,7 +199,7 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 	}
 	ktune__gemm_wgmma_grid(key, cfg, cfg->cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count,
 			       grid);
-	void *args[] = { &map_a, &map_b, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group };
+	void *args[] = { &map_a, &map_b, &map_c, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group };
 	CU_TRY(e, cuLaunchKernel(kernel->fn, grid[0], grid[1], grid[2],
 				 (unsigned)ktune__gemm_threads(cfg), 1, 1, (unsigned)kernel->smem,
 				 stream, args, NULL));

@@ -1021,7 +1021,7 @@ static void test_gemm_op__wgmma_same_kernel_and_contract(void **state)
 	assert_true(ktune__gemm_same_kernel(&mma, &b));
 
 	assert_int_equal(ktune__gemm_threads(&wg_a), 384);
-	assert_int_equal(ktune__gemm_smem_bytes(&key, &wg_a), 1024 + 4 * 384 * 128 + 4 * 16);
+	assert_int_equal(ktune__gemm_smem_bytes(&key, &wg_a), 1024 + 4 * 384 * 128 + 2 * 2 * 8192 + 4 * 16);
 	char opts[16][48];
 	int n = ktune__gemm_defines(&key, &wg_a, opts, 16);
 	assert_int_equal(n, 9);
