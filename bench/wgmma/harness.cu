@@ -21,7 +21,8 @@
  *   harness probe DIR M N K       times those variants (each in its own dtype
  *                                 and layout) and cuBLAS at one shape; checks
  *                                 each against cuBLAS.  PROBE_RUNS=n times n
- *                                 runs after one warm-up (1 for a profiler)
+ *                                 runs after one warm-up (1 for a profiler);
+ *                                 PROBE_SPLITS="1 2 4" the split-K values
  *
  * Build (see README.md):
  *   nvcc -O3 -arch=sm_90a -std=c++17 -o harness bench/wgmma/harness.cu \
@@ -557,7 +558,13 @@ struct problem {
 	float alpha, beta;
 	const u16 *A, *B;
 	u16 *C;
+	int split_k = 1;
 };
+
+/* Split-K scratch: fp32 partials and tile counters (zero; the kernel leaves them zero). */
+static float *g_partials;
+static int *g_counters;
+static size_t g_partials_elems, g_counters_n;
 
 /* The host side of the launch contract (see the kernel's header comment). */
 static void launch(const variant &v, const problem &p, int group_size, cudaStream_t s)
@@ -571,13 +578,23 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, 64);
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
 	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) * ((p.N + c.bn - 1) / c.bn);
-	unsigned grid = c.cluster > 1 ? (unsigned)(c.cluster * std::min(tiles, v.max_clusters))
-				      : (unsigned)std::min(tiles, g_sms);
+	int units = tiles * p.split_k;
+	unsigned grid = c.cluster > 1 ? (unsigned)(c.cluster * std::min(units, v.max_clusters))
+				      : (unsigned)std::min(units, g_sms);
+	if (p.split_k > 1 && ((size_t)p.split_k * tiles * c.cluster * c.bm * c.bn > g_partials_elems ||
+			      (size_t)tiles * c.cluster * c.consumers > g_counters_n)) {
+		fprintf(stderr, "split-K scratch too small for %dx%d split %d\n", p.M, p.N, p.split_k);
+		exit(1);
+	}
+	int split = p.split_k;
+	float *partials = g_partials;
+	int *counters = g_counters;
 	void *C = p.C;
 	int M = p.M, N = p.N, K = p.K;
 	long long ldc = p.ldc;
 	float alpha = p.alpha, beta = p.beta;
-	void *args[] = { &ma, &mb, &mc, &C, &M, &N, &K, &ldc, &alpha, &beta, &group_size };
+	void *args[] = { &ma, &mb, &mc, &C, &M, &N, &K, &ldc, &alpha, &beta, &group_size,
+			 &split, &partials, &counters };
 	CU_CHECK(cuLaunchKernel(v.fn, grid, 1, 1, threads(c), 1, 1, (unsigned)smem_bytes(c), (CUstream)s, args,
 				nullptr));
 }
@@ -649,7 +666,7 @@ struct pools {
  * M x N changed.  pad: extra elements in each leading dimension.
  */
 static bool check_one(const variant &v, const pools &pl, int M, int N, int K, int pad, float alpha, float beta,
-		      unsigned seed, int group_size, errs *out)
+		      unsigned seed, int group_size, int split_k, errs *out)
 {
 	problem p;
 	p.M = M, p.N = N, p.K = K;
@@ -657,6 +674,7 @@ static bool check_one(const variant &v, const pools &pl, int M, int N, int K, in
 	p.ldb = round8((v.tb ? K : N) + pad);
 	p.ldc = round8(N + pad);
 	p.alpha = alpha, p.beta = beta;
+	p.split_k = split_k;
 	size_t na = (size_t)p.lda * (v.ta ? K : M), nb = (size_t)p.ldb * (v.tb ? N : K);
 	size_t nc = (size_t)p.ldc * (M + 2);
 	if (na > pl.elems || nb > pl.elems || nc > pl.elems || (size_t)M * N > pl.elems) {
@@ -686,9 +704,9 @@ static bool check_one(const variant &v, const pools &pl, int M, int N, int K, in
 	tolerance(v.bf16, &tf, &tm);
 	bool ok = out->nonfinite == 0 && out->fro <= tf && out->max_rel <= tm && outside == 0;
 	if (!ok)
-		printf("  FAIL %s M=%d N=%d K=%d lda=%lld ldb=%lld ldc=%lld alpha=%g beta=%g: fro %.3g max/rms %.3g "
-		       "nonfinite %lld written outside %llu\n",
-		       v.name.c_str(), M, N, K, p.lda, p.ldb, p.ldc, alpha, beta, out->fro, out->max_rel,
+		printf("  FAIL %s M=%d N=%d K=%d lda=%lld ldb=%lld ldc=%lld alpha=%g beta=%g split %d: fro %.3g "
+		       "max/rms %.3g nonfinite %lld written outside %llu\n",
+		       v.name.c_str(), M, N, K, p.lda, p.ldb, p.ldc, alpha, beta, split_k, out->fro, out->max_rel,
 		       out->nonfinite, outside);
 	return ok;
 }
@@ -722,7 +740,7 @@ static int cmd_correct(const char *dir)
 					bool b = (i++ % 2) == 1;
 					errs e;
 					bool ok = check_one(v, pl, M, N, K, b ? 8 : 0, b ? 0.75f : 1.0f, b ? -0.5f : 0.0f,
-							    seed++, 1 + i % 9, &e);
+							    seed++, 1 + i % 9, 1 + i % 4, &e);
 					vt++, vp += ok;
 					worst = std::max(worst, e.fro);
 				}
@@ -730,7 +748,7 @@ static int cmd_correct(const char *dir)
 			for (int b = 0; b < 2; b++) {
 				errs e;
 				bool ok = check_one(v, pl, s[0], s[1], s[2], b ? 16 : 0, b ? 1.5f : 1.0f, b ? 0.25f : 0.0f,
-						    seed++, b ? 3 : 8, &e);
+						    seed++, b ? 3 : 8, b ? 3 : 1, &e);
 				vt++, vp += ok;
 				worst = std::max(worst, e.fro);
 			}
@@ -883,6 +901,16 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 		load_variant(v, dir);
 	const char *env = getenv("PROBE_RUNS");
 	int runs = env ? atoi(env) : 25, warmup = env ? 1 : 3;
+	std::vector<int> splits;
+	const char *sp = getenv("PROBE_SPLITS"); /* e.g. "1 2 4": split-K values to time */
+	for (const char *q = sp ? sp : "1"; *q;) {
+		char *end;
+		long x = strtol(q, &end, 10);
+		if (end == q)
+			break;
+		splits.push_back((int)x);
+		q = end;
+	}
 	size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
 	u16 *A, *B, *C, *Cref;
 	RT_CHECK(cudaMalloc(&A, na * 2));
@@ -915,7 +943,9 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 			for (auto &v : vs) {
 				if (v.bf16 != bf16 || v.tb != tb)
 					continue;
+				for (int split : splits)
 				for (int g : { 8, 16 }) {
+					p.split_k = split;
 					poison(C, nc);
 					launch(v, p, g, 0);
 					CU_CHECK(cuCtxSynchronize());
@@ -925,7 +955,10 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					bool ok = e.nonfinite == 0 && e.fro <= tf && e.max_rel <= tm;
 					double t = time_ms([&] { launch(v, p, g, 0); }, warmup, runs);
 					char b[256];
-					snprintf(b, sizeof(b), "%-52s %5d %5d %5d %4d %9.4f %8.1f", v.name.c_str(), M, N, K, g, t,
+					char name[96];
+					snprintf(name, sizeof(name), "%s%s%.0d", v.name.c_str(), split > 1 ? "_split" : "",
+						 split > 1 ? split : 0);
+					snprintf(b, sizeof(b), "%-52s %5d %5d %5d %4d %9.4f %8.1f", name, M, N, K, g, t,
 						 flops / t / 1e9);
 					rows.push_back({ std::string(b) + (ok ? "" : "  (wrong)"), t });
 				}
@@ -969,6 +1002,11 @@ int main(int argc, char **argv)
 	RT_CHECK(cudaMalloc(&g_flush, 2 * g_l2));
 	RT_CHECK(cudaMalloc(&g_acc, 4 * sizeof(double)));
 	RT_CHECK(cudaMalloc(&g_cnt, sizeof(*g_cnt)));
+	g_partials_elems = (size_t)4 * 4200 * 4200;
+	g_counters_n = 1 << 20;
+	RT_CHECK(cudaMalloc(&g_partials, g_partials_elems * sizeof(float)));
+	RT_CHECK(cudaMalloc(&g_counters, g_counters_n * sizeof(int)));
+	RT_CHECK(cudaMemset(g_counters, 0, g_counters_n * sizeof(int)));
 	BLAS_CHECK(cublasCreate(&g_blas));
 	if (!strcmp(argv[1], "correct"))
 		return cmd_correct(argv[2]);

@@ -40,8 +40,10 @@
  *                                                                    -> staging buffer (2 a consumer)
  *                                                                    -> TMA store (bulk, async)
  *
- *   Every block runs tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the
- *   grouped order; producer and consumers walk the same list, and one
+ *   Every block runs units of work blockIdx.x, blockIdx.x + gridDim.x, ...;
+ *   unit u is split u % split_k of tile u / split_k in the grouped order
+ *   (without split-K, a unit is a tile).  Producer and consumers walk the
+ *   same list, and one
  *   counter `it` (k-tiles seen by this block so far) gives the slot
  *   (it % STAGES) and the barrier phase ((it / STAGES) & 1) on both sides.
  *   The producer runs up to STAGES k-tiles ahead, across tile boundaries, so
@@ -62,13 +64,15 @@
  *
  * Launch contract:
  *     block  = (NTHREADS, 1, 1), NTHREADS = (CONSUMERS + 1) * 128
- *     grid   = (CLUSTER_M * min(tiles, max_resident), 1, 1),
+ *     grid   = (CLUSTER_M * min(tiles * split_k, max_resident), 1, 1),
  *              tiles = ceil(M / (CLUSTER_M * BLOCK_M)) * ceil(N / BLOCK_N);
  *              max_resident = the number of SMs when CLUSTER_M=1, else what
  *              cuOccupancyMaxActiveClusters says for this kernel (66 on the
  *              H100 SXM for every CLUSTER_M=2 config measured).  Any grid that
  *              is a multiple of CLUSTER_M is correct (clusters stride over the
- *              tiles); more than fit at once is slow (a second wave).
+ *              units; with split-K no block waits for another: the last
+ *              split of a tile to finish sums the others' partials); more
+ *              than fit at once is slow (a second wave).
  *     clusters: CLUSTER_M=2 compiles __cluster_dims__(2, 1, 1) into the
  *              kernel, so a plain cuLaunchKernel launches clusters; no launch
  *              attribute is needed
@@ -93,6 +97,14 @@
  *     alpha, beta     beta == 0 never reads C (it may hold NaN)
  *     group_size      rows of tiles per group in the grouped order (Triton's
  *                     GROUP_SIZE_M); values < 1 act as 1
+ *     split_k         splits of each tile's K range (values < 1 act as 1, values
+ *                     over the k-tiles kt = ceil(K / 64) as kt); split s of S
+ *                     takes k-tiles [s * kt / S, (s + 1) * kt / S).  CLUSTER_M=2
+ *                     kernels ignore it (HAS_SPLIT_K)
+ *     partials        split_k > 1: fp32 scratch, tiles * CLUSTER_M * BLOCK_M *
+ *                     BLOCK_N * split_k floats, 16-byte aligned; else unused
+ *     tile_counters   split_k > 1: int[tiles * CLUSTER_M * CONSUMERS], all
+ *                     zero before the launch, left zero after it; else unused
  *
  * Tensor maps (cuTensorMapEncodeTiled; the same for A and B, only the
  * dimensions differ): rank 2; data type CU_TENSOR_MAP_DATA_TYPE_FLOAT16
@@ -128,7 +140,7 @@
  *     multiples of 8 elements (TMA's 16-byte stride rule); the host takes the
  *     mma.sync family (gemm.cu) otherwise
  *   - M, N, K < 2^31; tensor-map coordinates are 32-bit
- *   - no split-K, no A multicast (clusters along N)
+ *   - no A multicast (clusters along N)
  *   - sm_90a only (wgmma, setmaxnreg); compile with -arch=sm_90a
  *   - the tile shape must satisfy the static_asserts below
  */
@@ -164,10 +176,12 @@
 #endif
 #ifndef PROBE_SKIP
 /*
- * Measurement aid for bench/wgmma, never set by ktune: 1 leaves out the
- * epilogue, 2 the wgmma, 3 the epilogue's TMA stores, 4 its barriers and
- * TMA stores; 5 replaces the epilogue by a sum of the accumulators.  The kernel is then wrong; its time next to the
- * real one's is the time of the part left out.
+ * Measurement aid for bench/wgmma, never set by ktune: 2 leaves out the
+ * wgmma, 3 the epilogue's TMA stores, 4 its barriers and TMA stores; 5
+ * replaces the epilogue by a sum of the accumulators.  The kernel is then
+ * wrong; its time next to the real one's is the time of the part left out.
+ * (Leaving the whole epilogue out is no measure: ptxas then drops wgmma
+ * whose results nothing reads.)
  */
 #define PROBE_SKIP 0
 #endif
@@ -198,10 +212,19 @@
 /*
  * Registers per thread after setmaxnreg: the producer gives its registers
  * up, the consumers take them; 128 * (PRODUCER_REGS + CONSUMERS *
- * CONSUMER_REGS) stays within the 64K of the SM.
+ * CONSUMER_REGS) stays within what the block was launched with,
+ * NTHREADS * (65536 / NTHREADS rounded down to 8): setmaxnreg.inc waits
+ * for registers that nobody frees otherwise.
  */
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS (CONSUMERS == 1 ? 240 : CONSUMERS == 2 ? 232 : 152)
+
+/*
+ * Split-K is compiled into CLUSTER_M=1 kernels only: with a cluster, the
+ * 256x128 tile with an M-major A spilled registers, and clusters are for
+ * many tiles, split-K for few.
+ */
+#define HAS_SPLIT_K (CLUSTER_M == 1)
 
 static_assert(BLOCK_K == 64, "a stage is one 128-byte swizzle row of 16-bit values deep");
 static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "1 to 3 consumer warpgroups");
@@ -406,6 +429,30 @@ static __device__ __forceinline__ void fence_proxy_async(void)
 static __device__ __forceinline__ void named_barrier(u32 id, u32 count)
 {
 	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
+/* named_barrier that also returns whether v was true in any of the threads. */
+static __device__ __forceinline__ bool barrier_or(u32 id, u32 count, bool v)
+{
+	u32 r;
+	asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+		     "bar.red.or.pred p, %2, %3, q;\n\tselp.u32 %0, 1, 0, p;\n\t}\n"
+		     : "=r"(r) : "r"((u32)v), "r"(id), "r"(count) : "memory");
+	return r != 0;
+}
+
+static __device__ __forceinline__ void st_global_v4(float *p, float a, float b, float c, float d)
+{
+	asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
+		     : "memory");
+}
+
+/* Adds four floats loaded past L1 (other blocks' partial sums were written after any L1 copy). */
+static __device__ __forceinline__ void add_global_cg_v4(const float *p, float &a, float &b, float &c, float &d)
+{
+	float w, x, y, z;
+	asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(w), "=f"(x), "=f"(y), "=f"(z) : "l"(p));
+	a += w, b += x, c += y, d += z;
 }
 
 static __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v)
@@ -794,6 +841,61 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][AC
 }
 
 /*
+ * Split-K (split_k > 1): writes this split's partial sums of the warpgroup's
+ * rows of the tile to its slice of partials, counts the split in at the
+ * warpgroup's counter, and in the warpgroup that arrives last loads into acc
+ * the sum of all split_k partials, added in the order 0, 1, ... so that the
+ * result does not depend on which block came last, and resets the counter
+ * for the next launch.  Returns whether acc now holds the tile's sum.
+ *
+ * The partials are scratch, so they keep the accumulators' own layout: a
+ * warpgroup's slice is WG_ROWS * BLOCK_N floats, value group g (acc[s][4g'
+ * .. 4g' + 3], g = s * ACC_N / 4 + g') of thread t at float (g * 128 + t) * 4,
+ * so that each warp writes and reads 512 contiguous bytes at a time.  (Rows
+ * of C, 8 bytes a thread, were as slow as the old register epilogue.)  The
+ * slice of (warpgroup w, split sp) is at (w * split_k + sp) * WG_ROWS * BLOCK_N.
+ */
+#define WG_ELEMS (WG_ROWS * BLOCK_N)
+static __device__ __forceinline__ bool reduce_split(float (&acc)[M_SLABS][ACC_N], float *partials, int *counter,
+						    int wg_slot, int split, int split_k, int t, u32 barrier_id)
+{
+	float *mine = partials + ((i64)wg_slot * split_k + split) * WG_ELEMS + 4 * t;
+#pragma unroll
+	for (int s = 0; s < M_SLABS; s++)
+#pragma unroll
+		for (int g = 0; g < ACC_N / 4; g++)
+			st_global_v4(mine + (s * ACC_N / 4 + g) * 512, acc[s][4 * g], acc[s][4 * g + 1],
+				     acc[s][4 * g + 2], acc[s][4 * g + 3]);
+	__threadfence(); /* the partials, before the count that publishes them */
+	named_barrier(barrier_id, 128);
+	bool last = false;
+	if (t == 0)
+		last = atomicAdd(counter, 1) == split_k - 1;
+	if (!barrier_or(barrier_id, 128, last))
+		return false;
+	__threadfence();
+#pragma unroll
+	for (int s = 0; s < M_SLABS; s++)
+#pragma unroll
+		for (int i = 0; i < ACC_N; i++)
+			acc[s][i] = 0.0f;
+	/* a slab at a time, so that the loads in flight stay within the registers left */
+	const float *all = partials + (i64)wg_slot * split_k * WG_ELEMS + 4 * t;
+#pragma unroll
+	for (int s = 0; s < M_SLABS; s++)
+		for (int sp = 0; sp < split_k; sp++) {
+			const float *part = all + (i64)sp * WG_ELEMS + s * ACC_N / 4 * 512;
+#pragma unroll
+			for (int g = 0; g < ACC_N / 4; g++)
+				add_global_cg_v4(part + g * 512, acc[s][4 * g], acc[s][4 * g + 1], acc[s][4 * g + 2],
+						 acc[s][4 * g + 3]);
+		}
+	if (t == 0)
+		*counter = 0;
+	return true;
+}
+
+/*
  * Consumer warp: this warp is done with a slot.  With clusters, every
  * block's producer writes (its share of B) into every block's slot, so the
  * warp tells the empty barrier of each block in the cluster.
@@ -817,8 +919,22 @@ struct ring {
 	u32 c;           /* staging chunks of C: consumer i's buffer b at + (i * EPI_BUFS + b) * EPI_CHUNK_BYTES */
 	u32 full, empty; /* barrier of slot s at + 8 * s */
 	int rank;        /* this block's rank in its cluster */
-	int num_pid_m, num_pid_n, num_tiles, first_tile, tile_stride, k_tiles;
+	int num_pid_m, num_pid_n, k_tiles;
+	int split_k;                               /* <= k_tiles, so that no split is empty */
+	int num_units, first_unit, unit_stride;    /* units of work: (tile, split), tile = unit / split_k */
 };
+
+/*
+ * Unit u of the walk: its tile, and its split's k-tiles kt0 .. kt0 + nkt - 1
+ * (split s of S takes [s * k_tiles / S, (s + 1) * k_tiles / S): at least one).
+ */
+static __device__ __forceinline__ void unit_range(const ring &r, int u, int *tile, int *split, int *kt0, int *nkt)
+{
+	*tile = u / r.split_k;
+	*split = u % r.split_k;
+	*kt0 = *split * r.k_tiles / r.split_k;
+	*nkt = (*split + 1) * r.k_tiles / r.split_k - *kt0;
+}
 
 /* Rows and columns of C where this block's part of cluster tile `tile` starts. */
 static __device__ __forceinline__ void tile_origin(const ring &r, int tile, int group_size, int *m0, int *n0)
@@ -838,10 +954,11 @@ static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap
 						const CUtensorMap_ *tmap_b, int group_size)
 {
 	int it = 0;
-	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
-		int m0, n0;
+	for (int u = r.first_unit; u < r.num_units; u += r.unit_stride) {
+		int tile, split, kt0, nkt, m0, n0;
+		unit_range(r, u, &tile, &split, &kt0, &nkt);
 		tile_origin(r, tile, group_size, &m0, &n0);
-		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
+		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
 			const int slot = ring_slot(it);
 			mbar_wait(r.empty + 8 * slot, ring_parity(it) ^ 1);
 			mbar_arrive_expect_tx(r.full + 8 * slot, STAGE_BYTES);
@@ -852,38 +969,48 @@ static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap
 }
 
 /*
- * A consumer warpgroup: for every tile, wait for each slot, run its wgmma
+ * A consumer warpgroup: for every unit, wait for each slot, run its wgmma
  * (the previous slot's may still be running), free the previous slot; at
- * the end of the tile drain the wgmma, free the last slot, store.
+ * the end of the unit drain the wgmma, free the last slot, and store the
+ * tile (with split-K, only the last split of the tile to arrive does).
  */
 static __device__ __forceinline__ void consumer(const ring &r, int consumer_index, int t,
 						const CUtensorMap_ *tmap_c, elem *C, i64 ldc, int M, int N,
-						float alpha, float beta, int group_size)
+						float alpha, float beta, int group_size, float *partials,
+						int *tile_counters)
 {
 	const int wg_row0 = consumer_index * WG_ROWS; /* this consumer's first row in the tile */
 	const bool warp_leader = t % 32 == 0;
 	const u32 bufs = r.c + (u32)consumer_index * EPI_BUFS * EPI_CHUNK_BYTES;
 	float acc[M_SLABS][ACC_N];
 	int it = 0, chunks = 0;
-	for (int tile = r.first_tile; tile < r.num_tiles; tile += r.tile_stride) {
-		int m0, n0;
+	const u32 barrier_id = 1 + (u32)consumer_index; /* 0 is __syncthreads' */
+	for (int u = r.first_unit; u < r.num_units; u += r.unit_stride) {
+		int tile, split, kt0, nkt, m0, n0;
+		unit_range(r, u, &tile, &split, &kt0, &nkt);
 		tile_origin(r, tile, group_size, &m0, &n0);
 
 		/* mma */
-		for (int kt = 0; kt < r.k_tiles; kt++, it++) {
+		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
 			const int slot = ring_slot(it);
 			mbar_wait(r.full + 8 * slot, ring_parity(it));
 #if PROBE_SKIP != 2
-			mma_stage(acc, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES, wg_row0, kt == 0);
+			mma_stage(acc, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES, wg_row0, kt == kt0);
 #endif
 			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
-			if (kt > 0 && warp_leader)
+			if (kt > kt0 && warp_leader)
 				release_slot(r.empty + 8 * ring_slot(it - 1));
 		}
 		wgmma_wait<0>();
 		fence_acc(acc);
 		if (warp_leader)
 			release_slot(r.empty + 8 * ring_slot(it - 1));
+		if (r.split_k > 1) {
+			const int wg_slot = (tile * CLUSTER_M + r.rank) * CONSUMERS + consumer_index;
+			if (!reduce_split(acc, partials, tile_counters + wg_slot, wg_slot, split, r.split_k, t,
+					  barrier_id))
+				continue; /* another split of this tile stores it */
+		}
 
 		/* epilogue */
 #if PROBE_SKIP == 5
@@ -895,9 +1022,9 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 				sum += acc[s][i];
 		if (sum == 1234.5f)
 			C[t] = 1;
-#elif PROBE_SKIP != 1
+#else
 		store_tile(acc, tmap_c, bufs, &chunks, C, ldc, M, N, m0 + wg_row0, n0, alpha, beta, t,
-			   1 + (u32)consumer_index);
+			   barrier_id);
 #endif
 	}
 	if (t == 0)
@@ -915,7 +1042,8 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_DIMS
 gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_constant__ CUtensorMap_ tmap_b,
 		  const __grid_constant__ CUtensorMap_ tmap_c, unsigned short *C, int M, int N, int K,
-		  long long ldc, float alpha, float beta, int group_size)
+		  long long ldc, float alpha, float beta, int group_size, int split_k, float *partials,
+		  int *tile_counters)
 {
 	extern __shared__ unsigned char smem[];
 	if (dynamic_smem_size() < SMEM_BYTES)
@@ -953,10 +1081,11 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 	 */
 	r.num_pid_m = cdiv(M, BLOCK_M * CLUSTER_M);
 	r.num_pid_n = cdiv(N, BLOCK_N);
-	r.num_tiles = r.num_pid_m * r.num_pid_n;
-	r.first_tile = blockIdx.x / CLUSTER_M;
-	r.tile_stride = gridDim.x / CLUSTER_M;
 	r.k_tiles = cdiv(K, BLOCK_K);
+	r.split_k = HAS_SPLIT_K ? imin(imax(split_k, 1), r.k_tiles) : 1;
+	r.num_units = r.num_pid_m * r.num_pid_n * r.split_k;
+	r.first_unit = blockIdx.x / CLUSTER_M;
+	r.unit_stride = gridDim.x / CLUSTER_M;
 
 	const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
 	if (warpgroup == 0) {
@@ -965,7 +1094,8 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 			producer(r, &tmap_a, &tmap_b, group_size);
 	} else {
 		regs_claim<CONSUMER_REGS>();
-		consumer(r, warpgroup - 1, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size);
+		consumer(r, warpgroup - 1, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size, partials,
+			 tile_counters);
 	}
 #if CLUSTER_M > 1
 	cluster_sync(); /* no block leaves while a peer may still arrive on its barriers */

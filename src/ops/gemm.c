@@ -367,9 +367,9 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			    int resident, unsigned grid[3])
 {
-	int64_t t = tiles(key, c), cm = c->cluster_m > 1 ? c->cluster_m : 1;
+	int64_t t = tiles(key, c) * (c->split_k > 1 ? c->split_k : 1), cm = c->cluster_m > 1 ? c->cluster_m : 1;
 	if (resident > 0 && t > resident)
-		t = resident; /* persistent: each block (cluster) walks its share of the tiles */
+		t = resident; /* persistent: each block (cluster) walks its share of the units */
 	grid[0] = (unsigned)(cm * t);
 	grid[1] = 1;
 	grid[2] = 1;
@@ -379,12 +379,21 @@ size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktun
 {
 	if (c->split_k <= 1)
 		return 0;
+	if (c->family == KTUNE_GEMM_WGMMA) /* whole tiles, in the accumulators' layout (gemm_wgmma.cu) */
+		return (size_t)c->split_k * (size_t)tiles(key, c) * (size_t)(c->cluster_m > 1 ? c->cluster_m : 1) *
+		       (size_t)c->block_m * (size_t)c->block_n * sizeof(float);
 	return (size_t)c->split_k * (size_t)key->m * (size_t)key->n * sizeof(float);
 }
 
+/* wgmma: a counter per block and consumer of each (cluster) tile, as gemm_wgmma.cu's tile_counters. */
 size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c)
 {
-	return c->split_k <= 1 ? 0 : (size_t)tiles(key, c);
+	if (c->split_k <= 1)
+		return 0;
+	if (c->family == KTUNE_GEMM_WGMMA)
+		return (size_t)tiles(key, c) * (size_t)(c->cluster_m > 1 ? c->cluster_m : 1) *
+		       (size_t)c->consumers;
+	return (size_t)tiles(key, c);
 }
 
 void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
@@ -441,6 +450,30 @@ static int64_t pow2_ceil(int64_t x)
 	return p;
 }
 
+/* Split-K, either family: only where the tiles leave SMs idle, with K to share. */
+static int prune_split_k(const struct ktune_key *key, const struct ktune_gemm_config *c, int sm_count,
+			 char *why, size_t len)
+{
+	if (c->split_k <= 1)
+		return 0;
+	int64_t t = tiles(key, c), k_tiles = cdiv(key->k, c->block_k);
+	if (t >= sm_count) {
+		snprintf(why, len, "SPLIT_K=%d with %lld tiles for %d SMs", c->split_k, (long long)t,
+			 sm_count);
+		return 1;
+	}
+	if (k_tiles < 2 * c->split_k) {
+		snprintf(why, len, "SPLIT_K=%d leaves under two K tiles per split", c->split_k);
+		return 1;
+	}
+	if (t * c->split_k > 8L * sm_count) {
+		snprintf(why, len, "SPLIT_K=%d makes %lld blocks for %d SMs", c->split_k,
+			 (long long)(t * c->split_k), sm_count);
+		return 1;
+	}
+	return 0;
+}
+
 /*
  * The wgmma family: the smallest tile is 64 x 64, and the grid is persistent,
  * so a tile count never costs launches; tiles that are mostly padding and
@@ -449,10 +482,6 @@ static int64_t pow2_ceil(int64_t x)
 static int prune_wgmma(const struct ktune_key *key, const struct ktune_gemm_config *c,
 		       int sm_count, char *why, size_t len)
 {
-	if (c->split_k != 1) {
-		snprintf(why, len, "the wgmma family has no split-K");
-		return 1;
-	}
 	if (c->block_m > 64 && c->block_m >= 2 * pow2_ceil(key->m)) {
 		snprintf(why, len, "BLOCK_M=%d is more than twice M=%lld", c->block_m, (long long)key->m);
 		return 1;
@@ -478,7 +507,12 @@ static int prune_wgmma(const struct ktune_key *key, const struct ktune_gemm_conf
 			 c->group_size);
 		return 1;
 	}
-	return 0;
+	if (c->split_k > 1 && c->cluster_m > 1) {
+		snprintf(why, len, "SPLIT_K=%d with CLUSTER_M=%d: the kernel has split-K without clusters only",
+			 c->split_k, c->cluster_m);
+		return 1;
+	}
+	return prune_split_k(key, c, sm_count, why, len);
 }
 
 int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_config *c,
@@ -517,30 +551,13 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_confi
 			 c->group_size);
 		return 1;
 	}
-	if (c->split_k > 1) {
-		int64_t k_tiles = cdiv(key->k, c->block_k);
-		if (t >= sm_count) {
-			snprintf(why, len, "SPLIT_K=%d with %lld tiles for %d SMs", c->split_k,
-				 (long long)t, sm_count);
-			return 1;
-		}
-		if (k_tiles < 2 * c->split_k) {
-			snprintf(why, len, "SPLIT_K=%d leaves under two K tiles per split", c->split_k);
-			return 1;
-		}
-		if (t * c->split_k > 8L * sm_count) {
-			snprintf(why, len, "SPLIT_K=%d makes %lld blocks for %d SMs", c->split_k,
-				 (long long)(t * c->split_k), sm_count);
-			return 1;
-		}
-	}
-	return 0;
+	return prune_split_k(key, c, sm_count, why, len);
 }
 
 void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config *c, int sm_count)
 {
-	if (c->family == KTUNE_GEMM_WGMMA)
-		c->split_k = 1;
+	if (c->family == KTUNE_GEMM_WGMMA && c->cluster_m > 1)
+		c->split_k = 1; /* as the kernel itself would */
 	while (c->split_k > 1 && (tiles(key, c) * c->split_k > 8L * sm_count ||
 				  ktune__gemm_partials_bytes(key, c) > (256u << 20)))
 		c->split_k /= 2;

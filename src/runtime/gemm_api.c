@@ -152,6 +152,25 @@ static int same_operands(const struct ktune_tensor_maps *x, const struct ktune_t
 	       x->k == y->k && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc;
 }
 
+/* Split-K scratch for a launch on `stream`: partials and tile counters (none when split_k is 1). */
+static int split_workspace(ktune_ctx *ctx, const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+			   CUstream stream, CUdeviceptr *partials, CUdeviceptr *counters, struct ktune_err *e)
+{
+	*partials = *counters = 0;
+	if (cfg->split_k <= 1)
+		return KTUNE_OK;
+	struct ktune_workspace *w = NULL;
+	pthread_mutex_lock(&ctx->lock);
+	int rc = workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg), ktune__gemm_counters(key, cfg),
+			       &w, e);
+	if (!rc) {
+		*partials = w->partials;
+		*counters = w->counters;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
 /* The wgmma family's launch: three tensor maps, a persistent grid (gemm_wgmma.cu's contract). */
 static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 			const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
@@ -159,8 +178,10 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 			CUstream stream, struct ktune_err *e)
 {
 	CUtensorMap map_a, map_b, map_c;
+	CUdeviceptr partials, counters;
 	unsigned grid[3];
 	int m = (int)key->m, n = (int)key->n, k = (int)key->k, group = cfg->group_size, rc;
+	int split = cfg->split_k;
 	long long ldc_ = ldc;
 	unsigned bk = (unsigned)cfg->block_k;
 
@@ -197,9 +218,12 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 			*kernel->maps = now;
 		pthread_mutex_unlock(&ctx->lock);
 	}
+	if ((rc = split_workspace(ctx, key, cfg, stream, &partials, &counters, e)))
+		return rc;
 	ktune__gemm_wgmma_grid(key, cfg, cfg->cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count,
 			       grid);
-	void *args[] = { &map_a, &map_b, &map_c, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group };
+	void *args[] = { &map_a, &map_b, &map_c, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group,
+			 &split, &partials, &counters };
 	CU_TRY(e, cuLaunchKernel(kernel->fn, grid[0], grid[1], grid[2],
 				 (unsigned)ktune__gemm_threads(cfg), 1, 1, (unsigned)kernel->smem,
 				 stream, args, NULL));
@@ -216,22 +240,12 @@ int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct
 	int m = (int)key->m, n = (int)key->n, k = (int)key->k;
 	int group = cfg->group_size, split = cfg->split_k;
 	long long lda_ = lda, ldb_ = ldb, ldc_ = ldc;
+	int rc;
 
 	if (cfg->family == KTUNE_GEMM_WGMMA)
 		return launch_wgmma(ctx, kernel, key, cfg, alpha, a, lda, b, ldb, beta, c, ldc, stream, e);
-	if (split > 1) {
-		struct ktune_workspace *w = NULL;
-		pthread_mutex_lock(&ctx->lock);
-		int rc = workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg),
-				       ktune__gemm_counters(key, cfg), &w, e);
-		if (!rc) {
-			partials = w->partials;
-			counters = w->counters;
-		}
-		pthread_mutex_unlock(&ctx->lock);
-		if (rc)
-			return rc;
-	}
+	if ((rc = split_workspace(ctx, key, cfg, stream, &partials, &counters, e)))
+		return rc;
 	ktune__gemm_grid(key, cfg, grid);
 	void *args[] = { &a, &b, &c, &m, &n, &k, &lda_, &ldb_, &ldc_, &alpha, &beta,
 			 &group, &split, &partials, &counters };

@@ -231,7 +231,8 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
  * Every kernel of the wgmma family (sm_90 only), each in all four layouts
  * (the dtype alternating), on four awkward shapes from {1, 7, 33, 127,
  * 1000}^3 with padded aligned leading dimensions, and one large shape with
- * an odd K; beta != 0 on every other run, GROUP_SIZE alternating.
+ * an odd K; beta != 0 on every other run, GROUP_SIZE alternating, SPLIT_K
+ * cycling through 1, 2 and 3 (more splits than k-tiles act as one a k-tile).
  */
 static void test_gpu__every_wgmma_kernel(void **state)
 {
@@ -274,6 +275,7 @@ static void test_gpu__every_wgmma_kernel(void **state)
 			int idx = (7 * i + 41 * s) % 125;
 			struct ktune_gemm_config cfg = jobs[i].cfg;
 			cfg.group_size = (i + s) % 2 ? 8 : 1;
+			cfg.split_k = 1 + (i + 2 * s) % 3;
 			struct ktune_problem p = {
 				.key = jobs[i].key, .alpha = s % 2 ? 0.75f : 1.0f,
 				.beta = (i + s) % 2 ? -0.5f : 0.0f, .seed = (unsigned)(i * 5 + s + 1000),

@@ -987,7 +987,7 @@ static void test_gemm_op__wgmma_parse_is_strict(void **state)
 		"FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=32,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
 		"GROUP_SIZE=8,SPLIT_K=1",
 		"FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
-		"GROUP_SIZE=8,SPLIT_K=2",
+		"GROUP_SIZE=8,SPLIT_K=3", /* SPLIT_K is 1, 2, 4 or 8 */
 		"FAMILY=wgmma,BLOCK_M=64,BLOCK_N=64,BLOCK_K=64,STAGES=6,CONSUMERS=1,CLUSTER_M=1,"
 		"GROUP_SIZE=8,SPLIT_K=1", /* not the deepest ring */
 	};
@@ -1095,6 +1095,37 @@ static void test_gemm_op__wgmma_prune(void **state)
 	small.cluster_m = 2;
 	assert_int_equal(ktune__gemm_prune(&gemv, &small, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_non_null(strstr(why, "CLUSTER_M"));
+	small.cluster_m = 1;
+	/* split-K: where 32 tiles leave SMs idle, not where 1024 fill them */
+	small.split_k = 4;
+	assert_int_equal(ktune__gemm_prune(&gemv, &small, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	struct ktune_gemm_config split_big = c;
+	split_big.split_k = 2;
+	assert_int_equal(ktune__gemm_prune(&key, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "SPLIT_K"));
+	/* scratch in whole tiles (the accumulators' layout), a counter per block and consumer */
+	assert_int_equal(ktune__gemm_partials_bytes(&gemv, &small), (size_t)4 * 32 * 64 * 128 * 4);
+	assert_int_equal(ktune__gemm_counters(&gemv, &small), 32);
+	struct ktune_gemm_config two = wg_a; /* 128 x 256, 2 consumers, clusters of 2 */
+	two.split_k = 2;
+	struct ktune_key m1k = make_key(KTUNE_F16, "nt", 1000, 1000, 4096);
+	/* 4 x 4 cluster tiles of 256 x 256 rows */
+	assert_int_equal(ktune__gemm_counters(&m1k, &two), 4 * 4 * 2 * 2);
+	assert_int_equal(ktune__gemm_partials_bytes(&m1k, &two), (size_t)2 * 16 * 2 * 128 * 256 * 4);
+	/* split-K is compiled into kernels without clusters only */
+	assert_int_equal(ktune__gemm_prune(&m1k, &two, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "CLUSTER_M"));
+	/* the persistent grid covers the units: tiles x splits, clusters whole */
+	unsigned grid[3];
+	ktune__gemm_wgmma_grid(&m1k, &two, 66, grid);
+	assert_int_equal(grid[0], 2 * 32);
+	ktune__gemm_wgmma_grid(&m1k, &two, 20, grid);
+	assert_int_equal(grid[0], 2 * 20);
+	/* a nearest entry's split is fitted as for mma.sync */
+	small.split_k = 8;
+	ktune__gemm_fit_split(&gemv, &small, SMS);
+	assert_int_equal(small.split_k, 8);
+	small.split_k = 1;
 	/* candidates: wgmma ones only for aligned keys on sm_90, after the mma.sync ones */
 	struct ktune_gemm_config *cfgs;
 	int n, nmma, pruned;
