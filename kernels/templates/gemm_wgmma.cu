@@ -460,6 +460,12 @@ static __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v)
 	asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
 }
 
+/* Starts fetching a tensor map (a __grid_constant__ parameter) before its first use. */
+static __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap_ *map)
+{
+	asm volatile("prefetch.tensormap [%0];\n" :: "l"((u64)map) : "memory");
+}
+
 /* -------------------------------------------------- PTX: warpgroup MMA */
 
 /* Orders this warpgroup's register accesses before the wgmma.mma_async that follow. */
@@ -1057,8 +1063,11 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 	r.full = r.c + EPI_BYTES;              /* TMA landed: the slot may be read */
 	r.empty = r.full + STAGES * 8;         /* consumers done: the slot may be refilled */
 
-	/* setup: barriers */
+	/* setup: barriers; the tensor maps start on their way (small problems wait on the first load) */
 	if (threadIdx.x == 0) {
+		prefetch_tensormap(&tmap_a);
+		prefetch_tensormap(&tmap_b);
+		prefetch_tensormap(&tmap_c);
 		for (int s = 0; s < STAGES; s++) {
 			mbar_init(r.full + 8 * s, 1); /* the producer's arrive, plus the bytes */
 			/* one arrive per consumer warp of every block of the cluster */
