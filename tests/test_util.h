@@ -1,7 +1,7 @@
 /*
  * test_util.h - what the test programs share: the programs built beside
  * them (the ktune CLI, whose `__worker` command the tuner spawns, and the
- * tests' fake workers), and scratch directories.
+ * tests' fake workers), and scratch directories (also as a cmocka fixture).
  */
 #ifndef KTUNE_TEST_UTIL_H
 #define KTUNE_TEST_UTIL_H
@@ -59,6 +59,43 @@ static inline void test_remove_tree(const char *path)
 	}
 	closedir(d);
 	rmdir(path);
+}
+
+/*
+ * A test's scratch directory, as cmocka state, with the database paths tests
+ * use in it.  Short, so that tests build paths in it on the stack.
+ */
+struct test_scratch {
+	char dir[96];
+	char db[112];  /* <dir>/t.db */
+	char db2[112]; /* <dir>/t2.db: a second database, for moving results between two */
+};
+
+/* Setup: a fresh scratch directory "<name>-XXXXXX" (see test_tmp_dir) into *state. */
+static inline int test_scratch_setup(void **state, const char *name)
+{
+	struct test_scratch *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -1;
+	if (test_tmp_dir(name, t->dir, sizeof(t->dir))) {
+		free(t);
+		return -1;
+	}
+	snprintf(t->db, sizeof(t->db), "%s/t.db", t->dir);
+	snprintf(t->db2, sizeof(t->db2), "%s/t2.db", t->dir);
+	*state = t;
+	return 0;
+}
+
+/* Teardown: the scratch directory goes, with everything in it. */
+static inline int test_scratch_teardown(void **state)
+{
+	struct test_scratch *t = *state;
+
+	test_remove_tree(t->dir);
+	free(t);
+	return 0;
 }
 
 #endif

@@ -790,6 +790,24 @@ static double time_ms(F fn, int warmup, int runs)
 	return t[t.size() / 2];
 }
 
+/*
+ * One variant on problem p (C dense, ldc = N): its output, C poisoned first,
+ * against cuBLAS's Cref (*ok: within ktune's tolerances, *err: the errors),
+ * then its median time (ms) after `warmup` runs.
+ */
+static double check_and_time(const variant &v, const problem &p, int group_size, const u16 *Cref, int warmup,
+			     int runs, bool *ok, errs *err)
+{
+	double tf, tm;
+	poison(p.C, (size_t)p.M * p.N);
+	launch(v, p, group_size, 0);
+	CU_CHECK(cuCtxSynchronize());
+	*err = compare_with(p.C, nullptr, Cref, p.M, p.N, p.N, v.bf16);
+	tolerance(v.bf16, &tf, &tm);
+	*ok = err->nonfinite == 0 && err->fro <= tf && err->max_rel <= tm;
+	return time_ms([&] { launch(v, p, group_size, 0); }, warmup, runs);
+}
+
 static int cmd_time(const char *dir)
 {
 	std::vector<variant> vs = time_variants();
@@ -852,14 +870,9 @@ static int cmd_time(const char *dir)
 					if (v.bf16 != bf16 || v.tb != tb)
 						continue;
 					for (int g : group_sizes) {
-						poison(C, (size_t)s.m * s.n);
-						launch(v, p, g, 0);
-						CU_CHECK(cuCtxSynchronize());
-						errs e = compare_with(C, nullptr, Cref, s.m, s.n, s.n, bf16);
-						double tf, tm;
-						tolerance(bf16, &tf, &tm);
-						bool ok = e.nonfinite == 0 && e.fro <= tf && e.max_rel <= tm;
-						double t = time_ms([&] { launch(v, p, g, 0); }, 3, 25);
+						errs e;
+						bool ok;
+						double t = check_and_time(v, p, g, Cref, 3, 25, &ok, &e);
 						char b[256];
 						snprintf(b, sizeof(b), "  %-34s g%-2d %5d %5d %5d  %8.3f ms %6.1f TFLOP/s%s",
 							 v.name.c_str(), g, s.m, s.n, s.k, t, flops / t / 1e9,
@@ -946,14 +959,9 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 				for (int split : splits)
 				for (int g : { 8, 16 }) {
 					p.split_k = split;
-					poison(C, nc);
-					launch(v, p, g, 0);
-					CU_CHECK(cuCtxSynchronize());
-					errs e = compare_with(C, nullptr, Cref, M, N, N, bf16);
-					double tf, tm;
-					tolerance(bf16, &tf, &tm);
-					bool ok = e.nonfinite == 0 && e.fro <= tf && e.max_rel <= tm;
-					double t = time_ms([&] { launch(v, p, g, 0); }, warmup, runs);
+					errs e;
+					bool ok;
+					double t = check_and_time(v, p, g, Cref, warmup, runs, &ok, &e);
 					char b[256];
 					char name[96];
 					snprintf(name, sizeof(name), "%s%s%.0d", v.name.c_str(), split > 1 ? "_split" : "",

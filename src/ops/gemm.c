@@ -344,16 +344,27 @@ static int64_t cdiv(int64_t a, int64_t b)
 	return (a + b - 1) / b;
 }
 
+/* Blocks that share a tile: CLUSTER_M for wgmma, else one. */
+static int cluster_size(const struct ktune_gemm_config *c)
+{
+	return c->family == KTUNE_GEMM_WGMMA && c->cluster_m > 1 ? c->cluster_m : 1;
+}
+
 /* Rows of tiles: for wgmma with clusters, of cluster tiles (CLUSTER_M * BLOCK_M rows). */
 static int64_t tile_rows(const struct ktune_key *key, const struct ktune_gemm_config *c)
 {
-	int rows = c->block_m * (c->family == KTUNE_GEMM_WGMMA && c->cluster_m > 1 ? c->cluster_m : 1);
-	return cdiv(key->m, rows);
+	return cdiv(key->m, (int64_t)c->block_m * cluster_size(c));
 }
 
 static int64_t tiles(const struct ktune_key *key, const struct ktune_gemm_config *c)
 {
 	return tile_rows(key, c) * cdiv(key->n, c->block_n);
+}
+
+/* BLOCK_M x BLOCK_N tiles, one block's share of a cluster tile each. */
+static int64_t block_tiles(const struct ktune_key *key, const struct ktune_gemm_config *c)
+{
+	return tiles(key, c) * cluster_size(c);
 }
 
 void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
@@ -367,10 +378,10 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			    int resident, unsigned grid[3])
 {
-	int64_t t = tiles(key, c) * (c->split_k > 1 ? c->split_k : 1), cm = c->cluster_m > 1 ? c->cluster_m : 1;
+	int64_t t = tiles(key, c) * (c->split_k > 1 ? c->split_k : 1);
 	if (resident > 0 && t > resident)
 		t = resident; /* persistent: each block (cluster) walks its share of the units */
-	grid[0] = (unsigned)(cm * t);
+	grid[0] = (unsigned)(cluster_size(c) * t);
 	grid[1] = 1;
 	grid[2] = 1;
 }
@@ -380,8 +391,8 @@ size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktun
 	if (c->split_k <= 1)
 		return 0;
 	if (c->family == KTUNE_GEMM_WGMMA) /* whole tiles, in the accumulators' layout (gemm_wgmma.cu) */
-		return (size_t)c->split_k * (size_t)tiles(key, c) * (size_t)(c->cluster_m > 1 ? c->cluster_m : 1) *
-		       (size_t)c->block_m * (size_t)c->block_n * sizeof(float);
+		return (size_t)c->split_k * (size_t)block_tiles(key, c) * (size_t)c->block_m *
+		       (size_t)c->block_n * sizeof(float);
 	return (size_t)c->split_k * (size_t)key->m * (size_t)key->n * sizeof(float);
 }
 
@@ -391,8 +402,7 @@ size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm
 	if (c->split_k <= 1)
 		return 0;
 	if (c->family == KTUNE_GEMM_WGMMA)
-		return (size_t)tiles(key, c) * (size_t)(c->cluster_m > 1 ? c->cluster_m : 1) *
-		       (size_t)c->consumers;
+		return (size_t)block_tiles(key, c) * (size_t)c->consumers;
 	return (size_t)tiles(key, c);
 }
 

@@ -28,34 +28,9 @@
 #include "test_sql.h"
 #include "test_util.h"
 
-struct tmp {
-	char dir[64];
-	char db[128]; /* <dir>/t.db */
-};
-
 static int setup_tmp(void **state)
 {
-	struct tmp *t = calloc(1, sizeof(*t));
-
-	if (!t)
-		return -1;
-	strcpy(t->dir, "/tmp/ktune-test-claims-XXXXXX");
-	if (!mkdtemp(t->dir)) {
-		free(t);
-		return -1;
-	}
-	snprintf(t->db, sizeof(t->db), "%s/t.db", t->dir);
-	*state = t;
-	return 0;
-}
-
-static int teardown_tmp(void **state)
-{
-	struct tmp *t = *state;
-
-	test_remove_tree(t->dir);
-	free(t);
-	return 0;
+	return test_scratch_setup(state, "ktune-test-claims");
 }
 
 static void new_owner(char *owner)
@@ -134,7 +109,7 @@ static int claim(struct ktune_db *db, const struct ktune_device_id *dev,
 
 static void test_claims__taken_busy_done(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_device_id dev, other_model;
 	struct ktune_key key;
@@ -193,7 +168,7 @@ static void test_claims__taken_busy_done(void **state)
 /* Trials without a result keep the claim; only its owner releases it. */
 static void test_claims__put_trials_keeps_claim_and_release(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_device_id dev;
 	struct ktune_trial tr;
@@ -232,7 +207,7 @@ static void test_claims__put_trials_keeps_claim_and_release(void **state)
 /* A claim whose process is gone from this host is taken over at once. */
 static void test_claims__dead_owner_is_taken_over(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_device_id dev;
 	struct ktune_key key;
 	struct ktune_db *db = open_db(t->db);
@@ -278,15 +253,25 @@ static void test_claims__dead_owner_is_taken_over(void **state)
 	ktune__db_close(db);
 }
 
+/* Every claim's last heartbeat, seconds ago. */
+static void set_heartbeat_age(const char *db_path, int seconds)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "UPDATE claims SET heartbeat_at ="
+		 " strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now', '-%d seconds')", seconds);
+	raw_exec(db_path, sql);
+}
+
 /* A live owner that stopped refreshing its claims loses them after the lease. */
 static void test_claims__expired_heartbeat_is_taken_over(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_device_id dev;
 	struct ktune_key key;
 	struct ktune_db *db = open_db(t->db);
-	char a[KTUNE_CLAIM_OWNER_MAX], b[KTUNE_CLAIM_OWNER_MAX], buf[256], sql[512];
+	char a[KTUNE_CLAIM_OWNER_MAX], b[KTUNE_CLAIM_OWNER_MAX], buf[256];
 
 	new_owner(a);
 	new_owner(b);
@@ -296,20 +281,14 @@ static void test_claims__expired_heartbeat_is_taken_over(void **state)
 	assert_int_equal(ktune__db_heartbeat(db, a, &e), 1);
 
 	/* just inside the lease: still a's */
-	snprintf(sql, sizeof(sql), "UPDATE claims SET heartbeat_at ="
-		 " strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now', '-%d seconds')",
-		 KTUNE_CLAIM_LEASE_S - 30);
-	raw_exec(t->db, sql);
+	set_heartbeat_age(t->db, KTUNE_CLAIM_LEASE_S - 30);
 	assert_int_equal(claim(db, &dev, &key, hash_a, b, 0), KTUNE_CLAIM_BUSY);
 	/* a heartbeat renews it */
 	raw_exec(t->db, "UPDATE claims SET heartbeat_at = '2000-01-01T00:00:00Z'");
 	assert_int_equal(ktune__db_heartbeat(db, a, &e), 1);
 	assert_int_equal(claim(db, &dev, &key, hash_a, b, 0), KTUNE_CLAIM_BUSY);
 	/* past the lease: b takes it, and a's next heartbeat tells a so */
-	snprintf(sql, sizeof(sql), "UPDATE claims SET heartbeat_at ="
-		 " strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now', '-%d seconds')",
-		 KTUNE_CLAIM_LEASE_S + 30);
-	raw_exec(t->db, sql);
+	set_heartbeat_age(t->db, KTUNE_CLAIM_LEASE_S + 30);
 	assert_int_equal(claim(db, &dev, &key, hash_a, b, 0), KTUNE_CLAIM_TAKEN);
 	assert_string_equal(raw_text(t->db, "SELECT owner FROM claims", buf, sizeof(buf)), b);
 	assert_int_equal(ktune__db_heartbeat(db, a, &e), 0);
@@ -321,7 +300,7 @@ static void test_claims__expired_heartbeat_is_taken_over(void **state)
 
 static void test_claims__release_all(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_device_id dev;
 	struct ktune_key key;
@@ -348,7 +327,7 @@ static void test_claims__release_all(void **state)
 
 static void test_claims__bad_arguments(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_device_id dev;
 	struct ktune_key key;
@@ -531,7 +510,7 @@ static void reader_child(const char *path)
 
 static void test_claims__concurrent_sweeps_tune_each_key_once(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	pid_t pids[SWEEPS + 1];
 	char buf[4096];
 	int status;
@@ -576,7 +555,7 @@ static void test_claims__concurrent_sweeps_tune_each_key_once(void **state)
 			       " FROM results GROUP BY config ORDER BY n DESC)", buf, sizeof(buf)));
 }
 
-#define CLAIMS_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup_tmp, teardown_tmp)
+#define CLAIMS_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup_tmp, test_scratch_teardown)
 
 int main(void)
 {

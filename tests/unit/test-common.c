@@ -23,36 +23,12 @@
 #include "common.h"
 #include "test_util.h"
 
-/* A fresh directory under /tmp for each test, removed with everything in it. */
-struct tmp {
-	char dir[64];
-};
-
 static int setup_tmp(void **state)
 {
-	struct tmp *t = calloc(1, sizeof(*t));
-
-	if (!t)
-		return -1;
-	strcpy(t->dir, "/tmp/ktune-test-common-XXXXXX");
-	if (!mkdtemp(t->dir)) {
-		free(t);
-		return -1;
-	}
-	*state = t;
-	return 0;
+	return test_scratch_setup(state, "ktune-test-common");
 }
 
-static int teardown_tmp(void **state)
-{
-	struct tmp *t = *state;
-
-	test_remove_tree(t->dir);
-	free(t);
-	return 0;
-}
-
-static void path_in(const struct tmp *t, const char *name, char *buf, size_t len)
+static void path_in(const struct test_scratch *t, const char *name, char *buf, size_t len)
 {
 	assert_true((size_t)snprintf(buf, len, "%s/%s", t->dir, name) < len);
 }
@@ -150,7 +126,7 @@ static void test_common__sha256_padding_boundaries(void **state)
 
 static void test_common__read_file_reads_whole_file(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[256], *data = NULL;
 	size_t len = 99;
@@ -174,7 +150,7 @@ static void test_common__read_file_reads_whole_file(void **state)
 
 static void test_common__read_file_refuses_over_limit(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[256], content[100], *data = (char *)1;
 	size_t len;
@@ -214,7 +190,7 @@ static void test_common__read_file_reads_unsized_file(void **state)
 
 static void test_common__read_file_refuses_directory_and_missing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[256], *data = NULL;
 
@@ -231,7 +207,7 @@ static void test_common__read_file_refuses_directory_and_missing(void **state)
 
 static void test_common__write_file_atomic_replaces_without_temp_files(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[256], *data = NULL;
 	struct stat st;
@@ -263,7 +239,7 @@ static void test_common__write_file_atomic_replaces_without_temp_files(void **st
 
 static void test_common__write_file_atomic_failure_leaves_nothing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[256], sub[256];
 
@@ -284,7 +260,7 @@ static void test_common__write_file_atomic_failure_leaves_nothing(void **state)
 
 static void test_common__mkdirs_creates_nested_and_accepts_existing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[256], file[256];
 	struct stat st;
@@ -434,18 +410,18 @@ int main(void)
 		cmocka_unit_test(test_common__sha256_test_vectors),
 		cmocka_unit_test(test_common__sha256_padding_boundaries),
 		cmocka_unit_test_setup_teardown(test_common__read_file_reads_whole_file,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_common__read_file_refuses_over_limit,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test(test_common__read_file_reads_unsized_file),
 		cmocka_unit_test_setup_teardown(test_common__read_file_refuses_directory_and_missing,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_common__write_file_atomic_replaces_without_temp_files,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_common__write_file_atomic_failure_leaves_nothing,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_common__mkdirs_creates_nested_and_accepts_existing,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_common__cache_dir_honours_env, setup_env,
 						teardown_env),
 		cmocka_unit_test_setup_teardown(test_common__default_db_path_honours_env, setup_env,

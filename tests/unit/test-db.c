@@ -28,35 +28,9 @@
 #include "test_sql.h"
 #include "test_util.h"
 
-/* A fresh directory under /tmp for each test, removed with everything in it. */
-struct tmp {
-	char dir[64];
-	char db[128]; /* <dir>/t.db */
-};
-
 static int setup_tmp(void **state)
 {
-	struct tmp *t = calloc(1, sizeof(*t));
-
-	if (!t)
-		return -1;
-	strcpy(t->dir, "/tmp/ktune-test-db-XXXXXX");
-	if (!mkdtemp(t->dir)) {
-		free(t);
-		return -1;
-	}
-	snprintf(t->db, sizeof(t->db), "%s/t.db", t->dir);
-	*state = t;
-	return 0;
-}
-
-static int teardown_tmp(void **state)
-{
-	struct tmp *t = *state;
-
-	test_remove_tree(t->dir);
-	free(t);
-	return 0;
+	return test_scratch_setup(state, "ktune-test-db");
 }
 
 static int count_entries(const char *dir)
@@ -102,7 +76,7 @@ static unsigned char *read_bytes(const char *path, size_t *len)
 }
 
 /* Opening `path` must fail with ERR_DB, name the path and say `why`, and leave the file and its directory as they were. */
-static void assert_refused_untouched(const struct tmp *t, const char *path, const char *why)
+static void assert_refused_untouched(const struct test_scratch *t, const char *path, const char *why)
 {
 	struct ktune_err e = { "" };
 	struct ktune_db *db = (struct ktune_db *)1;
@@ -249,7 +223,7 @@ static void assert_recent_timestamp(const char *s)
 
 static void test_db__open_creates_database_and_directory(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_db *db = NULL;
 	char path[256];
@@ -272,7 +246,7 @@ static void test_db__open_creates_database_and_directory(void **state)
 
 static void test_db__open_without_create_of_missing_file_fails(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_db *db = (struct ktune_db *)1;
 
@@ -290,7 +264,7 @@ static void test_db__open_without_create_of_missing_file_fails(void **state)
 /* A reader given an empty file finds no results and leaves the file empty. */
 static void test_db__open_without_create_of_empty_file_writes_nothing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_db *db = (struct ktune_db *)1;
 	struct stat st;
@@ -313,7 +287,7 @@ static void test_db__open_without_create_of_empty_file_writes_nothing(void **sta
 
 static void test_db__open_turns_on_wal(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_db *db = open_db(t->db);
 	sqlite3_stmt *st = NULL;
 	sqlite3 *h = NULL;
@@ -339,7 +313,7 @@ static void test_db__open_turns_on_wal(void **state)
 
 static void test_db__result_round_trips_every_field(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result in, out;
 	struct ktune_db *db;
@@ -364,7 +338,7 @@ static void test_db__result_round_trips_every_field(void **state)
 
 static void test_db__trials_are_stored_with_the_result(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_trial tr[3];
 	struct ktune_result r;
@@ -440,7 +414,7 @@ static void test_db__trials_are_stored_with_the_result(void **state)
 
 static void test_db__put_replaces_result_for_same_key(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result r, out;
 	struct ktune_trial tr;
@@ -470,7 +444,7 @@ static void test_db__put_replaces_result_for_same_key(void **state)
 
 static void test_db__get_missing_returns_zero(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result r, out;
 	struct ktune_db *db = open_db(t->db);
@@ -490,7 +464,7 @@ static void test_db__get_missing_returns_zero(void **state)
 /* Each field of the key and of the device makes a different row. */
 static void test_db__key_fields_tell_results_apart(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result base, r, out;
 	struct ktune_db *db = open_db(t->db);
@@ -581,7 +555,7 @@ static void put_labelled(struct ktune_db *db, const char *label, const char *nam
 
 static void test_db__query_filters(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_filter f;
 	struct seen s;
@@ -666,7 +640,7 @@ static void test_db__query_filters(void **state)
 
 static void test_db__query_stops_when_callback_returns_nonzero(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct seen s;
 	struct ktune_db *db;
@@ -684,7 +658,7 @@ static void test_db__query_stops_when_callback_returns_nonzero(void **state)
 /* A put that fails part way leaves the database as it was: no result, no trial, no device. */
 static void test_db__failed_put_writes_nothing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result r, replacement, out;
 	struct ktune_trial tr[3];
@@ -731,7 +705,7 @@ static void test_db__failed_put_writes_nothing(void **state)
 
 static void test_db__sql_strings_round_trip_verbatim(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result r, out;
 	struct ktune_trial tr;
@@ -790,7 +764,7 @@ static const char v1_schema[] =
 
 static void test_db__migrates_version_1(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result want, out;
 	struct ktune_db *db;
@@ -860,7 +834,7 @@ static const char v2_v3_changes[] =
 
 static void test_db__migrates_version_3(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_result want, out;
 	struct ktune_db *db;
@@ -938,7 +912,7 @@ static int note_failed(const char *config, const char *status, void *arg)
 /* The negative cache: failures for this template and toolchain, not ok or pruned trials. */
 static void test_db__failed_configs_for_template_and_toolchain(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_db *db = open_db(t->db);
 	struct ktune_result r;
 	struct ktune_err e;
@@ -984,7 +958,7 @@ static void test_db__failed_configs_for_template_and_toolchain(void **state)
 
 static void test_db__open_rejects_newer_schema(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 
 	/* Not in WAL mode, so that turning WAL on before the check would show. */
 	raw_exec(t->db, v1_schema);
@@ -995,7 +969,7 @@ static void test_db__open_rejects_newer_schema(void **state)
 
 static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 
 	make_db(t->db, 2);
 	raw_exec(t->db, "PRAGMA user_version = 5;");
@@ -1004,7 +978,7 @@ static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
 
 static void test_db__open_rejects_random_bytes(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	unsigned char junk[8192];
 	uint32_t x = 12345;
 	size_t i;
@@ -1019,7 +993,7 @@ static void test_db__open_rejects_random_bytes(void **state)
 
 static void test_db__open_rejects_text_file(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	const char *text = "gemm f16 nt 16x4096x4096: BLOCK_M=64\nthis is not a database\n";
 
 	write_bytes(t->db, text, strlen(text));
@@ -1032,7 +1006,7 @@ static void test_db__open_rejects_text_file(void **state)
 
 static void test_db__open_rejects_truncated_file(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	unsigned char *whole;
 	char copy[256];
 	size_t len;
@@ -1057,7 +1031,7 @@ static void test_db__open_rejects_truncated_file(void **state)
 
 static void test_db__open_rejects_foreign_sqlite(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	char other[256];
 
 	raw_exec(t->db, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);"
@@ -1080,7 +1054,7 @@ static void test_db__open_rejects_foreign_sqlite(void **state)
 
 static void test_db__unknown_dtype_in_row_is_an_error(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct seen s;
 	struct ktune_db *db;
@@ -1165,7 +1139,7 @@ static void schema_sql_path(char *buf, size_t len)
 
 static void test_db__schema_sql_matches_migrations(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	char path[4096], *sql = NULL, *err = NULL;
 	char *want, *got;
@@ -1200,7 +1174,7 @@ static void test_db__schema_sql_matches_migrations(void **state)
 
 static void test_db__reopen_keeps_data_and_version(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_db *db, *second;
 	long results = 0;
@@ -1223,7 +1197,7 @@ static void test_db__close_null_is_noop(void **state)
 	assert_null(ktune__db_path(NULL));
 }
 
-#define DB_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup_tmp, teardown_tmp)
+#define DB_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup_tmp, test_scratch_teardown)
 
 int main(void)
 {

@@ -34,35 +34,9 @@
 #include "runtime/templates.h"
 #include "test_util.h"
 
-struct tmp {
-	char dir[64];
-	char a[128], b[128]; /* <dir>/a.db, <dir>/b.db */
-};
-
 static int setup_tmp(void **state)
 {
-	struct tmp *t = calloc(1, sizeof(*t));
-
-	if (!t)
-		return -1;
-	strcpy(t->dir, "/tmp/ktune-test-share-XXXXXX");
-	if (!mkdtemp(t->dir)) {
-		free(t);
-		return -1;
-	}
-	snprintf(t->a, sizeof(t->a), "%s/a.db", t->dir);
-	snprintf(t->b, sizeof(t->b), "%s/b.db", t->dir);
-	*state = t;
-	return 0;
-}
-
-static int teardown_tmp(void **state)
-{
-	struct tmp *t = *state;
-
-	test_remove_tree(t->dir);
-	free(t);
-	return 0;
+	return test_scratch_setup(state, "ktune-test-share");
 }
 
 /* A valid result for the current template; i picks the key (m = i + 1) and the time. */
@@ -218,7 +192,7 @@ static double stored_time(const char *path, const struct ktune_result *r)
 
 static void test_share__export_import_export_is_identical(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_import_counts c;
 	struct ktune_share s;
 	struct ktune_db *db;
@@ -230,18 +204,18 @@ static void test_share__export_import_export_is_identical(void **state)
 		struct ktune_result r = make_result(i);
 
 		r.time_us = 1.0 / 3.0 + i; /* digits that the fixed formats round */
-		put(t->a, &r);
+		put(t->db, &r);
 	}
-	first = export_db(t->a);
+	first = export_db(t->db);
 	assert_int_equal(ktune__share_parse(first, strlen(first), "a.yaml", &s, &e), KTUNE_OK);
 	assert_int_equal(s.count, 20);
 	assert_int_equal(s.nstale, 0);
-	assert_int_equal(ktune__db_open(t->b, 1, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_open(t->db2, 1, &db, &e), KTUNE_OK);
 	assert_int_equal(ktune__db_import(db, s.entries, s.stale, s.count, KTUNE_POLICY_FASTER, 0,
 					  NULL, &c, &e), KTUNE_OK);
 	ktune__db_close(db);
 	assert_int_equal(c.added, 20);
-	second = export_db(t->b);
+	second = export_db(t->db2);
 	assert_string_equal(first, second);
 	/* the writer is deterministic whatever the input order */
 	free(second);
@@ -260,7 +234,7 @@ static void test_share__export_import_export_is_identical(void **state)
 
 static void test_share__standalone_sqlite_round_trip(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_result rs[3] = { make_result(0), make_result(1), make_result(2) };
 	struct ktune_share s;
 	struct ktune_err e;
@@ -291,7 +265,7 @@ static void test_share__sqlite_rows_are_checked(void **state)
 		  "row 1: device.name: 'a\\x1b[2J' has a character" },
 		{ "UPDATE results SET time_us = -1", "row 1: time_us: '-1' must be greater than 0" },
 	};
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_result r = make_result(0);
 	struct ktune_share s;
 	struct ktune_err e;
@@ -322,64 +296,64 @@ static void test_share__sqlite_rows_are_checked(void **state)
 
 static void test_share__policy_faster(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_result ours = make_result(0), theirs = ours;
 	char why[128];
 
-	put(t->a, &ours);
+	put(t->db, &ours);
 	theirs.time_us = ours.time_us + 1;
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_FASTER, 0, why), KTUNE_IMPORT_KEPT);
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_FASTER, 0, why), KTUNE_IMPORT_KEPT);
 	assert_non_null(strstr(why, "ours is faster"));
-	assert_true(stored_time(t->a, &ours) == ours.time_us);
+	assert_true(stored_time(t->db, &ours) == ours.time_us);
 
 	theirs.time_us = ours.time_us - 1;
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_FASTER, 0, why),
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_FASTER, 0, why),
 			 KTUNE_IMPORT_REPLACED);
 	assert_non_null(strstr(why, "theirs is faster"));
-	assert_true(stored_time(t->a, &ours) == theirs.time_us);
+	assert_true(stored_time(t->db, &ours) == theirs.time_us);
 
 	/* another protocol: ours is kept even though theirs is faster */
 	ours = theirs;
 	snprintf(theirs.protocol, sizeof(theirs.protocol), "events;noflush");
 	theirs.time_us = ours.time_us / 2;
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_FASTER, 0, why), KTUNE_IMPORT_KEPT);
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_FASTER, 0, why), KTUNE_IMPORT_KEPT);
 	assert_non_null(strstr(why, "another protocol"));
-	assert_true(stored_time(t->a, &ours) == ours.time_us);
+	assert_true(stored_time(t->db, &ours) == ours.time_us);
 
 	/* another device: no conflict */
 	snprintf(theirs.device.name, sizeof(theirs.device.name), "NVIDIA H100 PCIe");
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_FASTER, 0, why), KTUNE_IMPORT_ADDED);
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_FASTER, 0, why), KTUNE_IMPORT_ADDED);
 }
 
 static void test_share__policy_ours_and_theirs(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_result ours = make_result(0), theirs = ours;
 	char why[128];
 
-	put(t->a, &ours);
+	put(t->db, &ours);
 	theirs.time_us = ours.time_us / 2;
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_OURS, 0, why), KTUNE_IMPORT_KEPT);
-	assert_true(stored_time(t->a, &ours) == ours.time_us);
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_OURS, 0, why), KTUNE_IMPORT_KEPT);
+	assert_true(stored_time(t->db, &ours) == ours.time_us);
 	theirs.time_us = ours.time_us * 2;
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_THEIRS, 0, why),
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_THEIRS, 0, why),
 			 KTUNE_IMPORT_REPLACED);
-	assert_true(stored_time(t->a, &ours) == theirs.time_us);
+	assert_true(stored_time(t->db, &ours) == theirs.time_us);
 }
 
 static void test_share__dry_run_writes_nothing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_result ours = make_result(0), theirs = ours, other = make_result(5);
 	char why[128], *before, *after;
 
-	put(t->a, &ours);
-	before = export_db(t->a);
+	put(t->db, &ours);
+	before = export_db(t->db);
 	theirs.time_us = ours.time_us / 2;
-	assert_int_equal(import_one(t->a, &theirs, KTUNE_POLICY_FASTER, 1, why),
+	assert_int_equal(import_one(t->db, &theirs, KTUNE_POLICY_FASTER, 1, why),
 			 KTUNE_IMPORT_REPLACED);
-	assert_int_equal(import_one(t->a, &other, KTUNE_POLICY_FASTER, 1, why), KTUNE_IMPORT_ADDED);
-	after = export_db(t->a);
+	assert_int_equal(import_one(t->db, &other, KTUNE_POLICY_FASTER, 1, why), KTUNE_IMPORT_ADDED);
+	after = export_db(t->db);
 	assert_string_equal(before, after);
 	free(before);
 	free(after);
@@ -387,7 +361,7 @@ static void test_share__dry_run_writes_nothing(void **state)
 
 static void test_share__stale_entries_are_skipped(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	struct ktune_import_counts c;
 	struct ktune_share s;
 	struct ktune_db *db;
@@ -400,7 +374,7 @@ static void test_share__stale_entries_are_skipped(void **state)
 	assert_int_equal(ktune__share_parse(stale, strlen(stale), "s.yaml", &s, &e), KTUNE_OK);
 	assert_int_equal(s.count, 2);
 	assert_int_equal(s.nstale, 1);
-	assert_int_equal(ktune__db_open(t->a, 1, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_open(t->db, 1, &db, &e), KTUNE_OK);
 	assert_int_equal(ktune__db_import(db, s.entries, s.stale, s.count, KTUNE_POLICY_FASTER, 0,
 					  NULL, &c, &e), KTUNE_OK);
 	assert_int_equal(ktune__db_count(db, &results, NULL, &e), KTUNE_OK);
@@ -457,7 +431,7 @@ static void test_share__rejects_truncated_binary_empty(void **state)
 
 static void test_share__rejects_huge_and_nested(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	const size_t depth = 200000;
 	struct ktune_share s;
 	struct ktune_err e;
@@ -592,7 +566,7 @@ static void test_share__rejects_duplicate_keys(void **state)
 /* Strings are bound as parameters: SQL in them is stored as text and does nothing. */
 static void test_share__sql_looking_strings_are_data(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	static const char evil[] = "x'); DROP TABLE results; --";
 	struct ktune_result r = make_result(0), got;
 	struct ktune_import_counts c;
@@ -602,12 +576,12 @@ static void test_share__sql_looking_strings_are_data(void **state)
 	char *text = NULL;
 	long results = 0;
 
-	put(t->a, &r);
+	put(t->db, &r);
 	snprintf(r.device.name, sizeof(r.device.name), "%s", evil);
 	snprintf(r.protocol, sizeof(r.protocol), "\" OR 1=1; --");
 	assert_int_equal(ktune__share_write(&r, 1, &text, NULL, &e), KTUNE_OK);
 	assert_int_equal(ktune__share_parse(text, strlen(text), "t.yaml", &s, &e), KTUNE_OK);
-	assert_int_equal(ktune__db_open(t->a, 0, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_open(t->db, 0, &db, &e), KTUNE_OK);
 	assert_int_equal(ktune__db_import(db, s.entries, s.stale, s.count, KTUNE_POLICY_FASTER, 0,
 					  NULL, &c, &e), KTUNE_OK);
 	assert_int_equal(c.added, 1);
@@ -652,7 +626,7 @@ static off_t file_size(const char *path)
  */
 static void test_share__import_killed_midway_changes_nothing(void **state)
 {
-	struct tmp *t = *state;
+	struct test_scratch *t = *state;
 	const long n = 60000;
 	struct ktune_result *rs = malloc((size_t)n * sizeof(*rs));
 	char wal[160], *before, *after;
@@ -663,15 +637,15 @@ static void test_share__import_killed_midway_changes_nothing(void **state)
 	for (i = 0; i < 10; i++) {
 		struct ktune_result r = make_result((int)i);
 
-		put(t->a, &r);
+		put(t->db, &r);
 	}
 	for (i = 0; i < n; i++) {
 		rs[i] = make_result((int)(i % 1000));
 		rs[i].key.n = 8 + 8 * (i / 1000); /* distinct keys */
 		rs[i].time_us = 1.0;
 	}
-	before = db_state(t->a);
-	snprintf(wal, sizeof(wal), "%s-wal", t->a);
+	before = db_state(t->db);
+	snprintf(wal, sizeof(wal), "%s-wal", t->db);
 	for (round = 0; round < 3; round++) {
 		off_t start = file_size(wal), threshold = start + ((off_t)1 << 20) * (round + 1);
 		int status = 0;
@@ -682,7 +656,7 @@ static void test_share__import_killed_midway_changes_nothing(void **state)
 			struct ktune_db *db;
 			struct ktune_err e;
 
-			if (ktune__db_open(t->a, 0, &db, &e) != KTUNE_OK ||
+			if (ktune__db_open(t->db, 0, &db, &e) != KTUNE_OK ||
 			    ktune__db_import(db, rs, NULL, n, KTUNE_POLICY_THEIRS, 0, NULL, NULL, &e) !=
 				    KTUNE_OK)
 				_exit(3);
@@ -702,7 +676,7 @@ static void test_share__import_killed_midway_changes_nothing(void **state)
 		assert_int_equal(waitpid(pid, &status, 0), pid);
 		assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 		killed++;
-		after = db_state(t->a);
+		after = db_state(t->db);
 		assert_string_equal(before, after);
 		free(after);
 	}
@@ -715,29 +689,29 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_share__export_import_export_is_identical,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__standalone_sqlite_round_trip, setup_tmp,
-						teardown_tmp),
+						test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__sqlite_rows_are_checked, setup_tmp,
-						teardown_tmp),
-		cmocka_unit_test_setup_teardown(test_share__policy_faster, setup_tmp, teardown_tmp),
+						test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_share__policy_faster, setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__policy_ours_and_theirs, setup_tmp,
-						teardown_tmp),
+						test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__dry_run_writes_nothing, setup_tmp,
-						teardown_tmp),
+						test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__stale_entries_are_skipped, setup_tmp,
-						teardown_tmp),
+						test_scratch_teardown),
 		cmocka_unit_test(test_share__rejects_newer_format),
 		cmocka_unit_test(test_share__rejects_truncated_binary_empty),
 		cmocka_unit_test_setup_teardown(test_share__rejects_huge_and_nested, setup_tmp,
-						teardown_tmp),
+						test_scratch_teardown),
 		cmocka_unit_test(test_share__rejects_values_outside_the_space),
 		cmocka_unit_test(test_share__wgmma_entries),
 		cmocka_unit_test(test_share__rejects_duplicate_keys),
 		cmocka_unit_test_setup_teardown(test_share__sql_looking_strings_are_data, setup_tmp,
-						teardown_tmp),
+						test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__import_killed_midway_changes_nothing,
-						setup_tmp, teardown_tmp),
+						setup_tmp, test_scratch_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
