@@ -20,13 +20,25 @@ for shape in "$@"; do
 	echo "== $shape" | tee -a "$OUT/probe.log"
 	timeout 300 "$P/harness" probe "$P/cubin" $shape 2>&1 | tee -a "$OUT/probe.log"
 done
-if [ -n "${NCU_SHAPE:-}" ] && [ -d "$P/ncu" ]; then
+# NCU_SHAPES="M N K;M N K;...": ncu at each shape, on $P/ncu_MxNxK's variants
+# where that directory exists (else $P/ncu's), with the launch statistics
+# (grid, block, cluster, shared memory) that show how cuBLAS's kernel is cut;
+# a file "splits" in the directory sets PROBE_SPLITS there.
+shapes=${NCU_SHAPES:-${NCU_SHAPE:-}}
+if [ -n "$shapes" ]; then
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	metrics=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes.sum.per_second,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
-	PROBE_RUNS=1 timeout 240 "$ncu" --clock-control none -k regex:'wgmma|xmma|nvjet|cutlass|sm90' -c 12 \
-		--metrics "$metrics" "$P/harness" probe "$P/ncu" $NCU_SHAPE >"$OUT/ncu.log" 2>&1
-	echo "ncu exit $?" >>"$OUT/ncu.log"
-	tail -120 "$OUT/ncu.log"
+	metrics=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes.sum.per_second,dram__bytes.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
+	IFS=';' read -ra list <<<"$shapes"
+	for shape in "${list[@]}"; do
+		dir="$P/ncu_$(echo $shape | tr ' ' x)"
+		[ -d "$dir" ] || dir="$P/ncu"
+		[ -d "$dir" ] || continue
+		log="$OUT/ncu_$(echo $shape | tr ' ' x).log"
+		PROBE_SPLITS=$(cat "$dir/splits" 2>/dev/null || echo "${PROBE_SPLITS:-1}") \
+		PROBE_RUNS=1 timeout 240 "$ncu" --clock-control none -k regex:'wgmma|xmma|nvjet|cutlass|sm90|gemm|splitK|reduce' -c 16 \
+			--section LaunchStats --metrics "$metrics" "$P/harness" probe "$dir" $shape >"$log" 2>&1
+		echo "ncu exit $?" >>"$log"
+	done
 fi
 if [ -n "${NCU_SOURCE:-}" ]; then
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -40,7 +52,7 @@ if [ -n "${NCU_SOURCE:-}" ]; then
 		command -v cuobjdump >/dev/null && cuobjdump -sass "$P/$d"/*.cubin >"$OUT/$d.sass" 2>&1
 	done
 fi
-if [ -n "${NCU_SHAPE:-}" ] && [ -d "$P/ncu" ]; then
+if [ -n "$shapes" ] && [ -d "$P/ncu" ]; then
 	command -v cuobjdump >/dev/null && for f in "$P"/ncu/*.cubin; do
 		cuobjdump -sass "$f" >"$OUT/$(basename "$f" .cubin).sass" 2>&1
 	done
