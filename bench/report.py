@@ -73,7 +73,8 @@ def main():
              f"`python3 bench/report.py`. Ratio = cuBLAS time / ktune time, both measured in the same "
              f"run by the same protocol ({rows[0]['template_hash'][:12] if rows else ''}... template): "
              "CUDA events, L2 flushed before every run, warm-up, repetitions until the p20-p80 spread is "
-             "within 2% of the median (at most 200 or 0.5 s), median. Inputs uniform random in [-1, 1). "
+             "within 2% of the median (at most 200 or 0.5 s), median; the winner and cuBLAS then four times each "
+             "in turns (ABBA), the median of each side's four. Inputs uniform random in [-1, 1). "
              "Floor = max(bytes / 3.0 TB/s, FLOPs / 800 TFLOP/s).", ""]
     ratios = [o["ratio"] for o in out if o["ratio"] > 0]
     lines.append(f"- keys: {len(out)}; sweep wall time: {wall or '?'} s; "

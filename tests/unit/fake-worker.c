@@ -17,6 +17,8 @@
  *   compile_die    the process dies compiling it
  * KTUNE_FAKE_STATE names a directory where die_once keeps its memory.
  * KTUNE_FAKE_RUN_MS makes every run take that long (concurrency tests).
+ * KTUNE_FAKE_DRIFT=d makes a heating GPU: the k-th measurement of a worker
+ * (full-protocol runs and cuBLAS alike, k from 0) takes 1 + d * k times as long.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +29,14 @@
 #include "tuner/protocol.h"
 
 static struct ktune_problem problem;
+
+/* The slow-down of the next measurement under KTUNE_FAKE_DRIFT, counting it. */
+static double heat(void)
+{
+	static int measurements;
+	const char *d = getenv("KTUNE_FAKE_DRIFT");
+	return 1 + (d ? atof(d) : 0) * measurements++;
+}
 
 /* The planted action for a config, or NULL. */
 static const char *planted(const struct ktune_gemm_config *cfg)
@@ -179,6 +189,8 @@ static int fake_run(void *state, const struct ktune_gemm_config *cfg, const stru
 		/* a made-up but stable time: bigger tiles are faster, split-K costs a little */
 		double t = 1000.0 / (cfg->block_m * cfg->block_n / 256.0 + cfg->stages) + cfg->split_k +
 			   (double)(problem.key.m * problem.key.n) * 1e-6;
+		if (mode == KTUNE_RUN_MEASURE)
+			t *= heat();
 		timing->median_us = timing->p20_us = timing->p80_us = t;
 		timing->reps = mode == KTUNE_RUN_MEASURE ? 10 : 3;
 		trial->time_us = t;
@@ -193,7 +205,7 @@ static int fake_cublas(void *state, struct ktune_check *check, struct ktune_timi
 	(void)e;
 	memset(check, 0, sizeof(*check));
 	check->pass = 1;
-	timing->median_us = timing->p20_us = timing->p80_us = 20;
+	timing->median_us = timing->p20_us = timing->p80_us = 20 * heat();
 	timing->reps = 10;
 	return KTUNE_OK;
 }

@@ -944,6 +944,14 @@ static void test_gemm_op__wgmma_text_round_trip(void **state)
 		assert_true(ktune__gemm_smem_bytes(NULL, &c) <= 232448);
 		assert_true(c.block_m % (64 * c.consumers) == 0);
 		assert_true(c.block_m / c.consumers / 64 * c.block_n / 2 <= (c.consumers == 3 ? 96 : 128));
+		/* each tile with the deepest ring that fits */
+		struct ktune_gemm_config deeper = c;
+		deeper.stages++;
+		assert_true(c.stages == 16 || ktune__gemm_smem_bytes(NULL, &deeper) > 232448);
+		if (c.block_m == 64 && c.block_n == 64)
+			assert_int_equal(c.stages, 13);
+		if (c.block_m == 64 && c.block_n == 128)
+			assert_int_equal(c.stages, 8);
 	}
 	free(k);
 }
@@ -990,6 +998,10 @@ static void test_gemm_op__wgmma_parse_is_strict(void **state)
 		"GROUP_SIZE=8,SPLIT_K=3", /* SPLIT_K is 1, 2, 4 or 8 */
 		"FAMILY=wgmma,BLOCK_M=64,BLOCK_N=64,BLOCK_K=64,STAGES=6,CONSUMERS=1,CLUSTER_M=1,"
 		"GROUP_SIZE=8,SPLIT_K=1", /* not the deepest ring */
+		"FAMILY=wgmma,BLOCK_M=64,BLOCK_N=64,BLOCK_K=64,STAGES=7,CONSUMERS=1,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1", /* nor this: 64 x 64 fits 13 */
+		"FAMILY=wgmma,BLOCK_M=64,BLOCK_N=64,BLOCK_K=64,STAGES=14,CONSUMERS=1,CLUSTER_M=1,"
+		"GROUP_SIZE=8,SPLIT_K=1", /* over 227 KiB */
 	};
 	for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
 		assert_int_equal(ktune__gemm_config_parse(outside[i], &c, &e), KTUNE_OK);

@@ -5,6 +5,7 @@
  * tuner must record each with the right status, restart workers, pick a good
  * winner, and skip the failures next time (the negative cache).
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -127,12 +128,49 @@ static void test_isolation__run_timeout_is_derived_from_the_key(void **state)
 	assert_true(ktune__run_timeout(&big, 0.25) == 0.25); /* --timeout wins */
 }
 
+/*
+ * The ratio to cuBLAS does not depend on when each side ran: with every
+ * measurement 5% slower than the last (a heating GPU), the winner and cuBLAS
+ * come out in the same ratio as on a steady one.
+ */
+static double tuned_ratio(const char *drift)
+{
+	struct ktune_key key = { "gemm", KTUNE_BF16, 'n', 'n', 512, 512, 512, 1 };
+	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 4, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .progress = NULL };
+	struct ktune_tuner *t;
+	struct ktune_tune_report r;
+	struct ktune_err e;
+	if (drift)
+		setenv("KTUNE_FAKE_DRIFT", drift, 1);
+	else
+		unsetenv("KTUNE_FAKE_DRIFT");
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	assert_true(r.has_cublas);
+	if (drift)
+		assert_true(r.result.cublas_us > 20); /* it did heat up */
+	ktune__tuner_close(t);
+	unsetenv("KTUNE_FAKE_DRIFT");
+	return r.result.cublas_us / r.result.time_us;
+}
+
+static void test_isolation__ratio_survives_a_heating_gpu(void **state)
+{
+	(void)state;
+	double steady = tuned_ratio(NULL), heating = tuned_ratio("0.05");
+	if (fabs(heating / steady - 1) > 1e-9)
+		fail_msg("ratio %.6f on a steady GPU, %.6f on a heating one", steady, heating);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_isolation__planted_candidates),
 		cmocka_unit_test(test_isolation__missing_worker_is_a_clear_error),
 		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
+		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
