@@ -108,6 +108,13 @@ static const char *scalar(const struct reader *r)
 	return strlen(s) == r->ev.data.scalar.length ? s : NULL;
 }
 
+static const char *skip_digits(const char *p)
+{
+	while (isdigit((unsigned char)*p))
+		p++;
+	return p;
+}
+
 /* A decimal number, as the writer prints one: [-]digits[.digits][e[+-]digits]. */
 static int parse_real(const char *s, double *out)
 {
@@ -118,21 +125,16 @@ static int parse_real(const char *s, double *out)
 		p++;
 	if (!isdigit((unsigned char)*p))
 		return -1;
-	while (isdigit((unsigned char)*p))
-		p++;
-	if (*p == '.') {
-		p++;
-		while (isdigit((unsigned char)*p))
-			p++;
-	}
+	p = skip_digits(p);
+	if (*p == '.')
+		p = skip_digits(p + 1);
 	if (*p == 'e' || *p == 'E') {
 		p++;
 		if (*p == '-' || *p == '+')
 			p++;
 		if (!isdigit((unsigned char)*p))
 			return -1;
-		while (isdigit((unsigned char)*p))
-			p++;
+		p = skip_digits(p);
 	}
 	if (*p)
 		return -1;
