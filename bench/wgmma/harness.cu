@@ -956,7 +956,6 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 			poison(Cref, nc);
 			cublas_gemm(pr, bf16, 0, tb);
 			double t_blas = time_ms([&] { cublas_gemm(pr, bf16, 0, tb); }, warmup, runs);
-			std::vector<std::pair<std::string, double>> rows;
 			for (auto &v : vs) {
 				if (v.bf16 != bf16 || v.tb != tb)
 					continue;
@@ -976,12 +975,12 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 						 flops / t / 1e9);
 					char r[64];
 					snprintf(r, sizeof(r), " %9.4f %7.3f", tb_now, tb_now / t);
-					rows.push_back({ std::string(b) + r + (ok ? "" : "  (wrong)"), t });
+					/* printed at once: a variant that hangs leaves the rows before it */
+					printf("%s%s%s\n", b, r, ok ? "" : "  (wrong)");
+					fflush(stdout);
 				}
 			}
 			t_blas = std::min(t_blas, time_ms([&] { cublas_gemm(pr, bf16, 0, tb); }, warmup, runs));
-			for (auto &r : rows)
-				printf("%s\n", r.first.c_str());
 			printf("%-52s %5d %5d %5d %4s %9.4f %8.1f\n", bf16 ? (tb ? "cublas_bf16_nt" : "cublas_bf16_nn")
 								      : (tb ? "cublas_f16_nt" : "cublas_f16_nn"),
 			       M, N, K, "-", t_blas, flops / t_blas / 1e9);

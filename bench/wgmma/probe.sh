@@ -18,7 +18,8 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv >"$OUT/env.txt" 2>&1
 for shape in "$@"; do
 	echo "== $shape" | tee -a "$OUT/probe.log"
-	timeout 300 "$P/harness" probe "$P/cubin" $shape 2>&1 | tee -a "$OUT/probe.log"
+	# line-buffered, so that a shape cut off by the timeout (a hang) keeps its rows
+	timeout ${PROBE_TIMEOUT:-300} stdbuf -oL "$P/harness" probe "$P/cubin" $shape 2>&1 | tee -a "$OUT/probe.log"
 done
 # NCU_SHAPES="M N K;M N K;...": ncu at each shape, on $P/ncu_MxNxK's variants
 # where that directory exists (else $P/ncu's), with the launch statistics
