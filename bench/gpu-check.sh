@@ -15,6 +15,7 @@
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
+# TEST_TIMEOUT (seconds, default 300) bounds each GPU test program of `tests`.
 set -u
 B=${BUILD:-build-device}
 OUT=${OUT:-/tmp/ktune-out}
@@ -23,6 +24,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 export KTUNE_DB=${KTUNE_DB:-$OUT/ktune.db}
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ktune-cache}
 steps=${*:-tests tune sweep bench}
+T=${TEST_TIMEOUT:-300} # seconds per GPU test program (test-gemm-gpu takes about 70 on the H100)
 status=0
 
 run() { # run LOG CMD...: run a command, append its output to $OUT/LOG
@@ -43,16 +45,16 @@ fi
 cat "$OUT/env.txt"
 for step in $steps; do
 	case $step in
-	tests)
-		run tests.log $B/tests/test-gemm-gpu
-		run tests.log $B/tests/test-dispatch-gpu
-		run tests.log $B/tests/test-planted-gpu
-		run tests.log env KTUNE_DB=/tmp/example.db $B/examples/gemm_example 16 4096 4096
-		run tests.log env KTUNE_DB=/tmp/example.db $B/examples/gemm_example 333 1000 77
+	tests) # each under a watchdog: a hanging kernel fails its test (exit 124) instead of the call
+		run tests.log timeout $T $B/tests/test-gemm-gpu
+		run tests.log timeout $T $B/tests/test-dispatch-gpu
+		run tests.log timeout $T $B/tests/test-planted-gpu
+		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 16 4096 4096
+		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 333 1000 77
 		;;
 	quick)
-		run tests.log $B/tests/test-dispatch-gpu
-		run tests.log env KTUNE_TEST_VERBOSE=1 $B/tests/test-planted-gpu
+		run tests.log timeout $T $B/tests/test-dispatch-gpu
+		run tests.log env KTUNE_TEST_VERBOSE=1 timeout $T $B/tests/test-planted-gpu
 		;;
 	tune)
 		run tune.log $B/ktune tune gemm -m 16 -n 4096 -k 4096 --dtype f16 --layout nt
