@@ -9,6 +9,7 @@
 # variants and cuBLAS at that shape.  NCU_SOURCE="DIR ..." profiles the first
 # launch of the variant in each $PROBE/DIR (one variant a directory) with
 # warp-state and per-instruction stall counters, into $OUT/DIR.source.csv.
+# PROBE_TIMEOUT (seconds a shape, default 300) cuts off a variant that hangs.
 # Logs go under $OUT.
 set -u
 P=${PROBE:-build-probe}
