@@ -463,9 +463,16 @@ static __device__ __forceinline__ void add_global_cg_v4(const float *p, float &a
 	a += w, b += x, c += y, d += z;
 }
 
-static __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v)
+/*
+ * Stores four 8 x 8 matrices of 16-bit values: lane l holds, in register
+ * i, its pair (row l / 4, columns 2 * (l % 4), +1) of matrix i, and gives
+ * the address of row l % 8 of matrix l / 8: the accumulators' own layout,
+ * 16 bytes a row in one instruction where st.shared moves 4.
+ */
+static __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3)
 {
-	asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+	asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+		     :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 /* Starts fetching a tensor map (a __grid_constant__ parameter) before its first use. */
@@ -782,13 +789,49 @@ static __device__ __forceinline__ void store_chunk_direct(const float (&d)[ACC_N
 }
 
 /*
+ * Chunk c of a slab, alpha * acc (+ beta * C when BETA), rounded into the
+ * staging buffer: lane_row is this lane's stmatrix row (see store_tile).
+ */
+template <bool BETA>
+static __device__ __forceinline__ void stage_chunk(const float (&d)[ACC_N], u32 lane_row, int swz, int q_lane,
+						   const elem *C, i64 ldc, int M, int N, int row0, int n0, int c,
+						   float alpha, float beta, int t)
+{
+#pragma unroll
+	for (int q = 0; q < 8; q += 2) {
+		u32 v[2][2]; /* blocks q, q + 1 of the chunk, rows h * 8 + (t % 32) / 4: rounded pairs */
+#pragma unroll
+		for (int b = 0; b < 2; b++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int j = 8 * c + q + b; /* n8 block within the tile */
+				float v0 = alpha * d[4 * j + 2 * h], v1 = alpha * d[4 * j + 2 * h + 1];
+				if (BETA) {
+					const int row = row0 + acc_row(t, 2 * h);
+					const int col = n0 + acc_col(t, j); /* col + 1 < N: N % 8 == 0 here */
+					if (row < M && col < N) {
+						const u32 old = *(const u32 *)(C + (i64)row * ldc + col);
+						v0 += beta * elem_to_float((elem)(old & 0xffff));
+						v1 += beta * elem_to_float((elem)(old >> 16));
+					}
+				}
+				v[b][h] = float2_to_pair(v0, v1);
+			}
+		stmatrix_x4(lane_row + (u32)(((q + q_lane) ^ swz) * 16), v[0][0], v[0][1], v[1][0], v[1][1]);
+	}
+}
+
+/*
  * Writes alpha * acc + beta * C for this warpgroup's rows of the tile at
  * (row0, n0), one 64 x 64 chunk at a time: the warpgroup rounds the chunk
  * into a staging buffer, thread 0 stores it with TMA, which clips it to
  * M x N.  The consumer's EPI_BUFS buffers take chunks in turn; before the
  * warpgroup writes chunk c, thread 0 waits until the store that last read
  * its buffer (chunk c - EPI_BUFS) is done with it.  `chunks` counts the
- * consumer's chunks across tiles, so the turns carry over.
+ * consumer's chunks across tiles, so the turns carry over.  The branch on
+ * beta is taken per chunk, so that the usual beta == 0 chunk carries no
+ * loads of C, not even predicated-off ones (a copy of the whole consumer
+ * a value of beta spilled where 128 accumulators run under 240 registers).
  *
  * TMA clips rows at M exactly, but columns only at 16 bytes: where N is not
  * a multiple of 8 it would write up to 7 columns past N, into what may be
@@ -796,14 +839,19 @@ static __device__ __forceinline__ void store_chunk_direct(const float (&d)[ACC_N
  * stores instead.
  *
  * A chunk's layout is what TMA's 128-byte swizzle expects: row r at byte
- * r * 128, its 16-byte piece q at piece q ^ (r % 8).  A thread's pair for
- * n8 block j lands in piece j ^ (r % 8); the 8 rows of a warp's store hit 8
- * different pieces, so its 32 words fall in 32 different banks.
+ * r * 128, its 16-byte piece q at piece q ^ (r % 8).  Piece q of a warp's
+ * 16 rows is n8 block q of the chunk: two 8 x 8 matrices (rows 0-7 and
+ * 8-15), so one stmatrix_x4 stores blocks q and q + 1.  Its 8 rows of a
+ * matrix land in 8 different pieces, i.e. in all 32 banks once.
  */
 static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][ACC_N], const CUtensorMap_ *tmap_c,
 						  u32 bufs, int *chunks, elem *C, i64 ldc, int M, int N,
 						  int row0, int n0, float alpha, float beta, int t, u32 barrier_id)
 {
+	/* this lane's row for stmatrix: matrix l / 8 is block q + l / 16, rows (l / 8) % 2 * 8 + l % 8 */
+	const int lane = t % 32, mrow = 16 * (t / 32) + 8 * (lane / 8 % 2) + lane % 8;
+	const u32 row_off = (u32)mrow * 128;
+	const int q_lane = lane / 16, swz = lane % 8;
 #pragma unroll
 	for (int s = 0; s < M_SLABS; s++)
 #pragma unroll
@@ -820,26 +868,12 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][AC
 				bulk_wait_read<EPI_BUFS - 1>(); /* the store of chunk c - EPI_BUFS has read buf */
 			named_barrier(barrier_id, 128);
 #endif
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const int r = acc_row(t, 2 * h); /* 0..63 within the slab */
-				const int row = row0 + 64 * s + r;
-#pragma unroll
-				for (int q = 0; q < 8; q++) {
-					const int j = 8 * c + q; /* n8 block within the tile */
-					float v0 = alpha * acc[s][4 * j + 2 * h], v1 = alpha * acc[s][4 * j + 2 * h + 1];
-					if (beta != 0.0f) {
-						const int col = n0 + acc_col(t, j); /* col + 1 < N: N % 8 == 0 here */
-						if (row < M && col < N) {
-							const u32 old = *(const u32 *)(C + (i64)row * ldc + col);
-							v0 += beta * elem_to_float((elem)(old & 0xffff));
-							v1 += beta * elem_to_float((elem)(old >> 16));
-						}
-					}
-					st_shared_u32(buf + r * 128 + ((q ^ (r % 8)) * 16) + (t % 4) * 4,
-						      float2_to_pair(v0, v1));
-				}
-			}
+			if (beta != 0.0f) /* uniform: the beta == 0 copy carries no loads of C */
+				stage_chunk<true>(acc[s], buf + row_off, swz, q_lane, C, ldc, M, N, row0 + 64 * s,
+						  n0, c, alpha, beta, t);
+			else
+				stage_chunk<false>(acc[s], buf + row_off, swz, q_lane, C, ldc, M, N, row0 + 64 * s,
+						   n0, c, alpha, beta, t);
 #if PROBE_SKIP != 4
 			fence_proxy_async(); /* the TMA store reads what the generic proxy wrote */
 			named_barrier(barrier_id, 128);
