@@ -22,7 +22,11 @@
  *                                 and layout) and cuBLAS at one shape; checks
  *                                 each against cuBLAS.  PROBE_RUNS=n times n
  *                                 runs after one warm-up (1 for a profiler);
- *                                 PROBE_SPLITS="1 2 4" the split-K values
+ *                                 PROBE_SPLITS="1 2 4" the split-K values,
+ *                                 PROBE_GROUPS="1 8 16" the group sizes
+ *                                 (default 8 16); variants compiled with
+ *                                 probes/timeline.patch's PROBE_TIMELINE
+ *                                 also print their blocks' timeline
  *
  * Build (see README.md):
  *   nvcc -O3 -arch=sm_90a -std=c++17 -o harness bench/wgmma/harness.cu \
@@ -569,6 +573,8 @@ static float *g_partials;
 static int *g_counters;
 static size_t g_partials_elems, g_counters_n;
 
+static unsigned g_last_grid; /* the grid of the last launch (probe 18's timeline) */
+
 /* The host side of the launch contract (see the kernel's header comment). */
 static void launch(const variant &v, const problem &p, int group_size, cudaStream_t s)
 {
@@ -578,7 +584,9 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, c.bm);
 	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / c.cluster)
 			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64);
-	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, 64);
+	/* probe 18's -DEPI_WARP=1: each warp stores its own 16 rows of a chunk */
+	const bool epi_warp = strstr(v.extra.c_str(), "-DEPI_WARP=1") != nullptr;
+	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, epi_warp ? 16 : 64);
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
 	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) * ((p.N + c.bn - 1) / c.bn);
 	int units = tiles * p.split_k;
@@ -598,6 +606,7 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	float alpha = p.alpha, beta = p.beta;
 	void *args[] = { &ma, &mb, &mc, &C, &M, &N, &K, &ldc, &alpha, &beta, &group_size,
 			 &split, &partials, &counters };
+	g_last_grid = grid;
 	CU_CHECK(cuLaunchKernel(v.fn, grid, 1, 1, threads(c), 1, 1, (unsigned)smem_bytes(c), (CUstream)s, args,
 				nullptr));
 }
@@ -910,6 +919,61 @@ static int cmd_time(const char *dir)
 
 /* ------------------------------------------------------------------ probe */
 
+/*
+ * Probe 18's timeline: a variant compiled with -DPROBE_TIMELINE=1 keeps, per
+ * block, clock64 marks in registers and writes them at the end: the
+ * producer thread's 0 entry, 1 tensor maps prefetched, 2 barriers
+ * initialised, 3 block barrier passed, 4 registers released, 5 first load
+ * issued, 6 last load issued; consumer 0's 7 first slot full, 8 first
+ * tile's wgmma drained, 9 its stores issued, 10 done; %globaltimer at 11
+ * entry and 12 done; the producer's first k-tile in detail: 16 tile
+ * index computed, 17 empty slot waited for, 18 bytes announced (5: its
+ * loads issued), and the loads of k-tiles 1, 2, 3, 5 and 7 issued (19-23).  One launch after an L2 flush; prints each mark's
+ * median and max over the blocks in SM cycles after the block's entry, and
+ * the spread of entries and exits in ns.
+ */
+static void print_timeline(const variant &v, const problem &p, int group_size)
+{
+	CUdeviceptr buf;
+	size_t bytes;
+	CU_CHECK(cuModuleGetGlobal(&buf, &bytes, v.mod, "tl_buf"));
+	CU_CHECK(cuMemsetD8(buf, 0, bytes));
+	RT_CHECK(cudaMemsetAsync(g_flush, 7, 2 * g_l2, 0));
+	launch(v, p, group_size, 0);
+	CU_CHECK(cuCtxSynchronize());
+	std::vector<unsigned long long> h(bytes / 8);
+	CU_CHECK(cuMemcpyDtoH(h.data(), buf, bytes));
+	int blocks = (int)std::min<size_t>(g_last_grid, h.size() / 32);
+	if (blocks == 0)
+		return;
+	unsigned long long g0 = ~0ull;
+	for (int b = 0; b < blocks; b++)
+		g0 = std::min(g0, h[b * 32 + 11]);
+	printf("  timeline %s grp %d, %d blocks, cycles after entry, median/max:\n   ", v.name.c_str(), group_size,
+	       blocks);
+	for (int i : { 1, 2, 3, 4, 16, 17, 18, 5, 19, 20, 21, 22, 23, 6, 7, 8, 9, 10 }) {
+		std::vector<long long> d;
+		for (int b = 0; b < blocks; b++)
+			if (h[b * 32 + i])
+				d.push_back((long long)(int)(unsigned)(h[b * 32 + i] - h[b * 32]));
+		std::sort(d.begin(), d.end());
+		if (!d.empty())
+			printf(" %d:%lld/%lld", i, d[d.size() / 2], d.back());
+	}
+	std::vector<long long> in, out;
+	for (int b = 0; b < blocks; b++) {
+		in.push_back((long long)(int)(unsigned)(h[b * 32 + 11] - g0));
+		if (h[b * 32 + 12])
+			out.push_back((long long)(int)(unsigned)(h[b * 32 + 12] - g0));
+	}
+	std::sort(in.begin(), in.end());
+	std::sort(out.begin(), out.end());
+	printf("\n    entry ns median/max %lld/%lld", in[in.size() / 2], in.back());
+	if (!out.empty())
+		printf(", done ns min/median/max %lld/%lld/%lld", out.front(), out[out.size() / 2], out.back());
+	printf("\n");
+}
+
 static int cmd_probe(const char *dir, int M, int N, int K)
 {
 	std::vector<variant> vs = read_probe_list((std::string(dir) + "/probe.list").c_str());
@@ -917,6 +981,16 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 		load_variant(v, dir);
 	const char *env = getenv("PROBE_RUNS");
 	int runs = env ? atoi(env) : 25, warmup = env ? 1 : 3;
+	std::vector<int> groups;
+	const char *gs = getenv("PROBE_GROUPS"); /* e.g. "1 4 8 16": group sizes to time (default 8 16) */
+	for (const char *q = gs ? gs : "8 16"; *q;) {
+		char *end;
+		long x = strtol(q, &end, 10);
+		if (end == q)
+			break;
+		groups.push_back((int)x);
+		q = end;
+	}
 	std::vector<int> splits;
 	const char *sp = getenv("PROBE_SPLITS"); /* e.g. "1 2 4": split-K values to time */
 	for (const char *q = sp ? sp : "1"; *q;) {
@@ -960,7 +1034,7 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 				if (v.bf16 != bf16 || v.tb != tb)
 					continue;
 				for (int split : splits)
-				for (int g : { 8, 16 }) {
+				for (int g : groups) {
 					p.split_k = split;
 					errs e;
 					bool ok;
@@ -977,6 +1051,8 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					snprintf(r, sizeof(r), " %9.4f %7.3f", tb_now, tb_now / t);
 					/* printed at once: a variant that hangs leaves the rows before it */
 					printf("%s%s%s\n", b, r, ok ? "" : "  (wrong)");
+					if (strstr(v.name.c_str(), "TIMELINE"))
+						print_timeline(v, p, g);
 					fflush(stdout);
 				}
 			}
