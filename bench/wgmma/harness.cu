@@ -974,6 +974,22 @@ static void print_timeline(const variant &v, const problem &p, int group_size)
 	printf("\n");
 }
 
+/* The integers in environment variable `name` (e.g. "1 4 8"), or in `fallback` when it is unset. */
+static std::vector<int> env_ints(const char *name, const char *fallback)
+{
+	std::vector<int> v;
+	const char *s = getenv(name);
+	for (const char *q = s ? s : fallback; *q;) {
+		char *end;
+		long x = strtol(q, &end, 10);
+		if (end == q)
+			break;
+		v.push_back((int)x);
+		q = end;
+	}
+	return v;
+}
+
 static int cmd_probe(const char *dir, int M, int N, int K)
 {
 	std::vector<variant> vs = read_probe_list((std::string(dir) + "/probe.list").c_str());
@@ -981,26 +997,8 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 		load_variant(v, dir);
 	const char *env = getenv("PROBE_RUNS");
 	int runs = env ? atoi(env) : 25, warmup = env ? 1 : 3;
-	std::vector<int> groups;
-	const char *gs = getenv("PROBE_GROUPS"); /* e.g. "1 4 8 16": group sizes to time (default 8 16) */
-	for (const char *q = gs ? gs : "8 16"; *q;) {
-		char *end;
-		long x = strtol(q, &end, 10);
-		if (end == q)
-			break;
-		groups.push_back((int)x);
-		q = end;
-	}
-	std::vector<int> splits;
-	const char *sp = getenv("PROBE_SPLITS"); /* e.g. "1 2 4": split-K values to time */
-	for (const char *q = sp ? sp : "1"; *q;) {
-		char *end;
-		long x = strtol(q, &end, 10);
-		if (end == q)
-			break;
-		splits.push_back((int)x);
-		q = end;
-	}
+	std::vector<int> groups = env_ints("PROBE_GROUPS", "8 16"); /* group sizes to time */
+	std::vector<int> splits = env_ints("PROBE_SPLITS", "1");    /* split-K values to time */
 	size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
 	u16 *A, *B, *C, *Cref;
 	RT_CHECK(cudaMalloc(&A, na * 2));
