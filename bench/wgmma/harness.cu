@@ -95,6 +95,7 @@ struct tile_cfg {
 	int bm, bn, stages, consumers;
 	int cluster; /* CLUSTER_M */
 	int epi_bufs = 2; /* EPI_BUFS */
+	int cluster_n = 1; /* probe 19's CLUSTER_N (blocks along N sharing A), from the variant's defines */
 };
 
 /* The configurations checked and timed (each for both dtypes and the layouts used). */
@@ -292,6 +293,9 @@ static std::vector<variant> read_probe_list(const char *path)
 		const char *eb = strstr(x.extra.c_str(), "-DEPI_BUFS=");
 		if (eb)
 			x.c.epi_bufs = atoi(eb + strlen("-DEPI_BUFS="));
+		const char *cn = strstr(x.extra.c_str(), "-DCLUSTER_N=");
+		if (cn)
+			x.c.cluster_n = atoi(cn + strlen("-DCLUSTER_N="));
 		while (!x.extra.empty() && isspace((unsigned char)x.extra.back()))
 			x.extra.pop_back();
 		x.name = variant_name(x.c, x.bf16, 0, x.tb, 0);
@@ -527,11 +531,12 @@ static void load_variant(variant &v, const char *dir)
 	CU_CHECK(cuModuleLoad(&v.mod, path.c_str()));
 	CU_CHECK(cuModuleGetFunction(&v.fn, v.mod, "gemm_wgmma_kernel"));
 	CU_CHECK(cuFuncSetAttribute(v.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_bytes(v.c)));
-	if (v.c.cluster > 1) {
+	const int csize = v.c.cluster * v.c.cluster_n;
+	if (csize > 1) {
 		/* the cluster shape is compiled in (__cluster_dims__); ask how many fit at once */
 		CUlaunchConfig lc;
 		memset(&lc, 0, sizeof(lc));
-		lc.gridDimX = (unsigned)(v.c.cluster * g_sms);
+		lc.gridDimX = (unsigned)(csize * g_sms);
 		lc.gridDimY = lc.gridDimZ = 1;
 		lc.blockDimX = (unsigned)threads(v.c);
 		lc.blockDimY = lc.blockDimZ = 1;
@@ -581,16 +586,18 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	const tile_cfg &c = v.c;
 	g_current = v.name.c_str();
 	CUtensorMap ma = v.ta ? encode_map(p.A, v.bf16, p.M, p.K, p.lda, 64, 64)
-			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, c.bm);
+			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, c.bm / c.cluster_n);
 	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / c.cluster)
 			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64);
 	/* probe 18's -DEPI_WARP=1: each warp stores its own 16 rows of a chunk */
 	const bool epi_warp = strstr(v.extra.c_str(), "-DEPI_WARP=1") != nullptr;
 	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, epi_warp ? 16 : 64);
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
-	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) * ((p.N + c.bn - 1) / c.bn);
+	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) *
+		    ((p.N + c.bn * c.cluster_n - 1) / (c.bn * c.cluster_n));
+	const int csize = c.cluster * c.cluster_n;
 	int units = tiles * p.split_k;
-	unsigned grid = c.cluster > 1 ? (unsigned)(c.cluster * std::min(units, v.max_clusters))
+	unsigned grid = csize > 1 ? (unsigned)(csize * std::min(units, v.max_clusters))
 				      : (unsigned)std::min(units, g_sms);
 	if (p.split_k > 1 && ((size_t)p.split_k * tiles * c.cluster * c.bm * c.bn > g_partials_elems ||
 			      (size_t)tiles * c.cluster * c.consumers > g_counters_n)) {
