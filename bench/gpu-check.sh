@@ -12,6 +12,8 @@
 #   kill   kill -9 a sweep's worker and the sweep, ten times at random moments
 #          (tests/gpu/kill-sweep.sh)
 #   concurrent  two sweeps on one database at once (tests/gpu/concurrent-sweeps.sh)
+#   devices  one sweep over every GPU of the machine, --devices 0,1,...
+#          (tests/gpu/devices-sweep.sh; needs two GPUs, skips on one)
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
@@ -79,6 +81,9 @@ for step in $steps; do
 		;;
 	concurrent)
 		run concurrent.log bash tests/gpu/concurrent-sweeps.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-concurrent/ktune.db
+		;;
+	devices)
+		run devices.log bash tests/gpu/devices-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-devices/ktune.db
 		;;
 	*)
 		echo "unknown step '$step'"
