@@ -47,6 +47,8 @@ struct gpu_thread {
 	struct sweep *s;
 	int device, multi;
 	pthread_t tid;
+	struct ktune_tune_options opts; /* the sweep's, with this GPU's progress prefix when multi */
+	char prefix[24];                /* "[gpu N] " when multi */
 };
 
 static void set_state(struct sweep *s, int i, enum key_state st, const struct ktune_result *r)
@@ -82,10 +84,7 @@ static void say(struct gpu_thread *g, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	if (g->multi)
-		fprintf(to, "[gpu %d] %s", g->device, line);
-	else
-		fputs(line, to);
+	fprintf(to, "%s%s", g->prefix, line);
 	fflush(to);
 }
 
@@ -143,7 +142,7 @@ static int sweep_key(struct gpu_thread *g, struct ktune_tuner *t, const char *ow
 	}
 	say(g, "key %d/%d %s\n", i + 1, s->spec->nkeys, text);
 	struct ktune_tune_report rep;
-	rc = ktune__tune_key(t, key, &s->opts, &rep, &ke);
+	rc = ktune__tune_key(t, key, &g->opts, &rep, &ke);
 	if (rc) {
 		struct ktune_err re;
 		ktune__db_release_key(db, dev, key, owner, &re); /* a failed key is not stored */
@@ -271,7 +270,11 @@ int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices
 	}
 	int started = 0;
 	for (int d = 0; d < ndevices; d++) {
-		g[d] = (struct gpu_thread){ &s, devices[d], ndevices > 1, 0 };
+		g[d] = (struct gpu_thread){ &s, devices[d], ndevices > 1, 0, s.opts, "" };
+		if (ndevices > 1) {
+			snprintf(g[d].prefix, sizeof(g[d].prefix), "[gpu %d] ", devices[d]);
+			g[d].opts.progress_prefix = g[d].prefix;
+		}
 		if (ndevices == 1)
 			gpu_main(&g[d]);
 		else if (pthread_create(&g[d].tid, NULL, gpu_main, &g[d]) == 0)

@@ -32,6 +32,8 @@ struct ktune_tune_options {
 	double timeout_s; /* a candidate's run; 0: derived from the key (ktune__run_timeout) */
 	double compile_timeout_s; /* one NVRTC compile; 0: 120 s */
 	FILE *progress;  /* where progress lines go; NULL: none */
+	const char *progress_prefix; /* NULL: lines as they are; else put before each whole line, and
+				      * the in-place updates ("\r...") left out: several GPUs share the stream */
 };
 
 struct ktune_tune_report {

@@ -122,6 +122,33 @@ static void test_concurrency__two_processes_one_database(void **state)
 	ktune__spec_free(&spec);
 }
 
+/*
+ * Two GPUs share one progress stream: every line is whole and says which GPU
+ * wrote it (no in-place "\r" updates to run into the other GPU's lines), and
+ * the lines that start a key add up to the keys.
+ */
+static void check_progress(const char *path, int nkeys)
+{
+	struct ktune_err e;
+	char *text;
+	size_t len;
+	int starts = 0;
+	assert_int_equal(ktune__read_file(path, 1 << 22, &text, &len, &e), KTUNE_OK);
+	assert_null(strchr(text, '\r'));
+	for (char *line = text, *next; *line; line = next) {
+		next = strchr(line, '\n');
+		assert_non_null(next); /* the last line is whole too */
+		*next++ = 0;
+		if (!*line)
+			continue;
+		if (strncmp(line, "[gpu 0] ", 8) && strncmp(line, "[gpu 1] ", 8))
+			fail_msg("progress line without its GPU: '%s'", line);
+		starts += !strncmp(line + 8, "key ", 4) && !strstr(line, ": already tuned");
+	}
+	assert_int_equal(starts, nkeys);
+	free(text);
+}
+
 static void test_concurrency__one_sweep_two_devices(void **state)
 {
 	struct ktune_spec spec = { 0 };
@@ -133,11 +160,18 @@ static void test_concurrency__one_sweep_two_devices(void **state)
 
 	snprintf(path, sizeof(path), "%s/devices.db", dir);
 	load_spec(&spec);
+	char progress_path[4200];
+	snprintf(progress_path, sizeof(progress_path), "%s/progress.txt", dir);
+	o.progress = fopen(progress_path, "w");
+	assert_non_null(o.progress);
 	FILE *null = fopen("/dev/null", "w");
 	assert_int_equal(ktune__sweep(path, test_program("fake-worker"), devices, 2, &spec, &o, null, &e),
 			 0);
 	fclose(null);
+	fclose(o.progress);
+	o.progress = NULL;
 	check_database(path, spec.nkeys);
+	check_progress(progress_path, spec.nkeys);
 
 	/* a second sweep finds everything tuned */
 	char *text;
