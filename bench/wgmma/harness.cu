@@ -24,7 +24,11 @@
  *                                 runs after one warm-up (1 for a profiler);
  *                                 PROBE_SPLITS="1 2 4" the split-K values,
  *                                 PROBE_GROUPS="1 8 16" the group sizes
- *                                 (default 8 16); variants compiled with
+ *                                 (default 8 16); PROBE_WARM=1 runs each
+ *                                 timed launch's kernel once on other
+ *                                 operands right after the L2 flush (code
+ *                                 warm), PROBE_WARM=2 on the same operands
+ *                                 (code and data warm); variants compiled with
  *                                 probes/timeline.patch's PROBE_TIMELINE
  *                                 also print their blocks' timeline
  *
@@ -42,11 +46,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <sys/stat.h>
 #include <thread>
@@ -196,7 +202,12 @@ static std::string read_file(const char *path)
 	size_t n;
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
 		s.append(buf, n);
+	const bool failed = ferror(f);
 	fclose(f);
+	if (failed || s.empty()) { /* a directory opens, then reads nothing: an empty kernel source */
+		fprintf(stderr, "cannot read '%s' (%s)\n", path, failed ? strerror(errno) : "empty");
+		exit(2);
+	}
 	return s;
 }
 
@@ -783,6 +794,14 @@ static int cmd_correct(const char *dir)
 
 /* ----------------------------------------------------------------- timing */
 
+/*
+ * Probe 20: run right after each flush, outside the timed window, the same
+ * kernel once more: PROBE_WARM=1 on a second set of operands, so that the
+ * timed launch finds its code in the caches and its data still cold;
+ * PROBE_WARM=2 on the same operands, so that it finds its data in L2 too.
+ */
+static std::function<void()> g_warm;
+
 /* Median time (ms) of runs of fn, each after an L2 flush, after warm-up. */
 template <typename F>
 static double time_ms(F fn, int warmup, int runs)
@@ -795,6 +814,8 @@ static double time_ms(F fn, int warmup, int runs)
 	std::vector<float> t;
 	for (int i = 0; i < runs; i++) {
 		RT_CHECK(cudaMemsetAsync(g_flush, i & 0xff, 2 * g_l2, 0));
+		if (g_warm)
+			g_warm();
 		RT_CHECK(cudaEventRecord(e0, 0));
 		fn();
 		RT_CHECK(cudaEventRecord(e1, 0));
@@ -946,6 +967,8 @@ static void print_timeline(const variant &v, const problem &p, int group_size)
 	CU_CHECK(cuModuleGetGlobal(&buf, &bytes, v.mod, "tl_buf"));
 	CU_CHECK(cuMemsetD8(buf, 0, bytes));
 	RT_CHECK(cudaMemsetAsync(g_flush, 7, 2 * g_l2, 0));
+	if (g_warm)
+		g_warm(); /* its marks are overwritten by the launch below */
 	launch(v, p, group_size, 0);
 	CU_CHECK(cuCtxSynchronize());
 	std::vector<unsigned long long> h(bytes / 8);
@@ -1012,6 +1035,17 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 	RT_CHECK(cudaMalloc(&B, nb * 2));
 	RT_CHECK(cudaMalloc(&C, nc * 2));
 	RT_CHECK(cudaMalloc(&Cref, nc * 2));
+	const char *warm_env = getenv("PROBE_WARM");
+	const int warm = warm_env ? atoi(warm_env) : 0; /* 1: code warm; 2: code and data */
+	u16 *A2 = nullptr, *B2 = nullptr, *C2 = nullptr; /* the warm-up launch's operands */
+	if (warm == 2) {
+		printf("PROBE_WARM=2: each timed launch follows one of the same kernel on the same operands\n");
+	} else if (warm) {
+		RT_CHECK(cudaMalloc(&A2, na * 2));
+		RT_CHECK(cudaMalloc(&B2, nb * 2));
+		RT_CHECK(cudaMalloc(&C2, nc * 2));
+		printf("PROBE_WARM: each timed launch follows one of the same kernel on other operands\n");
+	}
 	double flops = 2.0 * M * N * K;
 	printf("%-52s %5s %5s %5s %4s %9s %8s %9s %7s\n", "variant", "M", "N", "K", "grp", "ms", "TFLOP/s", "cuBLASms",
 	       "ratio");
@@ -1034,6 +1068,14 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 			pr.C = Cref;
 			poison(Cref, nc);
 			cublas_gemm(pr, bf16, 0, tb);
+			problem pw = p; /* the same shape on the warm-up operands */
+			if (warm == 1) {
+				pw.A = A2, pw.B = B2, pw.C = C2;
+				fill(A2, na, 13, bf16);
+				fill(B2, nb, 14, bf16);
+			}
+			auto warm_blas = [&] { cublas_gemm(warm == 2 ? pr : pw, bf16, 0, tb); };
+			g_warm = warm ? std::function<void()>(warm_blas) : nullptr;
 			double t_blas = time_ms([&] { cublas_gemm(pr, bf16, 0, tb); }, warmup, runs);
 			for (auto &v : vs) {
 				if (v.bf16 != bf16 || v.tb != tb)
@@ -1043,7 +1085,11 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					p.split_k = split;
 					errs e;
 					bool ok;
+					pw.split_k = split;
+					auto warm_variant = [&] { launch(v, pw, g, 0); };
+					g_warm = warm ? std::function<void()>(warm_variant) : nullptr;
 					double t = check_and_time(v, p, g, Cref, warmup, runs, &ok, &e);
+					g_warm = warm ? std::function<void()>(warm_blas) : nullptr;
 					/* cuBLAS right after, so that both see the same clocks (a heating GPU slows down) */
 					double tb_now = time_ms([&] { cublas_gemm(pr, bf16, 0, tb); }, warmup, runs);
 					char b[256];
@@ -1056,8 +1102,10 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					snprintf(r, sizeof(r), " %9.4f %7.3f", tb_now, tb_now / t);
 					/* printed at once: a variant that hangs leaves the rows before it */
 					printf("%s%s%s\n", b, r, ok ? "" : "  (wrong)");
-					if (strstr(v.name.c_str(), "TIMELINE"))
+					if (strstr(v.name.c_str(), "TIMELINE")) {
+						g_warm = warm ? std::function<void()>(warm_variant) : nullptr;
 						print_timeline(v, p, g);
+					}
 					fflush(stdout);
 				}
 			}
@@ -1066,6 +1114,7 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 								      : (tb ? "cublas_f16_nt" : "cublas_f16_nn"),
 			       M, N, K, "-", t_blas, flops / t_blas / 1e9);
 			fflush(stdout);
+			g_warm = nullptr;
 		}
 	return 0;
 }

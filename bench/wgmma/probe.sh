@@ -9,6 +9,8 @@
 # variants and cuBLAS at that shape.  NCU_SOURCE="DIR ..." profiles the first
 # launch of the variant in each $PROBE/DIR (one variant a directory) with
 # warp-state and per-instruction stall counters, into $OUT/DIR.source.csv.
+# NCU_SAMPLING sets ncu's warp sampling interval (0: every 32 cycles, for
+# kernels too short for the default to sample much).
 # PROBE_TIMEOUT (seconds a shape, default 300) cuts off a variant that hangs.
 # Logs go under $OUT.
 set -u
@@ -29,7 +31,7 @@ done
 shapes=${NCU_SHAPES:-${NCU_SHAPE:-}}
 if [ -n "$shapes" ]; then
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	metrics=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes.sum.per_second,dram__bytes.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
+	metrics=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_active.max,sm__cycles_active.sum,sm__cycles_elapsed.max,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes.sum.per_second,dram__bytes.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
 	IFS=';' read -ra list <<<"$shapes"
 	for shape in "${list[@]}"; do
 		dir="$P/ncu_$(echo $shape | tr ' ' x)"
@@ -46,7 +48,7 @@ if [ -n "${NCU_SOURCE:-}" ]; then
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 	for d in $NCU_SOURCE; do
 		PROBE_RUNS=1 timeout 200 "$ncu" --clock-control none -k regex:gemm_wgmma -c 1 \
-			--section WarpStateStats --section SourceCounters --section SpeedOfLight \
+			--warp-sampling-interval ${NCU_SAMPLING:-auto} --section WarpStateStats --section SourceCounters --section SpeedOfLight \
 			-o "$OUT/$d" "$P/harness" probe "$P/$d" ${NCU_SOURCE_SHAPE:-4096 4096 4096} >"$OUT/$d.ncu.log" 2>&1
 		"$ncu" -i "$OUT/$d.ncu-rep" --page details >"$OUT/$d.details.txt" 2>&1
 		"$ncu" -i "$OUT/$d.ncu-rep" --page source --csv --print-source sass >"$OUT/$d.source.csv" 2>&1
