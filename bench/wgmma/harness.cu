@@ -102,6 +102,7 @@ struct tile_cfg {
 	int cluster; /* CLUSTER_M */
 	int epi_bufs = 2; /* EPI_BUFS */
 	int cluster_n = 1; /* probe 19's CLUSTER_N (blocks along N sharing A), from the variant's defines */
+	int cluster_k = 1; /* probe 23's CLUSTER_K (blocks splitting a tile's k-tiles), likewise */
 };
 
 /* The configurations checked and timed (each for both dtypes and the layouts used). */
@@ -142,7 +143,7 @@ static std::string variant_name(const tile_cfg &c, int bf16, int ta, int tb, int
 static size_t smem_bytes(const tile_cfg &c)
 {
 	return 1024 + (size_t)c.stages * (c.bm + c.bn) * 64 * 2 + (size_t)c.consumers * c.epi_bufs * 8192 +
-	       (size_t)c.stages * 16;
+	       (size_t)c.stages * 16 + (c.cluster_k > 1 ? (size_t)c.consumers * 16 + (size_t)c.bm * c.bn * 4 : 0);
 }
 
 static int threads(const tile_cfg &c)
@@ -307,6 +308,9 @@ static std::vector<variant> read_probe_list(const char *path)
 		const char *cn = strstr(x.extra.c_str(), "-DCLUSTER_N=");
 		if (cn)
 			x.c.cluster_n = atoi(cn + strlen("-DCLUSTER_N="));
+		const char *ck = strstr(x.extra.c_str(), "-DCLUSTER_K=");
+		if (ck)
+			x.c.cluster_k = atoi(ck + strlen("-DCLUSTER_K="));
 		while (!x.extra.empty() && isspace((unsigned char)x.extra.back()))
 			x.extra.pop_back();
 		x.name = variant_name(x.c, x.bf16, 0, x.tb, 0);
@@ -542,7 +546,7 @@ static void load_variant(variant &v, const char *dir)
 	CU_CHECK(cuModuleLoad(&v.mod, path.c_str()));
 	CU_CHECK(cuModuleGetFunction(&v.fn, v.mod, "gemm_wgmma_kernel"));
 	CU_CHECK(cuFuncSetAttribute(v.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_bytes(v.c)));
-	const int csize = v.c.cluster * v.c.cluster_n;
+	const int csize = v.c.cluster * v.c.cluster_n * v.c.cluster_k;
 	if (csize > 1) {
 		/* the cluster shape is compiled in (__cluster_dims__); ask how many fit at once */
 		CUlaunchConfig lc;
@@ -606,7 +610,7 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
 	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) *
 		    ((p.N + c.bn * c.cluster_n - 1) / (c.bn * c.cluster_n));
-	const int csize = c.cluster * c.cluster_n;
+	const int csize = c.cluster * c.cluster_n * c.cluster_k;
 	int units = tiles * p.split_k;
 	unsigned grid = csize > 1 ? (unsigned)(csize * std::min(units, v.max_clusters))
 				      : (unsigned)std::min(units, g_sms);
