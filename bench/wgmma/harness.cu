@@ -103,6 +103,7 @@ struct tile_cfg {
 	int epi_bufs = 2; /* EPI_BUFS */
 	int cluster_n = 1; /* probe 19's CLUSTER_N (blocks along N sharing A), from the variant's defines */
 	int cluster_k = 1; /* probe 23's CLUSTER_K (blocks splitting a tile's k-tiles), likewise */
+	int tile_m = 0;    /* probe 24's TILE_M (rows of C per tile, under BLOCK_M), likewise; 0: BLOCK_M */
 };
 
 /* The configurations checked and timed (each for both dtypes and the layouts used). */
@@ -311,6 +312,9 @@ static std::vector<variant> read_probe_list(const char *path)
 		const char *ck = strstr(x.extra.c_str(), "-DCLUSTER_K=");
 		if (ck)
 			x.c.cluster_k = atoi(ck + strlen("-DCLUSTER_K="));
+		const char *tm = strstr(x.extra.c_str(), "-DTILE_M=");
+		if (tm)
+			x.c.tile_m = atoi(tm + strlen("-DTILE_M="));
 		while (!x.extra.empty() && isspace((unsigned char)x.extra.back()))
 			x.extra.pop_back();
 		x.name = variant_name(x.c, x.bf16, 0, x.tb, 0);
@@ -599,16 +603,17 @@ static unsigned g_last_grid; /* the grid of the last launch (probe 18's timeline
 static void launch(const variant &v, const problem &p, int group_size, cudaStream_t s)
 {
 	const tile_cfg &c = v.c;
+	const int tile_m = c.tile_m ? c.tile_m : c.bm; /* rows of C per tile */
 	g_current = v.name.c_str();
 	CUtensorMap ma = v.ta ? encode_map(p.A, v.bf16, p.M, p.K, p.lda, 64, 64)
-			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, c.bm / c.cluster_n);
+			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, tile_m / c.cluster_n);
 	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / c.cluster)
 			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64);
 	/* probe 18's -DEPI_WARP=1: each warp stores its own 16 rows of a chunk */
 	const bool epi_warp = strstr(v.extra.c_str(), "-DEPI_WARP=1") != nullptr;
-	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, epi_warp ? 16 : 64);
+	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, epi_warp ? 16 : std::min(64, tile_m));
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
-	int tiles = ((p.M + c.bm * c.cluster - 1) / (c.bm * c.cluster)) *
+	int tiles = ((p.M + tile_m * c.cluster - 1) / (tile_m * c.cluster)) *
 		    ((p.N + c.bn * c.cluster_n - 1) / (c.bn * c.cluster_n));
 	const int csize = c.cluster * c.cluster_n * c.cluster_k;
 	int units = tiles * p.split_k;
