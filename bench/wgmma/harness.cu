@@ -152,6 +152,15 @@ static int threads(const tile_cfg &c)
 	return (c.consumers + 1) * 128;
 }
 
+/* *value = N where the defines hold -DNAME=N; left alone otherwise. */
+static void define_int(const std::string &defines, const char *name, int *value)
+{
+	const std::string key = std::string("-D") + name + "=";
+	const size_t at = defines.find(key);
+	if (at != std::string::npos)
+		*value = atoi(defines.c_str() + at + key.size());
+}
+
 /* Correctness variants: every config, dtype and layout, with the hang guard. */
 static std::vector<variant> correct_variants()
 {
@@ -303,18 +312,11 @@ static std::vector<variant> read_probe_list(const char *path)
 		x.ta = 0;
 		x.dbg = 0;
 		x.extra = line + used;
-		const char *eb = strstr(x.extra.c_str(), "-DEPI_BUFS=");
-		if (eb)
-			x.c.epi_bufs = atoi(eb + strlen("-DEPI_BUFS="));
-		const char *cn = strstr(x.extra.c_str(), "-DCLUSTER_N=");
-		if (cn)
-			x.c.cluster_n = atoi(cn + strlen("-DCLUSTER_N="));
-		const char *ck = strstr(x.extra.c_str(), "-DCLUSTER_K=");
-		if (ck)
-			x.c.cluster_k = atoi(ck + strlen("-DCLUSTER_K="));
-		const char *tm = strstr(x.extra.c_str(), "-DTILE_M=");
-		if (tm)
-			x.c.tile_m = atoi(tm + strlen("-DTILE_M="));
+		/* the defines that change the launch: shared memory, boxes, grid */
+		define_int(x.extra, "EPI_BUFS", &x.c.epi_bufs);
+		define_int(x.extra, "CLUSTER_N", &x.c.cluster_n);
+		define_int(x.extra, "CLUSTER_K", &x.c.cluster_k);
+		define_int(x.extra, "TILE_M", &x.c.tile_m);
 		while (!x.extra.empty() && isspace((unsigned char)x.extra.back()))
 			x.extra.pop_back();
 		x.name = variant_name(x.c, x.bf16, 0, x.tb, 0);
