@@ -25,8 +25,8 @@
  * Pipeline (one block, NTHREADS = (CONSUMERS + 1) * 128 threads):
  *
  *   warpgroup 0: producer            shared memory: ring of STAGES slots       warpgroups 1..CONSUMERS
- *   (one thread issues TMA)          slot s = A tile s | B tile s              (consumer c owns rows
- *                                                                               c*BLOCK_M/CONSUMERS ..
+ *   (one thread issues TMA,          slot s = A tile s | B tile s              (consumer c owns rows
+ *   two for 64x64 tiles)                                                        c*BLOCK_M/CONSUMERS ..
  *   for each tile of this block:                                                of the block's tile)
  *     for each k-tile kt:            +-------+-------+-----+---------+
  *       wait empty[s] ------------>  | slot0 | slot1 | ... | slotS-1 |  ---->  wait full[s]
@@ -43,9 +43,10 @@
  *   Every block runs units of work blockIdx.x, blockIdx.x + gridDim.x, ...;
  *   unit u is split u % split_k of tile u / split_k in the grouped order
  *   (without split-K, a unit is a tile).  Producer and consumers walk the
- *   same list, and one
- *   counter `it` (k-tiles seen by this block so far) gives the slot
- *   (it % STAGES) and the barrier phase ((it / STAGES) & 1) on both sides.
+ *   same list, and one counter `it` (k-tiles seen by this block so far)
+ *   gives the slot (it % STAGES) and the barrier phase ((it / STAGES) & 1)
+ *   on both sides; 64x64 tiles (SMALL_TILE) keep slot and phase as they go
+ *   instead, and their two producer threads take even and odd `it`.
  *   The producer runs up to STAGES k-tiles ahead, across tile boundaries, so
  *   the next tile's loads overlap this tile's epilogue.  The epilogue goes
  *   through shared memory because stores straight from the accumulator
@@ -198,6 +199,19 @@
 #define M_SLABS (WG_ROWS / 64)        /* m64 wgmma rows per consumer */
 #define K_STEPS (BLOCK_K / 16)        /* k16 wgmma steps per stage */
 #define ACC_N (BLOCK_N / 2)           /* fp32 accumulators per thread per m64 slab */
+
+/*
+ * A 64x64 tile's k-tile is 128 tensor-core cycles of work, less than one
+ * producer thread's chain of empty wait, expect-tx and TMA issue per k-tile
+ * (about 350 cycles on the H100) and than the consumer's loop when it
+ * divides by STAGES and builds four descriptors from scratch.  So a small
+ * tile gets two producer threads taking the k-tiles in turns, and loops that
+ * keep the ring position incrementally and step the descriptors by
+ * constants: 4-6% at 512^3, 1-3% at M = 128 in the sweep.  The same loops
+ * made larger tiles slower, up to 8% (bench/wgmma/README.md, probe 27).
+ */
+#define SMALL_TILE (BLOCK_M == 64 && BLOCK_N == 64 && CONSUMERS == 1)
+#define PRODUCER_THREADS (SMALL_TILE ? 2 : 1) /* lane 0 of warps 0 .. PRODUCER_THREADS-1 */
 
 #define A_STAGE_BYTES (BLOCK_M * BLOCK_K * 2)
 #define B_STAGE_BYTES (BLOCK_N * BLOCK_K * 2)
@@ -647,6 +661,20 @@ static __device__ __forceinline__ void grouped_tile(int tile, int num_pid_m, int
 static __device__ __forceinline__ int ring_slot(int it) { return it % STAGES; }
 static __device__ __forceinline__ u32 ring_parity(int it) { return (u32)(it / STAGES) & 1; }
 
+/* The same, kept incrementally (SMALL_TILE): the slot and parity of the next k-tile. */
+struct ring_pos {
+	int slot;
+	u32 parity;
+};
+
+static __device__ __forceinline__ void ring_advance(ring_pos *p)
+{
+	if (++p->slot == STAGES) {
+		p->slot = 0;
+		p->parity ^= 1;
+	}
+}
+
 /*
  * Byte offset, within one A slot, of the m64 slab at tile row `row` (a
  * multiple of 64) for k-step ks (16 k each).  K-major: rows of 128 bytes,
@@ -750,6 +778,26 @@ static __device__ __forceinline__ void mma_stage(float (&acc)[M_SLABS][ACC_N], u
 #pragma unroll
 		for (int s = 0; s < M_SLABS; s++) {
 			u64 da = smem_desc(a_slot + a_slab_offset(wg_row0 + 64 * s, ks), A_LBO, 1024);
+			wgmma_tile(acc[s], da, db, !(first && ks == 0));
+		}
+	}
+	wgmma_commit();
+}
+
+/*
+ * mma_stage from the slot's first descriptors (SMALL_TILE): every k-step's
+ * and slab's is the first plus a constant, the descriptor's low bits being
+ * the address / 16 (which stays below 2^14 in 227 KiB of shared memory).
+ */
+static __device__ __forceinline__ void mma_stage_desc(float (&acc)[M_SLABS][ACC_N], u64 da0, u64 db0, bool first)
+{
+	wgmma_fence();
+#pragma unroll
+	for (int ks = 0; ks < K_STEPS; ks++) {
+		const u64 db = db0 + (u64)(b_kstep_offset(ks) >> 4);
+#pragma unroll
+		for (int s = 0; s < M_SLABS; s++) {
+			const u64 da = da0 + (u64)((a_slab_offset(64 * s, ks) - a_slab_offset(0, 0)) >> 4);
 			wgmma_tile(acc[s], da, db, !(first && ks == 0));
 		}
 	}
@@ -994,21 +1042,36 @@ static __device__ __forceinline__ void tile_origin(const ring &r, int tile, int 
 }
 
 /*
- * The producer (one thread): for every k-tile of every tile of this block,
- * wait until its slot is free in the whole cluster, announce the bytes on
- * the slot's full barrier, issue the TMA loads.
+ * A producer thread (PRODUCER_THREADS of them, this one number `turn`): for
+ * every k-tile of every tile of this block that is its turn, wait until its
+ * slot is free in the whole cluster, announce the bytes on the slot's full
+ * barrier, issue the TMA loads.
  */
 static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap_ *tmap_a,
-						const CUtensorMap_ *tmap_b, int group_size)
+						const CUtensorMap_ *tmap_b, int group_size, int turn)
 {
 	int it = 0;
+#if SMALL_TILE
+	ring_pos pos = { 0, 0 };
+#else
+	(void)turn;
+#endif
 	for (int u = r.first_unit; u < r.num_units; u += r.unit_stride) {
 		int tile, split, kt0, nkt, m0, n0;
 		unit_range(r, u, &tile, &split, &kt0, &nkt);
 		tile_origin(r, tile, group_size, &m0, &n0);
 		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
+#if SMALL_TILE
+			const int slot = pos.slot;
+			const u32 parity = pos.parity;
+			ring_advance(&pos);
+			if (it % PRODUCER_THREADS != turn)
+				continue;
+			mbar_wait(r.empty + 8 * slot, parity ^ 1);
+#else
 			const int slot = ring_slot(it);
 			mbar_wait(r.empty + 8 * slot, ring_parity(it) ^ 1);
+#endif
 			mbar_arrive_expect_tx(r.full + 8 * slot, STAGE_BYTES);
 			load_stage(tmap_a, tmap_b, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES,
 				   r.full + 8 * slot, m0, n0, kt, r.rank);
@@ -1045,12 +1108,33 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 	float acc[M_SLABS][ACC_N];
 	int it = 0, chunks = 0;
 	const u32 barrier_id = 1 + (u32)consumer_index; /* 0 is __syncthreads' */
+#if SMALL_TILE
+	ring_pos pos = { 0, 0 };
+	int prev_slot = 0; /* the slot of the previous k-tile, freed once its wgmma are done */
+	const u64 da0 = smem_desc(r.a + a_slab_offset(wg_row0, 0), A_LBO, 1024); /* slot 0's first */
+	const u64 db0 = smem_desc(r.b + b_kstep_offset(0), B_LBO, 1024);
+#endif
 	for (int u = r.first_unit; u < r.num_units; u += r.unit_stride) {
 		int tile, split, kt0, nkt, m0, n0;
 		unit_range(r, u, &tile, &split, &kt0, &nkt);
 		tile_origin(r, tile, group_size, &m0, &n0);
 
 		/* mma */
+#if SMALL_TILE
+		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
+			const int slot = pos.slot;
+			mbar_wait(r.full + 8 * slot, pos.parity);
+			ring_advance(&pos);
+#if PROBE_SKIP != 2
+			mma_stage_desc(acc, da0 + (u64)((u32)slot * (A_STAGE_BYTES >> 4)),
+				       db0 + (u64)((u32)slot * (B_STAGE_BYTES >> 4)), kt == kt0);
+#endif
+			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
+			if (kt > kt0 && warp_leader)
+				release_slot(r.empty + 8 * prev_slot);
+			prev_slot = slot;
+		}
+#else
 		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
 			const int slot = ring_slot(it);
 			mbar_wait(r.full + 8 * slot, ring_parity(it));
@@ -1061,10 +1145,16 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 			if (kt > kt0 && warp_leader)
 				release_slot(r.empty + 8 * ring_slot(it - 1));
 		}
+#endif
 		wgmma_wait<0>();
 		fence_acc(acc);
+#if SMALL_TILE
+		if (warp_leader)
+			release_slot(r.empty + 8 * prev_slot);
+#else
 		if (warp_leader)
 			release_slot(r.empty + 8 * ring_slot(it - 1));
+#endif
 		if (r.split_k > 1) {
 			const int wg_slot = (tile * CLUSTER_M + r.rank) * CONSUMERS + consumer_index;
 			if (!reduce_split(acc, partials, tile_counters + wg_slot, wg_slot, split, r.split_k, t,
@@ -1153,8 +1243,8 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 	const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
 	if (warpgroup == 0) {
 		regs_release<PRODUCER_REGS>();
-		if (t == 0)
-			producer(r, &tmap_a, &tmap_b, group_size);
+		if (t % 32 == 0 && t / 32 < PRODUCER_THREADS)
+			producer(r, &tmap_a, &tmap_b, group_size, t / 32);
 	} else {
 		regs_claim<CONSUMER_REGS>();
 		consumer(r, warpgroup - 1, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size, partials,
