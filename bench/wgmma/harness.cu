@@ -30,7 +30,10 @@
  *                                 warm), PROBE_WARM=2 on the same operands
  *                                 (code and data warm); variants compiled with
  *                                 probes/timeline.patch's PROBE_TIMELINE
- *                                 also print their blocks' timeline
+ *                                 also print their blocks' timeline;
+ *                                 PROBE_ENERGY=s also runs each variant and
+ *                                 cuBLAS back to back for s seconds and
+ *                                 prints their energy per GEMM (NVML)
  *
  * Build (see README.md):
  *   nvcc -O3 -arch=sm_90a -std=c++17 -o harness bench/wgmma/harness.cu \
@@ -52,10 +55,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <functional>
 #include <string>
 #include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 typedef unsigned short u16;
@@ -135,8 +140,11 @@ static const char *layout_name(int ta, int tb)
 static std::string variant_name(const tile_cfg &c, int bf16, int ta, int tb, int dbg)
 {
 	char b[128];
-	snprintf(b, sizeof(b), "bm%d_bn%d_s%d_c%d%s_%s_%s%s", c.bm, c.bn, c.stages, c.consumers,
-		 c.cluster > 1 ? "_k2" : "", bf16 ? "bf16" : "f16", layout_name(ta, tb), dbg ? "_dbg" : "");
+	char k[16] = "";
+	if (c.cluster > 1)
+		snprintf(k, sizeof(k), "_k%d", c.cluster);
+	snprintf(b, sizeof(b), "bm%d_bn%d_s%d_c%d%s_%s_%s%s", c.bm, c.bn, c.stages, c.consumers, k,
+		 bf16 ? "bf16" : "f16", layout_name(ta, tb), dbg ? "_dbg" : "");
 	return b;
 }
 
@@ -813,6 +821,92 @@ static int cmd_correct(const char *dir)
  */
 static std::function<void()> g_warm;
 
+/* ----------------------------------------------------------------- energy */
+
+/*
+ * Probe 29: a large GEMM on the H100 runs at the board's 700 W cap, so its
+ * speed there is its energy.  PROBE_ENERGY=s runs a variant, and cuBLAS
+ * right after it, back to back (no flushes, as in production) for s seconds
+ * after half a second of warm-up, and prints the time and the board energy
+ * per GEMM (NVML's energy counter), the mean power, the median of five
+ * samples of the SM clock and the clock event reasons seen in them (NVML's
+ * bits: 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x80 power brake).  NVML is opened at run time: no header or stub is needed to build.
+ */
+struct nvml_api {
+	void *dev = nullptr;
+	int (*energy)(void *, unsigned long long *) = nullptr; /* mJ since the driver loaded */
+	int (*clock)(void *, int, unsigned *) = nullptr;       /* MHz; clock type 1 is the SM clock */
+	int (*reasons)(void *, unsigned long long *) = nullptr; /* clock event ("throttle") reasons now */
+};
+
+static nvml_api *nvml_open(void)
+{
+	static nvml_api n;
+	static bool tried;
+	if (!tried) {
+		tried = true;
+		void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+		auto init = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : nullptr;
+		auto get = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : nullptr;
+		n.energy = h ? (int (*)(void *, unsigned long long *))dlsym(h, "nvmlDeviceGetTotalEnergyConsumption")
+			     : nullptr;
+		n.clock = h ? (int (*)(void *, int, unsigned *))dlsym(h, "nvmlDeviceGetClockInfo") : nullptr;
+		n.reasons = h ? (int (*)(void *, unsigned long long *))dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons")
+			      : nullptr;
+		if (!init || !get || !n.energy || !n.clock || init() != 0 || get(0, &n.dev) != 0)
+			n.dev = nullptr; /* index 0: the probe machines have one GPU */
+	}
+	return n.dev ? &n : nullptr;
+}
+
+/* fn back to back for `seconds` (per_ms: its time per launch, to size the runs); false without NVML. */
+template <typename F>
+static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *mj, double *watts, unsigned *mhz,
+		      unsigned long long *reasons)
+{
+	nvml_api *n = nvml_open();
+	if (!n || per_ms <= 0)
+		return false;
+	const int warm = (int)(500.0 / per_ms) + 1, runs = (int)(seconds * 1000.0 / per_ms) + 1;
+	for (int i = 0; i < warm; i++)
+		fn();
+	RT_CHECK(cudaDeviceSynchronize());
+	cudaEvent_t e0, e1;
+	RT_CHECK(cudaEventCreate(&e0));
+	RT_CHECK(cudaEventCreate(&e1));
+	unsigned long long j0, j1;
+	n->energy(n->dev, &j0);
+	RT_CHECK(cudaEventRecord(e0, 0));
+	for (int i = 0; i < runs; i++)
+		fn();
+	RT_CHECK(cudaEventRecord(e1, 0));
+	/* the launches may all be queued already: sample the clock while they run, five times */
+	std::vector<unsigned> clocks;
+	unsigned long long why = 0;
+	for (int i = 0; i < 5; i++) {
+		usleep((useconds_t)(seconds * 0.15e6));
+		unsigned c = 0;
+		unsigned long long r = 0;
+		n->clock(n->dev, 1, &c);
+		clocks.push_back(c);
+		if (n->reasons && n->reasons(n->dev, &r) == 0)
+			why |= r;
+	}
+	std::sort(clocks.begin(), clocks.end());
+	*mhz = clocks[2];
+	*reasons = why;
+	RT_CHECK(cudaEventSynchronize(e1));
+	n->energy(n->dev, &j1);
+	float el;
+	RT_CHECK(cudaEventElapsedTime(&el, e0, e1));
+	RT_CHECK(cudaEventDestroy(e0));
+	RT_CHECK(cudaEventDestroy(e1));
+	*ms = el / runs;
+	*mj = (double)(j1 - j0) / runs;
+	*watts = (double)(j1 - j0) / el;
+	return true;
+}
+
 /* Median time (ms) of runs of fn, each after an L2 flush, after warm-up. */
 template <typename F>
 static double time_ms(F fn, int warmup, int runs)
@@ -1040,6 +1134,8 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 	int runs = env ? atoi(env) : 25, warmup = env ? 1 : 3;
 	std::vector<int> groups = env_ints("PROBE_GROUPS", "8 16"); /* group sizes to time */
 	std::vector<int> splits = env_ints("PROBE_SPLITS", "1");    /* split-K values to time */
+	const char *energy_env = getenv("PROBE_ENERGY");
+	const double energy_s = energy_env ? atof(energy_env) : 0; /* probe 29: seconds back to back */
 	size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
 	u16 *A, *B, *C, *Cref;
 	RT_CHECK(cudaMalloc(&A, na * 2));
@@ -1113,6 +1209,16 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					snprintf(r, sizeof(r), " %9.4f %7.3f", tb_now, tb_now / t);
 					/* printed at once: a variant that hangs leaves the rows before it */
 					printf("%s%s%s\n", b, r, ok ? "" : "  (wrong)");
+					double ems, emj, ew, bms, bmj, bw;
+					unsigned emhz = 0, bmhz = 0;
+					unsigned long long ewhy = 0, bwhy = 0;
+					if (energy_s > 0 &&
+					    energy_of([&] { launch(v, p, g, 0); }, t, energy_s, &ems, &emj, &ew, &emhz, &ewhy) &&
+					    energy_of([&] { cublas_gemm(pr, bf16, 0, tb); }, tb_now, energy_s, &bms, &bmj, &bw,
+						      &bmhz, &bwhy))
+						printf("    energy: ours %.4f ms %.1f mJ %.0f W %u MHz reasons 0x%llx | cuBLAS %.4f ms "
+						       "%.1f mJ %.0f W %u MHz reasons 0x%llx | time ratio %.3f, energy ratio %.3f\n",
+						       ems, emj, ew, emhz, ewhy, bms, bmj, bw, bmhz, bwhy, bms / ems, bmj / emj);
 					if (strstr(v.name.c_str(), "TIMELINE")) {
 						g_warm = warm ? std::function<void()>(warm_variant) : nullptr;
 						print_timeline(v, p, g);
