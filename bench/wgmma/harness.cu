@@ -617,7 +617,9 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	g_current = v.name.c_str();
 	CUtensorMap ma = v.ta ? encode_map(p.A, v.bf16, p.M, p.K, p.lda, 64, 64)
 			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, tile_m / c.cluster_n);
-	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / c.cluster)
+	/* K-major B: a box per block of a cluster; probe 12's 320-wide tile without one takes two of 160 rows */
+	const int b_boxes = c.bn > 256 && c.cluster == 1 ? 2 : c.cluster;
+	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / b_boxes)
 			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64);
 	/* probe 18's -DEPI_WARP=1: each warp stores its own 16 rows of a chunk */
 	const bool epi_warp = strstr(v.extra.c_str(), "-DEPI_WARP=1") != nullptr;
