@@ -832,7 +832,10 @@ static std::function<void()> g_warm;
  * after half a second of warm-up, and prints the time and the board energy
  * per GEMM (NVML's energy counter), the mean power, the median of five
  * samples of the SM clock and the clock event reasons seen in them (NVML's
- * bits: 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x80 power brake).  NVML is opened at run time: no header or stub is needed to build.
+ * bits: 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x80 power brake),
+ * and the clock that a kernel run right after the last launch counts itself
+ * ("after").  NVML is opened at run time: no header or stub is needed to
+ * build.
  */
 struct nvml_api {
 	void *dev = nullptr;
@@ -861,10 +864,33 @@ static nvml_api *nvml_open(void)
 	return n.dev ? &n : nullptr;
 }
 
-/* fn back to back for `seconds` (per_ms: its time per launch, to size the runs); false without NVML. */
+/*
+ * The SM clock the last launch left: one warp counts 200,000 cycles on
+ * clock64 against the globaltimer's nanoseconds, right after the launches
+ * (the power capping's loop is slower than this kernel's 0.1 ms).
+ */
+__global__ void clock_after(unsigned long long *out)
+{
+	unsigned long long t0, t1;
+	const long long c0 = clock64();
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)::"memory");
+	while (clock64() - c0 < 200000)
+		;
+	const long long c1 = clock64();
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)::"memory");
+	if (threadIdx.x == 0) {
+		out[0] = (unsigned long long)(c1 - c0);
+		out[1] = t1 - t0;
+	}
+}
+
+/*
+ * fn back to back for `seconds` (per_ms: its time per launch, to size the
+ * runs), then clock_after (*after_mhz); false without NVML.
+ */
 template <typename F>
 static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *mj, double *watts, unsigned *mhz,
-		      unsigned long long *reasons)
+		      unsigned long long *reasons, unsigned *after_mhz)
 {
 	nvml_api *n = nvml_open();
 	if (!n || per_ms <= 0)
@@ -882,6 +908,10 @@ static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *m
 	for (int i = 0; i < runs; i++)
 		fn();
 	RT_CHECK(cudaEventRecord(e1, 0));
+	static unsigned long long *clk;
+	if (!clk)
+		RT_CHECK(cudaMalloc(&clk, 2 * sizeof(*clk)));
+	clock_after<<<1, 32>>>(clk);
 	/* the launches may all be queued already: sample the clock while they run, five times */
 	std::vector<unsigned> clocks;
 	unsigned long long why = 0;
@@ -899,6 +929,9 @@ static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *m
 	*reasons = why;
 	RT_CHECK(cudaEventSynchronize(e1));
 	n->energy(n->dev, &j1);
+	unsigned long long h[2];
+	RT_CHECK(cudaMemcpy(h, clk, sizeof(h), cudaMemcpyDeviceToHost));
+	*after_mhz = h[1] ? (unsigned)(h[0] * 1000 / h[1]) : 0;
 	float el;
 	RT_CHECK(cudaEventElapsedTime(&el, e0, e1));
 	RT_CHECK(cudaEventDestroy(e0));
@@ -1212,15 +1245,18 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					/* printed at once: a variant that hangs leaves the rows before it */
 					printf("%s%s%s\n", b, r, ok ? "" : "  (wrong)");
 					double ems, emj, ew, bms, bmj, bw;
-					unsigned emhz = 0, bmhz = 0;
+					unsigned emhz = 0, bmhz = 0, eafter = 0, bafter = 0;
 					unsigned long long ewhy = 0, bwhy = 0;
 					if (energy_s > 0 &&
-					    energy_of([&] { launch(v, p, g, 0); }, t, energy_s, &ems, &emj, &ew, &emhz, &ewhy) &&
+					    energy_of([&] { launch(v, p, g, 0); }, t, energy_s, &ems, &emj, &ew, &emhz, &ewhy,
+						      &eafter) &&
 					    energy_of([&] { cublas_gemm(pr, bf16, 0, tb); }, tb_now, energy_s, &bms, &bmj, &bw,
-						      &bmhz, &bwhy))
-						printf("    energy: ours %.4f ms %.1f mJ %.0f W %u MHz reasons 0x%llx | cuBLAS %.4f ms "
-						       "%.1f mJ %.0f W %u MHz reasons 0x%llx | time ratio %.3f, energy ratio %.3f\n",
-						       ems, emj, ew, emhz, ewhy, bms, bmj, bw, bmhz, bwhy, bms / ems, bmj / emj);
+						      &bmhz, &bwhy, &bafter))
+						printf("    energy: ours %.4f ms %.1f mJ %.0f W %u MHz (%u after) reasons 0x%llx | "
+						       "cuBLAS %.4f ms %.1f mJ %.0f W %u MHz (%u after) reasons 0x%llx | "
+						       "time ratio %.3f, energy ratio %.3f\n",
+						       ems, emj, ew, emhz, eafter, ewhy, bms, bmj, bw, bmhz, bafter, bwhy, bms / ems,
+						       bmj / emj);
 					if (strstr(v.name.c_str(), "TIMELINE")) {
 						g_warm = warm ? std::function<void()>(warm_variant) : nullptr;
 						print_timeline(v, p, g);
