@@ -33,7 +33,9 @@
  *                                 also print their blocks' timeline;
  *                                 PROBE_ENERGY=s also runs each variant and
  *                                 cuBLAS back to back for s seconds and
- *                                 prints their energy per GEMM (NVML)
+ *                                 prints their energy per GEMM (NVML);
+ *                                 PROBE_SPACER=1 puts an empty kernel
+ *                                 between those launches
  *
  * Build (see README.md):
  *   nvcc -O3 -arch=sm_90a -std=c++17 -o harness bench/wgmma/harness.cu \
@@ -884,6 +886,10 @@ __global__ void clock_after(unsigned long long *out)
 	}
 }
 
+/* PROBE_SPACER=1: an empty kernel after each launch of PROBE_ENERGY's runs (it ends any overlap of two GEMMs) */
+__global__ void spacer(void) {}
+static bool g_spacer;
+
 /*
  * fn back to back for `seconds` (per_ms: its time per launch, to size the
  * runs), then clock_after (*after_mhz); false without NVML.
@@ -905,8 +911,11 @@ static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *m
 	unsigned long long j0, j1;
 	n->energy(n->dev, &j0);
 	RT_CHECK(cudaEventRecord(e0, 0));
-	for (int i = 0; i < runs; i++)
+	for (int i = 0; i < runs; i++) {
 		fn();
+		if (g_spacer)
+			spacer<<<1, 32>>>();
+	}
 	RT_CHECK(cudaEventRecord(e1, 0));
 	static unsigned long long *clk;
 	if (!clk)
@@ -1171,6 +1180,7 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 	std::vector<int> splits = env_ints("PROBE_SPLITS", "1");    /* split-K values to time */
 	const char *energy_env = getenv("PROBE_ENERGY");
 	const double energy_s = energy_env ? atof(energy_env) : 0; /* probe 29: seconds back to back */
+	g_spacer = getenv("PROBE_SPACER") && atoi(getenv("PROBE_SPACER")) == 1;
 	size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
 	u16 *A, *B, *C, *Cref;
 	RT_CHECK(cudaMalloc(&A, na * 2));
