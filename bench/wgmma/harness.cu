@@ -890,13 +890,19 @@ __global__ void clock_after(unsigned long long *out)
 __global__ void spacer(void) {}
 static bool g_spacer;
 
+/* One side's back-to-back run (energy_of). */
+struct energy_run {
+	double ms, mj, watts;    /* per GEMM, per GEMM, mean */
+	unsigned mhz, after_mhz; /* NVML's median sample; clock_after's count */
+	unsigned long long reasons;
+};
+
 /*
  * fn back to back for `seconds` (per_ms: its time per launch, to size the
- * runs), then clock_after (*after_mhz); false without NVML.
+ * runs), then clock_after; false without NVML.
  */
 template <typename F>
-static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *mj, double *watts, unsigned *mhz,
-		      unsigned long long *reasons, unsigned *after_mhz)
+static bool energy_of(F fn, double per_ms, double seconds, energy_run *out)
 {
 	nvml_api *n = nvml_open();
 	if (!n || per_ms <= 0)
@@ -923,7 +929,7 @@ static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *m
 	clock_after<<<1, 32>>>(clk);
 	/* the launches may all be queued already: sample the clock while they run, five times */
 	std::vector<unsigned> clocks;
-	unsigned long long why = 0;
+	out->reasons = 0;
 	for (int i = 0; i < 5; i++) {
 		usleep((useconds_t)(seconds * 0.15e6));
 		unsigned c = 0;
@@ -931,23 +937,22 @@ static bool energy_of(F fn, double per_ms, double seconds, double *ms, double *m
 		n->clock(n->dev, 1, &c);
 		clocks.push_back(c);
 		if (n->reasons && n->reasons(n->dev, &r) == 0)
-			why |= r;
+			out->reasons |= r;
 	}
 	std::sort(clocks.begin(), clocks.end());
-	*mhz = clocks[2];
-	*reasons = why;
+	out->mhz = clocks[2];
 	RT_CHECK(cudaEventSynchronize(e1));
 	n->energy(n->dev, &j1);
 	unsigned long long h[2];
 	RT_CHECK(cudaMemcpy(h, clk, sizeof(h), cudaMemcpyDeviceToHost));
-	*after_mhz = h[1] ? (unsigned)(h[0] * 1000 / h[1]) : 0;
+	out->after_mhz = h[1] ? (unsigned)(h[0] * 1000 / h[1]) : 0;
 	float el;
 	RT_CHECK(cudaEventElapsedTime(&el, e0, e1));
 	RT_CHECK(cudaEventDestroy(e0));
 	RT_CHECK(cudaEventDestroy(e1));
-	*ms = el / runs;
-	*mj = (double)(j1 - j0) / runs;
-	*watts = (double)(j1 - j0) / el;
+	out->ms = el / runs;
+	out->mj = (double)(j1 - j0) / runs;
+	out->watts = (double)(j1 - j0) / el;
 	return true;
 }
 
@@ -1254,19 +1259,15 @@ static int cmd_probe(const char *dir, int M, int N, int K)
 					snprintf(r, sizeof(r), " %9.4f %7.3f", tb_now, tb_now / t);
 					/* printed at once: a variant that hangs leaves the rows before it */
 					printf("%s%s%s\n", b, r, ok ? "" : "  (wrong)");
-					double ems, emj, ew, bms, bmj, bw;
-					unsigned emhz = 0, bmhz = 0, eafter = 0, bafter = 0;
-					unsigned long long ewhy = 0, bwhy = 0;
-					if (energy_s > 0 &&
-					    energy_of([&] { launch(v, p, g, 0); }, t, energy_s, &ems, &emj, &ew, &emhz, &ewhy,
-						      &eafter) &&
-					    energy_of([&] { cublas_gemm(pr, bf16, 0, tb); }, tb_now, energy_s, &bms, &bmj, &bw,
-						      &bmhz, &bwhy, &bafter))
+					energy_run ours, bl;
+					if (energy_s > 0 && energy_of([&] { launch(v, p, g, 0); }, t, energy_s, &ours) &&
+					    energy_of([&] { cublas_gemm(pr, bf16, 0, tb); }, tb_now, energy_s, &bl))
 						printf("    energy: ours %.4f ms %.1f mJ %.0f W %u MHz (%u after) reasons 0x%llx | "
 						       "cuBLAS %.4f ms %.1f mJ %.0f W %u MHz (%u after) reasons 0x%llx | "
 						       "time ratio %.3f, energy ratio %.3f\n",
-						       ems, emj, ew, emhz, eafter, ewhy, bms, bmj, bw, bmhz, bafter, bwhy, bms / ems,
-						       bmj / emj);
+						       ours.ms, ours.mj, ours.watts, ours.mhz, ours.after_mhz, ours.reasons, bl.ms,
+						       bl.mj, bl.watts, bl.mhz, bl.after_mhz, bl.reasons, bl.ms / ours.ms,
+						       bl.mj / ours.mj);
 					if (strstr(v.name.c_str(), "TIMELINE")) {
 						g_warm = warm ? std::function<void()>(warm_variant) : nullptr;
 						print_timeline(v, p, g);
