@@ -10,7 +10,9 @@
 # launch of the variant in each $PROBE/DIR (one variant a directory) with
 # warp-state and per-instruction stall counters, into $OUT/DIR.source.csv.
 # NCU_SAMPLING sets ncu's warp sampling interval (0: every 32 cycles, for
-# kernels too short for the default to sample much).
+# kernels too short for the default to sample much).  NCU_SOURCE_KERNEL
+# (a regex, default gemm_wgmma) picks the kernel: nvjet profiles the cuBLAS
+# launch that follows the variant instead, to read its SASS.
 # PROBE_TIMEOUT (seconds a shape, default 300) cuts off a variant that hangs.
 # Logs go under $OUT.
 set -u
@@ -47,9 +49,9 @@ fi
 if [ -n "${NCU_SOURCE:-}" ]; then
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 	for d in $NCU_SOURCE; do
-		PROBE_RUNS=1 timeout 200 "$ncu" --clock-control none -k regex:gemm_wgmma -c 1 \
+		PROBE_RUNS=1 timeout 200 "$ncu" --clock-control none -k regex:${NCU_SOURCE_KERNEL:-gemm_wgmma} -c 1 \
 			--warp-sampling-interval ${NCU_SAMPLING:-auto} --section WarpStateStats --section SourceCounters --section SpeedOfLight \
-			-o "$OUT/$d" "$P/harness" probe "$P/$d" ${NCU_SOURCE_SHAPE:-4096 4096 4096} >"$OUT/$d.ncu.log" 2>&1
+			--section InstructionStats -o "$OUT/$d" "$P/harness" probe "$P/$d" ${NCU_SOURCE_SHAPE:-4096 4096 4096} >"$OUT/$d.ncu.log" 2>&1
 		"$ncu" -i "$OUT/$d.ncu-rep" --page details >"$OUT/$d.details.txt" 2>&1
 		"$ncu" -i "$OUT/$d.ncu-rep" --page source --csv --print-source sass >"$OUT/$d.source.csv" 2>&1
 		rm -f "$OUT/$d.ncu-rep"
