@@ -9,6 +9,9 @@
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show and verify
 #   bench  host overhead of ktune_gemm
+#   stored 'ktune bench' of the shipped tuning (db/sm_90/h100.yaml imported into a
+#          fresh database): every key against cuBLAS again, ROUNDS rounds (default
+#          3); BENCH_ARGS adds bench's filters, e.g. "-m 4096"
 #   kill   kill -9 a sweep's worker and the sweep, ten times at random moments
 #          (tests/gpu/kill-sweep.sh)
 #   concurrent  two sweeps on one database at once (tests/gpu/concurrent-sweeps.sh)
@@ -75,6 +78,13 @@ for step in $steps; do
 		;;
 	bench)
 		run bench.log $B/bench/overhead
+		;;
+	stored)
+		rm -f /tmp/ktune-stored.db*
+		$B/ktune import --db /tmp/ktune-stored.db db/sm_90/h100.yaml >"$OUT/stored-import.log" 2>&1 || status=1
+		tail -n 1 "$OUT/stored-import.log" | tee -a "$OUT/stored.log"
+		# shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+		run stored.log $B/ktune bench --db /tmp/ktune-stored.db --rounds "${ROUNDS:-3}" ${BENCH_ARGS:-}
 		;;
 	kill)
 		run kill.log bash tests/gpu/kill-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-kill/ktune.db

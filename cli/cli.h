@@ -28,6 +28,7 @@ struct cmd {
 
 extern const struct cmd cli_commands[];
 
+int cmd_bench(int argc, char **argv, struct cli *cli);
 int cmd_compile(int argc, char **argv, struct cli *cli);
 int cmd_export(int argc, char **argv, struct cli *cli);
 int cmd_import(int argc, char **argv, struct cli *cli);
@@ -80,6 +81,14 @@ void cli_share_report(FILE *to, const struct ktune_result *r, int outcome, const
 
 /* This program's path: the tuner's worker process runs it as `ktune __worker`. */
 const char *cli_worker_exe(void);
+
+struct ktune_tuner;
+/*
+ * The stored results that match f and that this GPU's arch can run (f->arch
+ * is set to it when empty): a malloc'd array in *out and their number, or -1
+ * after printing why.
+ */
+int cli_stored_results(struct ktune_tuner *t, struct ktune_filter *f, struct ktune_result **out);
 
 /* Fails with a clear message and EXIT_USAGE when no GPU can be used; 0 if one can. */
 int cli_need_gpu(void);

@@ -8,26 +8,6 @@
 #include "cli.h"
 #include "tuner/tuner.h"
 
-struct collected {
-	struct ktune_result *r;
-	int n, cap;
-};
-
-static int collect(const struct ktune_result *r, void *arg)
-{
-	struct collected *c = arg;
-	if (c->n == c->cap) {
-		int cap = c->cap ? 2 * c->cap : 64;
-		struct ktune_result *grown = realloc(c->r, (size_t)cap * sizeof(*grown));
-		if (!grown)
-			return 1;
-		c->r = grown;
-		c->cap = cap;
-	}
-	c->r[c->n++] = *r;
-	return 0;
-}
-
 int cmd_verify(int argc, char **argv, struct cli *cli)
 {
 	static const struct option opts[] = {
@@ -36,11 +16,11 @@ int cmd_verify(int argc, char **argv, struct cli *cli)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_filter f = { 0 };
-	struct collected all = { 0 };
+	struct ktune_result *stored = NULL;
 	struct ktune_tuner *t = NULL;
 	struct ktune_err e;
 	long seed = 12345;
-	int c, rc = EXIT_OK, failed = 0;
+	int c, n, rc = EXIT_OK, failed = 0;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
@@ -60,32 +40,29 @@ int cmd_verify(int argc, char **argv, struct cli *cli)
 		return rc;
 	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e))
 		return cli_error(EXIT_FAIL, "%s", e.msg);
-	/* Only this GPU's arch can run the stored configs. */
-	if (!f.arch[0])
-		snprintf(f.arch, sizeof(f.arch), "%s", ktune__tuner_device(t)->id.arch);
-	if (ktune__db_query(ktune__tuner_db(t), &f, collect, &all, &e) < 0) {
-		rc = cli_error(EXIT_FAIL, "%s", e.msg);
+	if ((n = cli_stored_results(t, &f, &stored)) < 0) {
+		rc = EXIT_FAIL;
 		goto out;
 	}
-	for (int i = 0; i < all.n; i++) {
+	for (int i = 0; i < n; i++) {
 		struct ktune_check check;
 		char text[128];
-		ktune__key_format(&all.r[i].key, text, sizeof(text));
+		ktune__key_format(&stored[i].key, text, sizeof(text));
 		e.msg[0] = 0;
-		int r = ktune__verify_result(t, &all.r[i], (unsigned)seed + (unsigned)i, &check, &e);
+		int r = ktune__verify_result(t, &stored[i], (unsigned)seed + (unsigned)i, &check, &e);
 		if (r < 0) {
 			rc = cli_error(EXIT_FAIL, "%s: cannot run: %s", text, e.msg);
 			goto out;
 		}
 		printf("%-4s %-40s err %.2e  max %.2e  %s%s%s\n", check.pass ? "ok" : "FAIL", text,
-		       check.err_fro, check.err_max, all.r[i].config, check.pass ? "" : "  ",
+		       check.err_fro, check.err_max, stored[i].config, check.pass ? "" : "  ",
 		       check.pass ? "" : e.msg);
 		failed += !check.pass;
 	}
-	printf("%d verified, %d failed\n", all.n - failed, failed);
+	printf("%d verified, %d failed\n", n - failed, failed);
 	rc = failed ? EXIT_FAIL : EXIT_OK;
 out:
-	free(all.r);
+	free(stored);
 	ktune__tuner_close(t);
 	return rc;
 }

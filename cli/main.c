@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "runtime/driver.h"
 #include "tuner/protocol.h"
+#include "tuner/tuner.h"
 
 #define SHOW_FILTERS                                                                        \
 	"Filters:\n"                                                                        \
@@ -24,6 +25,22 @@
 
 /* Alphabetical. */
 const struct cmd cli_commands[] = {
+	{ "bench", cmd_bench, "time the stored results against cuBLAS again, on this GPU",
+	  "usage: ktune bench [filters] [--rounds N] [--seed N] [--progress]\n\n"
+	  "Times every stored result of this GPU's arch on fresh random inputs, by the\n"
+	  "sweep's own last step: the config by the full protocol, then it and cuBLAS in\n"
+	  "turns, each run checked against the reference.  Prints each key's ratio\n"
+	  "cuBLAS time / ktune time as stored and now, then their geometric means over\n"
+	  "the keys timed with cuBLAS.  Use it after an import, a driver update or on\n"
+	  "another machine of the same GPU: the stored figures were measured elsewhere\n"
+	  "or earlier.  Exits 1 if a stored config fails or computes a wrong result.\n\n"
+	  "  --rounds N   time every key N times, one round over all the keys at a time;\n"
+	  "               a key's figures are the medians of its rounds, and each round's\n"
+	  "               geometric mean is printed, so their spread shows the noise\n"
+	  "               (default 1)\n"
+	  "  --seed N     random inputs (default 1)\n"
+	  "  --progress   progress on stderr even when it is not a terminal\n\n" SHOW_FILTERS
+	  "\n" COMMON },
 	{ "compile", cmd_compile, "compile every GEMM configuration with NVRTC (no GPU needed)",
 	  "usage: ktune compile [--arch sm_90] [--dtype D] [--layout L] [--aligned 0|1]\n"
 	  "                     [--family gemm|gemm_wgmma] [--jobs N] [--format table|csv]\n\n"
@@ -247,6 +264,43 @@ int cli_need_gpu(void)
 	if (ktune__driver_load(&e))
 		return cli_error(EXIT_USAGE, "this command needs an NVIDIA GPU: %s", e.msg);
 	return 0;
+}
+
+/* Grows the array of results a query returns. */
+struct stored {
+	struct ktune_result *r;
+	int n, cap;
+};
+
+static int keep_stored(const struct ktune_result *r, void *arg)
+{
+	struct stored *s = arg;
+	if (s->n == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 64;
+		struct ktune_result *grown = realloc(s->r, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return 1;
+		s->r = grown;
+		s->cap = cap;
+	}
+	s->r[s->n++] = *r;
+	return 0;
+}
+
+int cli_stored_results(struct ktune_tuner *t, struct ktune_filter *f, struct ktune_result **out)
+{
+	struct stored s = { 0 };
+	struct ktune_err e;
+	/* Only this GPU's arch can run the stored configs. */
+	if (!f->arch[0])
+		snprintf(f->arch, sizeof(f->arch), "%s", ktune__tuner_device(t)->id.arch);
+	if (ktune__db_query(ktune__tuner_db(t), f, keep_stored, &s, &e) < 0) {
+		free(s.r);
+		cli_error(EXIT_FAIL, "%s", e.msg);
+		return -1;
+	}
+	*out = s.r;
+	return s.n;
 }
 
 const char *cli_worker_exe(void)

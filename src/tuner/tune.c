@@ -224,6 +224,46 @@ static void progress(const struct ktune_tune_options *o, const char *fmt, ...)
 	fflush(o->progress);
 }
 
+/*
+ * The measure step on an undisturbed GPU: the first `finalists` of c by the
+ * full protocol, sorted by it, then the fastest (c[0]) and cuBLAS in turns.
+ * While NVML says another process or a clock brake disturbed it, all of it
+ * again, at most MEASURE_ATTEMPTS times; then `disturbed` says why (else "").
+ */
+static int measure_finalists(struct ktune_tuner *t, struct candidate *c, int finalists, double timeout,
+			     const struct ktune_tune_options *o, int *has_cublas, struct ktune_check *cb_check,
+			     struct ktune_timing *cb_time, char *disturbed, size_t disturbed_size,
+			     struct ktune_err *e)
+{
+	int rc;
+	disturbed[0] = 0;
+	for (int attempt = 1;; attempt++) {
+		struct ktune_gpu_sample before, after;
+		int sampled = hygiene_sample(t, &before);
+		for (int i = 0; i < finalists; i++)
+			if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE,
+						    timeout, &c[i].trial, &c[i].timing, e)))
+				return rc;
+		qsort(c, (size_t)finalists, sizeof(*c), by_time);
+		if (!strcmp(c[0].trial.status, KTUNE_TRIAL_OK) &&
+		    (rc = measure_in_turns(t, &c[0], timeout, has_cublas, cb_check, cb_time, e)))
+			return rc;
+		if (!sampled || !hygiene_sample(t, &after))
+			return KTUNE_OK;
+		struct ktune_nvml_verdict v;
+		if (!hygiene_verdict(t, &before, &after, &v))
+			return KTUNE_OK;
+		if (attempt == MEASURE_ATTEMPTS) {
+			snprintf(disturbed, disturbed_size, "%s", v.reason);
+			progress(o, "  measured %d times, disturbed each time: %s\n", attempt, v.reason);
+			return KTUNE_OK;
+		}
+		progress(o, "  measurement disturbed (%s): measuring again\n", v.reason);
+		if (v.throttle)
+			sleep(2); /* let the clocks recover */
+	}
+}
+
 /* Compiles each distinct kernel of the candidates once; c[i].job points at its job. */
 static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key,
 			      struct candidate *c, int n, const struct ktune_tune_options *o,
@@ -446,40 +486,16 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		goto out;
 	}
 
-	/* Measure: the fastest few by the full protocol, then the fastest and cuBLAS in turns, on an
-	 * undisturbed GPU. */
+	/* Measure: the fastest few by the full protocol, then the fastest and cuBLAS in turns. */
 	qsort(c, (size_t)n, sizeof(*c), by_time);
 	int finalists = o->finalists > 0 ? o->finalists : 8;
 	if (finalists > r->ok)
 		finalists = r->ok;
 	struct ktune_check cb_check;
 	struct ktune_timing cb_time;
-	for (int attempt = 1;; attempt++) {
-		struct ktune_gpu_sample before, after;
-		int sampled = hygiene_sample(t, &before);
-		for (int i = 0; i < finalists; i++)
-			if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE,
-						    timeout, &c[i].trial, &c[i].timing, e)))
-				goto out;
-		qsort(c, (size_t)finalists, sizeof(*c), by_time);
-		if (!strcmp(c[0].trial.status, KTUNE_TRIAL_OK) &&
-		    (rc = measure_in_turns(t, &c[0], timeout, &r->has_cublas, &cb_check, &cb_time, e)))
-			goto out;
-		if (!sampled || !hygiene_sample(t, &after))
-			break;
-		struct ktune_nvml_verdict v;
-		if (!hygiene_verdict(t, &before, &after, &v))
-			break;
-		if (attempt == MEASURE_ATTEMPTS) {
-			snprintf(r->disturbed, sizeof(r->disturbed), "%s", v.reason);
-			progress(o, "  measured %d times, disturbed each time: %s; stored with a note\n",
-				 attempt, v.reason);
-			break;
-		}
-		progress(o, "  measurement disturbed (%s): measuring again\n", v.reason);
-		if (v.throttle)
-			sleep(2); /* let the clocks recover */
-	}
+	if ((rc = measure_finalists(t, c, finalists, timeout, o, &r->has_cublas, &cb_check, &cb_time,
+				    r->disturbed, sizeof(r->disturbed), e)))
+		goto out;
 	if (strcmp(c[0].trial.status, KTUNE_TRIAL_OK)) {
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: measured again, the fastest finalist failed: %s",
 				 keytext, c[0].trial.message);
@@ -545,4 +561,48 @@ int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, un
 	if (!check->pass)
 		return ktune__fail(e, KTUNE_OK, "%s: %s", trial.status, trial.message);
 	return KTUNE_OK;
+}
+
+int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
+			struct ktune_bench_report *out, struct ktune_err *e)
+{
+	static const struct ktune_tune_options quiet;
+	struct candidate c = { 0 };
+	struct ktune_compile_job job = { 0 };
+	struct ktune_problem prob = { .key = r->key, .alpha = 1, .beta = 0, .seed = seed }, set;
+	struct ktune_check cb_check;
+	struct ktune_timing cb_time;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = ktune__gemm_config_parse(r->config, &c.cfg, e)))
+		return rc;
+	if (!r->key.aligned)
+		prob.offset = 1; /* reproduce the unaligned class */
+	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
+		return rc;
+	job.key = set.key;
+	job.cfg = c.cfg;
+	if ((rc = ktune__client_compile(t->client, &job, 1, 1, e)))
+		return rc;
+	if (job.status) {
+		snprintf(out->status, sizeof(out->status), "%s",
+			 job.timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
+		snprintf(out->message, sizeof(out->message), "%.500s", job.log ? job.log : "");
+		goto out;
+	}
+	c.job = 0;
+	snprintf(c.trial.status, sizeof(c.trial.status), "%s", KTUNE_TRIAL_OK);
+	if ((rc = measure_finalists(t, &c, 1, ktune__run_timeout(&set.key, 0), &quiet, &out->has_cublas,
+				    &cb_check, &cb_time, out->disturbed, sizeof(out->disturbed), e)))
+		goto out;
+	snprintf(out->status, sizeof(out->status), "%s", c.trial.status);
+	snprintf(out->message, sizeof(out->message), "%.500s", c.trial.message);
+	if (!strcmp(c.trial.status, KTUNE_TRIAL_OK)) {
+		out->time_us = c.timing.median_us;
+		out->cublas_us = out->has_cublas ? cb_time.median_us : 0;
+	}
+out:
+	ktune__compile_jobs_free(&job, 1);
+	return rc;
 }

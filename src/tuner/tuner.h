@@ -89,4 +89,24 @@ int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices
 int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
 			 struct ktune_check *check, struct ktune_err *e);
 
+/* A stored result timed again against cuBLAS (ktune bench). */
+struct ktune_bench_report {
+	char status[16];      /* the stored config's outcome: KTUNE_TRIAL_OK, _WRONG, _CRASHED, ... */
+	char message[512];    /* why, when not ok */
+	double time_us;       /* ok: the config's time, the median of its runs in turns with cuBLAS */
+	double cublas_us;     /* cuBLAS's time in the same turns; 0 without cuBLAS */
+	int has_cublas;
+	char disturbed[160];  /* "": clean; else why NVML saw every measurement disturbed */
+};
+
+/*
+ * Compiles a stored result's config (through the disk cache) and times it
+ * on fresh random inputs as a sweep's last step does: by the full protocol,
+ * then in turns with cuBLAS.  A config that fails or computes a wrong
+ * result says so in out->status; returns a negative status only if it
+ * could not run at all.
+ */
+int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
+			struct ktune_bench_report *out, struct ktune_err *e);
+
 #endif

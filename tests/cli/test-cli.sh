@@ -40,7 +40,7 @@ for args in "--help" "-h" "help"; do
 	run $args
 	expect_rc 0
 	out_has "usage: ktune <command>"
-	for cmd in compile info show sweep tune verify; do out_has "^  $cmd "; done
+	for cmd in bench compile info show sweep tune verify; do out_has "^  $cmd "; done
 	err_empty
 done
 
@@ -58,7 +58,7 @@ cmp -s "$OUT" "$TMP/help-sweep" || fail "'sweep --help' differs from 'help sweep
 err_empty
 no_db
 
-for cmd in compile info show tune verify; do
+for cmd in bench compile info show tune verify; do
 	run help $cmd
 	expect_rc 0
 	out_has "usage: ktune $cmd"
@@ -82,7 +82,7 @@ run help frobnicate
 expect_rc 2
 err_has "'frobnicate' is not a ktune command"
 
-for cmd in info show sweep tune verify compile; do
+for cmd in info show sweep tune verify compile bench; do
 	run $cmd --frobnicate
 	expect_rc 2
 	err_has "ktune $cmd: unknown option '--frobnicate'"
@@ -98,7 +98,7 @@ run info extra
 expect_rc 2
 err_has "unexpected argument 'extra'"
 
-for args in "info --device abc" "show --device -1" "tune gemm -m 1 -n 1 -k 1 --device 1x" "sweep --device abc" "verify --device abc"; do
+for args in "info --device abc" "show --device -1" "tune gemm -m 1 -n 1 -k 1 --device 1x" "sweep --device abc" "verify --device abc" "bench --device abc"; do
 	run $args
 	expect_rc 2
 	err_has "--device '"
@@ -166,7 +166,24 @@ if [ "$NO_DRIVER" = 1 ]; then
 	expect_rc 2
 	err_has "needs an NVIDIA GPU"
 	no_db
+
+	run bench --rounds 3
+	expect_rc 2
+	err_has "needs an NVIDIA GPU"
+	no_db
 fi
+
+# bench's own argument errors come before the GPU check
+for rounds in 0 -1 x 1001; do
+	run bench --rounds $rounds
+	expect_rc 2
+	err_has "--rounds '$rounds' is not an integer in 1..1000"
+	out_empty
+done
+run bench extra
+expect_rc 2
+err_has "unexpected argument 'extra'"
+no_db
 
 # tune's own argument errors come before the GPU check
 run tune gemm -n 4096 -k 4096

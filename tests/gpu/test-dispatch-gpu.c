@@ -92,6 +92,33 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 	ktune_close(ctx);
 }
 
+/* ktune bench: each tuned key, timed again against cuBLAS, runs right and near its stored ratio. */
+static void test_dispatch__bench_times_the_tuned_keys_again(void **state)
+{
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	(void)state;
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, test_program("../ktune"), &t, &e), KTUNE_OK);
+	for (int i = 0; i < NTUNED; i++) {
+		struct ktune_result stored;
+		struct ktune_bench_report b;
+		assert_int_equal(ktune__db_get_result(ktune__tuner_db(t), &ktune__tuner_device(t)->id, &tuned[i],
+						      &stored, &e), 1);
+		if (ktune__bench_result(t, &stored, (unsigned)(70 + i), &b, &e))
+			fail_msg("key %d: %s", i, e.msg);
+		if (strcmp(b.status, KTUNE_TRIAL_OK))
+			fail_msg("key %d: %s: %s: %s", i, stored.config, b.status, b.message);
+		assert_true(b.has_cublas);
+		assert_true(b.time_us > 0 && b.cublas_us > 0);
+		/* microseconds-long keys: only a gross change of speed is a failure */
+		double ratio = b.cublas_us / b.time_us, was = stored.cublas_us / stored.time_us;
+		if (ratio < was / 3 || ratio > was * 3)
+			fail_msg("key %d: ratio %.3f now, %.3f stored", i, ratio, was);
+	}
+	ktune__tuner_close(t);
+}
+
 /* Several threads, each with its own stream and output, on one context. */
 struct thread_arg {
 	ktune_ctx *ctx;
@@ -291,6 +318,7 @@ int main(void)
 		return skip;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dispatch__tune_then_call_through_runtime),
+		cmocka_unit_test(test_dispatch__bench_times_the_tuned_keys_again),
 		cmocka_unit_test(test_dispatch__concurrent_calls_from_threads),
 		cmocka_unit_test(test_dispatch__shipped_serves_an_empty_database),
 		cmocka_unit_test(test_dispatch__negative_cache_skips_failed_configs),

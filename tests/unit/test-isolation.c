@@ -164,6 +164,65 @@ static void test_isolation__ratio_survives_a_heating_gpu(void **state)
 		fail_msg("ratio %.6f on a steady GPU, %.6f on a heating one", steady, heating);
 }
 
+/*
+ * ktune bench: a stored result timed again comes out in the ratio it was
+ * stored with (the fake's times are exact), also on a heating GPU, and a
+ * stored config that now computes wrong numbers, crashes or no longer
+ * compiles says so in the report rather than failing the call.
+ */
+static void test_isolation__bench_times_a_stored_result_again(void **state)
+{
+	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 384, 256, 512, 1 };
+	struct ktune_tune_options o = { .budget = 16, .seed = 5, .finalists = 3, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .progress = NULL };
+	struct ktune_tuner *t;
+	struct ktune_tune_report r;
+	struct ktune_bench_report b;
+	struct ktune_err e;
+	char plan[512];
+	(void)state;
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	const double stored = r.result.cublas_us / r.result.time_us;
+	ktune__tuner_close(t);
+
+	static const char *drifts[] = { NULL, "0.05" };
+	for (int d = 0; d < 2; d++) {
+		if (drifts[d])
+			setenv("KTUNE_FAKE_DRIFT", drifts[d], 1);
+		assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+		assert_int_equal(ktune__bench_result(t, &r.result, 7, &b, &e), KTUNE_OK);
+		assert_string_equal(b.status, KTUNE_TRIAL_OK);
+		assert_true(b.has_cublas);
+		if (fabs(b.cublas_us / b.time_us / stored - 1) > 1e-9)
+			fail_msg("drift %s: ratio %.6f, stored %.6f", drifts[d] ? drifts[d] : "0",
+				 b.cublas_us / b.time_us, stored);
+		ktune__tuner_close(t);
+		unsetenv("KTUNE_FAKE_DRIFT");
+	}
+
+	static const struct {
+		const char *action, *status;
+	} planted[] = {
+		{ "wrong", KTUNE_TRIAL_WRONG },
+		{ "crash", KTUNE_TRIAL_CRASHED },
+		{ "compile_error", KTUNE_TRIAL_COMPILE_ERROR },
+	};
+	for (size_t i = 0; i < sizeof(planted) / sizeof(planted[0]); i++) {
+		snprintf(plan, sizeof(plan), "%s=%s", planted[i].action, r.result.config);
+		setenv("KTUNE_FAKE_PLAN", plan, 1);
+		assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+		assert_int_equal(ktune__bench_result(t, &r.result, 7, &b, &e), KTUNE_OK);
+		assert_string_equal(b.status, planted[i].status);
+		assert_true(b.message[0] != 0);
+		assert_true(b.time_us == 0 && b.cublas_us == 0);
+		ktune__tuner_close(t);
+		unsetenv("KTUNE_FAKE_PLAN");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -171,6 +230,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__missing_worker_is_a_clear_error),
 		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
+		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
