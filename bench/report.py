@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """bench/report.py - turn a sweep's results into bench/results/<gpu>.md and .csv.
 
-    python3 bench/report.py RESULTS.csv SWEEP.log OUT_PREFIX [COMMAND]
+    python3 bench/report.py RESULTS.csv SWEEP.log OUT_PREFIX [COMMAND] [--bench BENCH.log]
 
 RESULTS.csv is `ktune show --format csv` after the sweep; SWEEP.log is the
 sweep's output (for its wall time); OUT_PREFIX e.g. bench/results/h100.
 Adds the roofline floor (max of bytes / 3.0 TB/s and FLOPs / 800 TFLOP/s),
 the ratio cuBLAS time / ktune time measured in the same run, and the Triton
 tutorial matmul's ratio from bench/anchors/ for the same key (layout nn only:
-the anchors were measured for nn).
+the anchors were measured for nn).  BENCH.log, the output of `ktune bench` on
+the same results, adds each key's ratio timed again apart from the sweep.
 """
 import csv
 import math
@@ -16,6 +17,7 @@ import os
 import re
 import sys
 
+LLM = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # the default suite's weight shapes (N, K)
 BW = 3.0e12      # bytes/s, measured device-to-device copy
 PEAK = 800e12    # FLOP/s, measured large bf16 GEMM
 ANCHORS = os.path.join(os.path.dirname(__file__), "anchors", "h100-gemm-cublas-triton.csv")
@@ -26,9 +28,33 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def again(out, pick):
+    """', timed again by ktune bench: G (range)' over the picked keys, or '' without a bench log."""
+    sel = [o["bench_ratio"] for o in out if pick(o) and o.get("bench_ratio", 0) > 0]
+    if not sel:
+        return ""
+    return f"; timed again (ktune bench): {geomean(sel):.3f} ({min(sel):.2f}-{max(sel):.2f})"
+
+
+def bench_ratios(path):
+    """(dtype, layout, m, n, k) -> the ratio 'ktune bench' printed for the key now."""
+    out = {}
+    for line in open(path):
+        m = re.match(r"gemm (\w+) (\w+) (\d+)x(\d+)x(\d+) \w+\s+\S+\s+([0-9.]+)\s", line)
+        if m:
+            out[(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))] = float(m.group(6))
+    return out
+
+
 def main():
-    results, log, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
-    command = sys.argv[4] if len(sys.argv) > 4 else "ktune sweep"
+    argv = sys.argv[1:]
+    bench = {}
+    if "--bench" in argv:
+        i = argv.index("--bench")
+        bench = bench_ratios(argv[i + 1])
+        del argv[i:i + 2]
+    results, log, prefix = argv[0], argv[1], argv[2]
+    command = argv[3] if len(argv) > 3 else "ktune sweep"
     rows = list(csv.DictReader(open(results)))
     triton = {}
     for a in csv.DictReader(open(ANCHORS)):
@@ -59,6 +85,8 @@ def main():
             "candidates": int(r["candidates"]), "tune_s": float(r["tune_s"]),
             "err_fro": float(r["err_fro"]), "config": r["config"],
         })
+        if bench:
+            out[-1]["bench_ratio"] = bench.get((r["dtype"], r["layout"], M, N, K), 0)
     out.sort(key=lambda o: (o["dtype"], o["layout"], o["m"] != o["n"] or o["n"] != o["k"],
                             o["n"], o["k"], o["m"]))
     with open(prefix + ".csv", "w", newline="") as f:
@@ -75,13 +103,15 @@ def main():
              "CUDA events, L2 flushed before every run, warm-up, repetitions until the p20-p80 spread is "
              "within 2% of the median (at most 200 or 0.5 s), median; the winner and cuBLAS then four times each "
              "in turns (ABBA), the median of each side's four. Inputs uniform random in [-1, 1). "
-             "Floor = max(bytes / 3.0 TB/s, FLOPs / 800 TFLOP/s).", ""]
+             "Floor = max(bytes / 3.0 TB/s, FLOPs / 800 TFLOP/s)." +
+             (" Again = the ratio timed again by `ktune bench` apart from the sweep (the median of its "
+              "rounds; the sweep times a key on a GPU hot from its candidates)." if bench else ""), ""]
     ratios = [o["ratio"] for o in out if o["ratio"] > 0]
     lines.append(f"- keys: {len(out)}; sweep wall time: {wall or '?'} s; "
                  f"candidates timed per key: {min(o['candidates'] for o in out)}-"
                  f"{max(o['candidates'] for o in out)} (total {sum(o['candidates'] for o in out)})")
     lines.append(f"- geometric mean of cuBLAS time / ktune time: **{geomean(ratios):.3f}** "
-                 f"(range {min(ratios):.2f}-{max(ratios):.2f})")
+                 f"(range {min(ratios):.2f}-{max(ratios):.2f}){again(out, lambda o: True)}")
     for dt in ("f16", "bf16"):
         for lay in ("nn", "nt"):
             sel = [o["ratio"] for o in out if o["dtype"] == dt and o["layout"] == lay]
@@ -92,7 +122,7 @@ def main():
         lines.append(f"- Triton tutorial matmul (anchors, layout nn, same keys): geometric mean "
                      f"{geomean([o['triton_ratio'] for o in nn]):.3f}; ktune on the same {len(nn)} keys: "
                      f"**{geomean([o['ratio'] for o in nn]):.3f}**")
-    small = [o for o in out if o["m"] <= 16 and o["m"] != o["n"]]
+    small = [o for o in out if o["m"] <= 16 and (o["n"], o["k"]) in LLM]
     if small:
         worst = min(small, key=lambda o: o["ratio"])
         lines.append(f"- M <= 16 on the LLM weight shapes: {sum(o['ratio'] > 1 for o in small)}/"
@@ -108,15 +138,19 @@ def main():
                      f"(TMA + wgmma, one warpgroup), 630 (producer/consumer), 770 (persistent, raw "
                      f"mbarrier waits), 800 (cluster multicast)")
     issue5 = [("square 2048, 4096, 8192", lambda o: o["m"] == o["n"] == o["k"] and o["m"] >= 2048),
-              ("LLM shapes, M = 1024 and 4096", lambda o: o["m"] in (1024, 4096) and o["m"] != o["n"])]
+              ("LLM shapes, M = 1024 and 4096", lambda o: o["m"] in (1024, 4096) and (o["n"], o["k"]) in LLM)]
     for name, pick in issue5:
         sel = [o["ratio"] for o in out if pick(o)]
         if sel:
-            lines.append(f"- {name}: geometric mean {geomean(sel):.3f} (range {min(sel):.2f}-{max(sel):.2f})")
+            lines.append(f"- {name}: geometric mean {geomean(sel):.3f} (range {min(sel):.2f}-{max(sel):.2f})"
+                         f"{again(out, pick)}")
     lines.append(f"- keys below 0.95: {sum(o['ratio'] < 0.95 for o in out)} of {len(out)}")
     lines += ["", "| dtype | layout | M x N x K | ktune us | TFLOP/s | cuBLAS us | cuBLAS TFLOP/s | "
               "ratio | Triton ratio | floor us | bound | x floor | cands | tune s | config |",
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+    if bench:
+        lines[-2] = lines[-2].replace("| ratio |", "| ratio | again |")
+        lines[-1] = lines[-1].replace("|---:|---:|---:|---:|---:|---|", "|---:|---:|---:|---:|---:|---:|---|", 1)
     for o in out:
         tr = f"{o['triton_ratio']:.2f}" if o["triton_ratio"] != "" else ""
         cfg = re.sub(r"(BLOCK_|WARPS_|GROUP_SIZE|SPLIT_K|STAGES)", lambda m: {
@@ -124,7 +158,8 @@ def main():
             o["config"])
         lines.append(f"| {o['dtype']} | {o['layout']} | {o['m']}x{o['n']}x{o['k']} | {o['ktune_us']:.1f} | "
                      f"{o['ktune_tflops']:.1f} | {o['cublas_us']:.1f} | {o['cublas_tflops']:.1f} | "
-                     f"{o['ratio']:.2f} | {tr} | {o['floor_us']:.1f} | {o['bound']} | "
+                     f"{o['ratio']:.2f} | " + (f"{o['bench_ratio']:.2f} | " if bench else "") +
+                     f"{tr} | {o['floor_us']:.1f} | {o['bound']} | "
                      f"{o['ktune_over_floor']:.2f} | {o['candidates']} | {o['tune_s']:.1f} | {cfg} |")
     open(prefix + ".md", "w").write("\n".join(lines) + "\n")
 
