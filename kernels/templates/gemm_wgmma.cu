@@ -233,7 +233,7 @@
  * for registers that nobody frees otherwise.
  */
 #define PRODUCER_REGS 40
-#define CONSUMER_REGS (CONSUMERS == 1 ? 240 : CONSUMERS == 2 ? 232 : 152)
+#define CONSUMER_REGS (CONSUMERS == 1 ? 248 : CONSUMERS == 2 ? 232 : 152)
 
 /*
  * Split-K is compiled into CLUSTER_M=1 kernels only: with a cluster, the
@@ -1096,8 +1096,11 @@ static __device__ __forceinline__ void producer(const ring &r, const CUtensorMap
  * (the previous slot's may still be running), free the previous slot; at
  * the end of the unit drain the wgmma, free the last slot, and store the
  * tile (with split-K, only the last split of the tile to arrive does).
+ * consumer_index, its place among the consumers, is a constant (see the
+ * kernel's roles).
  */
-static __device__ __forceinline__ void consumer(const ring &r, int consumer_index, int t,
+template <int consumer_index>
+static __device__ __forceinline__ void consumer(const ring &r, int t,
 						const CUtensorMap_ *tmap_c, elem *C, i64 ldc, int M, int N,
 						float alpha, float beta, int group_size, float *partials,
 						int *tile_counters)
@@ -1106,13 +1109,15 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 	const bool warp_leader = t % 32 == 0;
 	const u32 bufs = r.c + (u32)consumer_index * EPI_BUFS * EPI_CHUNK_BYTES;
 	float acc[M_SLABS][ACC_N];
-	int it = 0, chunks = 0;
+	int chunks = 0;
 	const u32 barrier_id = 1 + (u32)consumer_index; /* 0 is __syncthreads' */
 #if SMALL_TILE
 	ring_pos pos = { 0, 0 };
 	int prev_slot = 0; /* the slot of the previous k-tile, freed once its wgmma are done */
 	const u64 da0 = smem_desc(r.a + a_slab_offset(wg_row0, 0), A_LBO, 1024); /* slot 0's first */
 	const u64 db0 = smem_desc(r.b + b_kstep_offset(0), B_LBO, 1024);
+#else
+	int it = 0; /* k-tiles consumed so far: the ring position */
 #endif
 	for (int u = r.first_unit; u < r.num_units; u += r.unit_stride) {
 		int tile, split, kt0, nkt, m0, n0;
@@ -1121,7 +1126,7 @@ static __device__ __forceinline__ void consumer(const ring &r, int consumer_inde
 
 		/* mma */
 #if SMALL_TILE
-		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
+		for (int kt = kt0; kt < kt0 + nkt; kt++) {
 			const int slot = pos.slot;
 			mbar_wait(r.full + 8 * slot, pos.parity);
 			ring_advance(&pos);
@@ -1240,14 +1245,30 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 	r.first_unit = blockIdx.x / CLUSTER_M;
 	r.unit_stride = gridDim.x / CLUSTER_M;
 
-	const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+	/*
+	 * The roles.  The warpgroup index is read from lane 0 so that the
+	 * compiler knows it is the same in the whole warp: the branches on it
+	 * are then uniform, and with each consumer a copy of its own (its index
+	 * a constant) the wgmma descriptors are built in uniform registers, as
+	 * the wgmma takes them, instead of being moved over before each one
+	 * (bench/wgmma/README.md, probe 43).
+	 */
+	const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0), t = threadIdx.x % 128;
 	if (warpgroup == 0) {
 		regs_release<PRODUCER_REGS>();
 		if (t % 32 == 0 && t / 32 < PRODUCER_THREADS)
 			producer(r, &tmap_a, &tmap_b, group_size, t / 32);
-	} else {
-		regs_claim<CONSUMER_REGS>();
-		consumer(r, warpgroup - 1, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size, partials,
-			 tile_counters);
+		return;
 	}
+	regs_claim<CONSUMER_REGS>();
+	if (warpgroup == 1)
+		consumer<0>(r, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size, partials, tile_counters);
+#if CONSUMERS >= 2
+	else if (warpgroup == 2)
+		consumer<1>(r, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size, partials, tile_counters);
+#endif
+#if CONSUMERS >= 3
+	else
+		consumer<2>(r, t, &tmap_c, C, ldc, M, N, alpha, beta, group_size, partials, tile_counters);
+#endif
 }
