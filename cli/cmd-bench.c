@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ops/gemm.h"
 #include "tuner/tuner.h"
 
 /* One round of one key: the times and their ratio, cuBLAS / ktune (0: no cuBLAS). */
@@ -101,7 +102,7 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 		   const int *failed, const double *round_geomean, double *scratch)
 {
 	double log_now = 0, log_stored = 0, lowest = 0;
-	int counted = 0, below = 0, lowest_i = -1;
+	int counted = 0, below = 0, lowest_i = -1, stale = 0;
 	char text[128];
 
 	printf("%-40s %7s %7s %10s %10s  %s\n", "key", "stored", "now", "ktune us", "cuBLAS us",
@@ -139,7 +140,10 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 			log_stored += log(r->cublas_us / r->time_us);
 			counted++;
 		}
-		printf("%-40s %7s %7s %10.1f %10.1f  %s%s\n", text, was, now, us, cublas_us, spread, r->config);
+		int fresh = ktune__gemm_result_fresh(r->family, r->template_hash);
+		stale += !fresh;
+		printf("%-40s %7s %7s %10.1f %10.1f  %s%s%s\n", text, was, now, us, cublas_us, spread, r->config,
+		       fresh ? "" : "  (stale)");
 	}
 	if (counted) {
 		printf("\ngeometric mean of cuBLAS time / ktune time over %d keys: %.3f now, %.3f as stored\n",
@@ -155,6 +159,9 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 		ktune__key_format(&stored[lowest_i].key, text, sizeof(text));
 		printf("%d below 1.00; the lowest %.3f (%s)\n", below, lowest, text);
 	}
+	if (stale)
+		printf("%d stale: tuned with another source of the template, timed with this one; dispatch "
+		       "ignores them and 'ktune sweep' tunes them again\n", stale);
 }
 
 int cmd_bench(int argc, char **argv, struct cli *cli)
