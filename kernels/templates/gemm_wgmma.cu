@@ -453,14 +453,19 @@ static __device__ __forceinline__ void named_barrier(u32 id, u32 count)
 	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
 
-/* named_barrier that also returns whether v was true in any of the threads. */
+/*
+ * named_barrier that also returns whether v was true in any of the threads.
+ * Every thread gets the same answer, but the compiler cannot see that: the
+ * vote says so, so that a branch on it leaves the code after it uniform (and
+ * the wgmma descriptors there in uniform registers).
+ */
 static __device__ __forceinline__ bool barrier_or(u32 id, u32 count, bool v)
 {
 	u32 r;
 	asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
 		     "bar.red.or.pred p, %2, %3, q;\n\tselp.u32 %0, 1, 0, p;\n\t}\n"
 		     : "=r"(r) : "r"((u32)v), "r"(id), "r"(count) : "memory");
-	return r != 0;
+	return __any_sync(0xffffffffu, r != 0);
 }
 
 static __device__ __forceinline__ void st_global_v4(float *p, float a, float b, float c, float d)
