@@ -584,7 +584,7 @@ int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, uns
 	job.key = set.key;
 	job.cfg = c.cfg;
 	if ((rc = ktune__client_compile(t->client, &job, 1, 1, e)))
-		return rc;
+		goto out;
 	if (job.status) {
 		snprintf(out->status, sizeof(out->status), "%s",
 			 job.timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
