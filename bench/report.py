@@ -145,12 +145,13 @@ def main():
             lines.append(f"- {name}: geometric mean {geomean(sel):.3f} (range {min(sel):.2f}-{max(sel):.2f})"
                          f"{again(out, pick)}")
     lines.append(f"- keys below 0.95: {sum(o['ratio'] < 0.95 for o in out)} of {len(out)}")
-    lines += ["", "| dtype | layout | M x N x K | ktune us | TFLOP/s | cuBLAS us | cuBLAS TFLOP/s | "
-              "ratio | Triton ratio | floor us | bound | x floor | cands | tune s | config |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
-    if bench:
-        lines[-2] = lines[-2].replace("| ratio |", "| ratio | again |")
-        lines[-1] = lines[-1].replace("|---:|---:|---:|---:|---:|---|", "|---:|---:|---:|---:|---:|---:|---|", 1)
+    # (name, right-aligned) per column; "again" only with a bench log
+    cols = [("dtype", 0), ("layout", 0), ("M x N x K", 0), ("ktune us", 1), ("TFLOP/s", 1), ("cuBLAS us", 1),
+            ("cuBLAS TFLOP/s", 1), ("ratio", 1)] + ([("again", 1)] if bench else []) + \
+           [("Triton ratio", 1), ("floor us", 1), ("bound", 0), ("x floor", 1), ("cands", 1), ("tune s", 1),
+            ("config", 0)]
+    lines += ["", "| " + " | ".join(c for c, _ in cols) + " |",
+              "|" + "|".join("---:" if right else "---" for _, right in cols) + "|"]
     for o in out:
         tr = f"{o['triton_ratio']:.2f}" if o["triton_ratio"] != "" else ""
         cfg = re.sub(r"(BLOCK_|WARPS_|GROUP_SIZE|SPLIT_K|STAGES)", lambda m: {

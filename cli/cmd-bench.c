@@ -47,15 +47,13 @@ static int gather(const struct timed *rounds, int n, int field, double *v)
 
 /* Runs the rounds; each key's timings go to t[key * rounds + round].  Returns the keys that failed, or -1. */
 static int run_rounds(struct ktune_tuner *tuner, const struct ktune_result *stored, int n, int rounds,
-		      unsigned seed, int show_progress, struct timed *t, int *failed, double *round_geomean)
+		      unsigned seed, int show_progress, struct timed *t, int *failed)
 {
 	struct ktune_err e;
 	char text[128];
 	int nfailed = 0;
 
 	for (int round = 0; round < rounds; round++) {
-		double log_sum = 0;
-		int counted = 0;
 		for (int i = 0; i < n; i++) {
 			struct ktune_bench_report b;
 			ktune__key_format(&stored[i].key, text, sizeof(text));
@@ -85,12 +83,7 @@ static int run_rounds(struct ktune_tuner *tuner, const struct ktune_result *stor
 			r->us = b.time_us;
 			r->cublas_us = b.cublas_us;
 			r->ratio = b.cublas_us > 0 ? b.cublas_us / b.time_us : 0;
-			if (r->ratio > 0) {
-				log_sum += log(r->ratio);
-				counted++;
-			}
 		}
-		round_geomean[round] = counted ? exp(log_sum / counted) : 0;
 	}
 	if (show_progress)
 		fprintf(stderr, "\r%80s\r", "");
@@ -99,7 +92,7 @@ static int run_rounds(struct ktune_tuner *tuner, const struct ktune_result *stor
 
 /* One line a key, then the geometric means, now and as stored, over the keys timed with cuBLAS. */
 static void report(const struct ktune_result *stored, int n, int rounds, const struct timed *t,
-		   const int *failed, const double *round_geomean, double *scratch)
+		   const int *failed, double *scratch)
 {
 	double log_now = 0, log_stored = 0, lowest = 0;
 	int counted = 0, below = 0, lowest_i = -1, stale = 0;
@@ -151,8 +144,18 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 	}
 	if (rounds > 1) {
 		printf("geometric mean of each round over its keys:");
-		for (int k = 0; k < rounds; k++)
-			printf(" %.3f", round_geomean[k]);
+		for (int k = 0; k < rounds; k++) {
+			double log_sum = 0;
+			int keys = 0;
+			for (int i = 0; i < n; i++) {
+				double ratio = t[(size_t)i * (size_t)rounds + (size_t)k].ratio;
+				if (ratio > 0) {
+					log_sum += log(ratio);
+					keys++;
+				}
+			}
+			printf(" %.3f", keys ? exp(log_sum / keys) : 0);
+		}
 		printf("\n");
 	}
 	if (lowest_i >= 0) {
@@ -177,7 +180,7 @@ int cmd_bench(int argc, char **argv, struct cli *cli)
 	struct ktune_result *stored = NULL;
 	struct ktune_tuner *tuner = NULL;
 	struct timed *t = NULL;
-	double *round_geomean = NULL, *scratch = NULL;
+	double *scratch = NULL;
 	int *failed = NULL;
 	struct ktune_err e;
 	long rounds = 1, seed = 1;
@@ -215,25 +218,22 @@ int cmd_bench(int argc, char **argv, struct cli *cli)
 	}
 	t = calloc((size_t)n * (size_t)rounds, sizeof(*t));
 	failed = calloc((size_t)n, sizeof(*failed));
-	round_geomean = calloc((size_t)rounds, sizeof(*round_geomean));
 	scratch = calloc((size_t)rounds, sizeof(*scratch));
-	if (!t || !failed || !round_geomean || !scratch) {
+	if (!t || !failed || !scratch) {
 		rc = cli_error(EXIT_FAIL, "out of memory");
 		goto out;
 	}
-	int nfailed = run_rounds(tuner, stored, n, (int)rounds, (unsigned)seed, show_progress, t, failed,
-				 round_geomean);
+	int nfailed = run_rounds(tuner, stored, n, (int)rounds, (unsigned)seed, show_progress, t, failed);
 	if (nfailed < 0) {
 		rc = EXIT_FAIL;
 		goto out;
 	}
-	report(stored, n, (int)rounds, t, failed, round_geomean, scratch);
+	report(stored, n, (int)rounds, t, failed, scratch);
 	printf("%d timed, %d failed\n", n - nfailed, nfailed);
 	rc = nfailed ? EXIT_FAIL : EXIT_OK;
 out:
 	free(t);
 	free(failed);
-	free(round_geomean);
 	free(scratch);
 	free(stored);
 	ktune__tuner_close(tuner);

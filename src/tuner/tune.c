@@ -535,22 +535,30 @@ out:
 	return rc;
 }
 
+/* A stored result's config, and fresh random inputs of its key (and alignment class) set in the worker. */
+static int stored_problem(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
+			  struct ktune_gemm_config *cfg, struct ktune_problem *set, struct ktune_err *e)
+{
+	struct ktune_problem prob = { .key = r->key, .alpha = 1, .beta = 0, .seed = seed };
+	int rc;
+	if ((rc = ktune__gemm_config_parse(r->config, cfg, e)))
+		return rc;
+	if (!r->key.aligned)
+		prob.offset = 1; /* reproduce the unaligned class */
+	return ktune__client_problem(t->client, &prob, set, e);
+}
+
 int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
 			 struct ktune_check *check, struct ktune_err *e)
 {
 	struct ktune_gemm_config cfg;
 	struct ktune_trial trial = { 0 };
 	struct ktune_timing timing;
-	struct ktune_problem prob = { .key = r->key, .alpha = 1, .beta = 0, .seed = seed };
+	struct ktune_problem set;
 	int rc;
 
 	memset(check, 0, sizeof(*check));
-	if ((rc = ktune__gemm_config_parse(r->config, &cfg, e)))
-		return rc;
-	if (!r->key.aligned)
-		prob.offset = 1; /* reproduce the unaligned class */
-	struct ktune_problem set;
-	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
+	if ((rc = stored_problem(t, r, seed, &cfg, &set, e)))
 		return rc;
 	if ((rc = ktune__client_run(t->client, -1, &cfg, KTUNE_RUN_VERIFY,
 				    ktune__run_timeout(&set.key, 0), &trial, &timing, e)))
@@ -567,19 +575,15 @@ int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, uns
 			struct ktune_bench_report *out, struct ktune_err *e)
 {
 	static const struct ktune_tune_options quiet;
-	struct candidate c = { 0 };
+	struct candidate c = { 0 }; /* its job: 0, the only one compiled */
 	struct ktune_compile_job job = { 0 };
-	struct ktune_problem prob = { .key = r->key, .alpha = 1, .beta = 0, .seed = seed }, set;
+	struct ktune_problem set;
 	struct ktune_check cb_check;
 	struct ktune_timing cb_time;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = ktune__gemm_config_parse(r->config, &c.cfg, e)))
-		return rc;
-	if (!r->key.aligned)
-		prob.offset = 1; /* reproduce the unaligned class */
-	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
+	if ((rc = stored_problem(t, r, seed, &c.cfg, &set, e)))
 		return rc;
 	job.key = set.key;
 	job.cfg = c.cfg;
@@ -591,8 +595,6 @@ int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, uns
 		snprintf(out->message, sizeof(out->message), "%.500s", job.log ? job.log : "");
 		goto out;
 	}
-	c.job = 0;
-	snprintf(c.trial.status, sizeof(c.trial.status), "%s", KTUNE_TRIAL_OK);
 	if ((rc = measure_finalists(t, &c, 1, ktune__run_timeout(&set.key, 0), &quiet, &out->has_cublas,
 				    &cb_check, &cb_time, out->disturbed, sizeof(out->disturbed), e)))
 		goto out;
