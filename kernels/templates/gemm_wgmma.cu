@@ -41,8 +41,11 @@
  *                                                                    -> TMA store (bulk, async)
  *
  *   Every block runs units of work blockIdx.x, blockIdx.x + gridDim.x, ...;
- *   unit u is split u % split_k of tile u / split_k in the grouped order
- *   (without split-K, a unit is a tile).  Producer and consumers walk the
+ *   a unit is a tile in the grouped order, or with split-K one split of a
+ *   tile of the last wave: with G blocks (clusters) at once and T tiles, the
+ *   first T - T % G tiles are whole units and each of the T % G after them
+ *   split_k units (all T when T < G), so that a partial last wave is cut
+ *   finer instead of leaving SMs idle.  Producer and consumers walk the
  *   same list, and one counter `it` (k-tiles seen by this block so far)
  *   gives the slot (it % STAGES) and the barrier phase ((it / STAGES) & 1)
  *   on both sides; 64x64 tiles (SMALL_TILE) keep slot and phase as they go
@@ -100,13 +103,15 @@
  *     alpha, beta     beta == 0 never reads C (it may hold NaN)
  *     group_size      rows of tiles per group in the grouped order (Triton's
  *                     GROUP_SIZE_M); values < 1 act as 1
- *     split_k         splits of each tile's K range (values < 1 act as 1, values
- *                     over the k-tiles kt = ceil(K / 64) as kt); split s of S
- *                     takes k-tiles [s * kt / S, (s + 1) * kt / S).  CLUSTER_M=2
- *                     kernels ignore it (HAS_SPLIT_K)
- *     partials        split_k > 1: fp32 scratch, tiles * CLUSTER_M * BLOCK_M *
- *                     BLOCK_N * split_k floats, 16-byte aligned; else unused
- *     tile_counters   split_k > 1: int[tiles * CLUSTER_M * CONSUMERS], all
+ *     split_k         splits of the K range of each tile of the last wave
+ *                     (above; values < 1 act as 1, values over the k-tiles
+ *                     kt = ceil(K / 64) as kt); split s of S takes k-tiles
+ *                     [s * kt / S, (s + 1) * kt / S).  CLUSTER_M=2 kernels
+ *                     ignore it (HAS_SPLIT_K)
+ *     partials        split_k > 1: fp32 scratch, split_tiles * CLUSTER_M *
+ *                     BLOCK_M * BLOCK_N * split_k floats, 16-byte aligned,
+ *                     split_tiles = tiles % (gridDim.x / CLUSTER_M); else unused
+ *     tile_counters   split_k > 1: int[split_tiles * CLUSTER_M * CONSUMERS], all
  *                     zero before the launch, left zero after it; else unused
  *
  * Tensor maps (cuTensorMapEncodeTiled; the same for A and B, only the
@@ -1022,7 +1027,8 @@ struct ring {
 	int rank;        /* this block's rank in its cluster */
 	int num_pid_m, num_pid_n, k_tiles;
 	int split_k;                               /* <= k_tiles, so that no split is empty */
-	int num_units, first_unit, unit_stride;    /* units of work: (tile, split), tile = unit / split_k */
+	int whole_tiles;                           /* units below this are whole tiles; then split_k a tile */
+	int num_units, first_unit, unit_stride;    /* units of work: tiles, and splits of the last wave's */
 };
 
 /*
@@ -1031,8 +1037,16 @@ struct ring {
  */
 static __device__ __forceinline__ void unit_range(const ring &r, int u, int *tile, int *split, int *kt0, int *nkt)
 {
-	*tile = u / r.split_k;
-	*split = u % r.split_k;
+	if (u < r.whole_tiles) {
+		*tile = u;
+		*split = 0;
+		*kt0 = 0;
+		*nkt = r.k_tiles;
+		return;
+	}
+	const int i = u - r.whole_tiles;
+	*tile = r.whole_tiles + i / r.split_k;
+	*split = i % r.split_k;
 	*kt0 = *split * r.k_tiles / r.split_k;
 	*nkt = (*split + 1) * r.k_tiles / r.split_k - *kt0;
 }
@@ -1165,8 +1179,8 @@ static __device__ __forceinline__ void consumer(const ring &r, int t,
 		if (warp_leader)
 			release_slot(r.empty + 8 * ring_slot(it - 1));
 #endif
-		if (r.split_k > 1) {
-			const int wg_slot = (tile * CLUSTER_M + r.rank) * CONSUMERS + consumer_index;
+		if (r.split_k > 1 && tile >= r.whole_tiles) {
+			const int wg_slot = ((tile - r.whole_tiles) * CLUSTER_M + r.rank) * CONSUMERS + consumer_index;
 			if (!reduce_split(acc, partials, tile_counters + wg_slot, wg_slot, split, r.split_k, t,
 					  barrier_id))
 				continue; /* another split of this tile stores it */
@@ -1246,9 +1260,11 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 	r.num_pid_n = cdiv(N, BLOCK_N);
 	r.k_tiles = cdiv(K, BLOCK_K);
 	r.split_k = HAS_SPLIT_K ? imin(imax(split_k, 1), r.k_tiles) : 1;
-	r.num_units = r.num_pid_m * r.num_pid_n * r.split_k;
 	r.first_unit = blockIdx.x / CLUSTER_M;
 	r.unit_stride = gridDim.x / CLUSTER_M;
+	const int tiles = r.num_pid_m * r.num_pid_n;
+	r.whole_tiles = r.split_k > 1 ? tiles - tiles % r.unit_stride : tiles; /* 0 when tiles < blocks */
+	r.num_units = r.whole_tiles + (tiles - r.whole_tiles) * r.split_k;
 
 	/*
 	 * The roles.  The warpgroup index is read from lane 0 so that the

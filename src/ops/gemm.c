@@ -361,12 +361,6 @@ static int64_t tiles(const struct ktune_key *key, const struct ktune_gemm_config
 	return tile_rows(key, c) * cdiv(key->n, c->block_n);
 }
 
-/* BLOCK_M x BLOCK_N tiles, one block's share of a cluster tile each. */
-static int64_t block_tiles(const struct ktune_key *key, const struct ktune_gemm_config *c)
-{
-	return tiles(key, c) * cluster_size(c);
-}
-
 void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
 		      unsigned grid[3])
 {
@@ -375,34 +369,49 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 	grid[2] = (unsigned)c->split_k;
 }
 
+/* wgmma: the blocks (clusters) of the persistent grid, which walk the units of work together. */
+static int64_t wgmma_walkers(const struct ktune_key *key, const struct ktune_gemm_config *c, int resident)
+{
+	int64_t t = tiles(key, c) * (c->split_k > 1 ? c->split_k : 1);
+	return resident > 0 && t > resident ? resident : t;
+}
+
 void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			    int resident, unsigned grid[3])
 {
-	int64_t t = tiles(key, c) * (c->split_k > 1 ? c->split_k : 1);
-	if (resident > 0 && t > resident)
-		t = resident; /* persistent: each block (cluster) walks its share of the units */
-	grid[0] = (unsigned)(cluster_size(c) * t);
+	grid[0] = (unsigned)(cluster_size(c) * wgmma_walkers(key, c, resident));
 	grid[1] = 1;
 	grid[2] = 1;
 }
 
-size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c)
+/*
+ * wgmma: the (cluster) tiles whose K range split-K cuts, those of the last
+ * wave: tiles % walkers, i.e. all of them when they are fewer than the walkers.
+ */
+static int64_t wgmma_split_tiles(const struct ktune_key *key, const struct ktune_gemm_config *c,
+				 int resident)
+{
+	return c->split_k > 1 ? tiles(key, c) % wgmma_walkers(key, c, resident) : 0;
+}
+
+size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c,
+				  int resident)
 {
 	if (c->split_k <= 1)
 		return 0;
 	if (c->family == KTUNE_GEMM_WGMMA) /* whole tiles, in the accumulators' layout (gemm_wgmma.cu) */
-		return (size_t)c->split_k * (size_t)block_tiles(key, c) * (size_t)c->block_m *
-		       (size_t)c->block_n * sizeof(float);
+		return (size_t)c->split_k * (size_t)(wgmma_split_tiles(key, c, resident) * cluster_size(c)) *
+		       (size_t)c->block_m * (size_t)c->block_n * sizeof(float);
 	return (size_t)c->split_k * (size_t)key->m * (size_t)key->n * sizeof(float);
 }
 
-/* wgmma: a counter per block and consumer of each (cluster) tile, as gemm_wgmma.cu's tile_counters. */
-size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c)
+/* wgmma: a counter per block and consumer of each split (cluster) tile, as gemm_wgmma.cu's tile_counters. */
+size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c, int resident)
 {
 	if (c->split_k <= 1)
 		return 0;
 	if (c->family == KTUNE_GEMM_WGMMA)
-		return (size_t)block_tiles(key, c) * (size_t)c->consumers;
+		return (size_t)(wgmma_split_tiles(key, c, resident) * cluster_size(c)) * (size_t)c->consumers;
 	return (size_t)tiles(key, c);
 }
 
@@ -460,14 +469,26 @@ static int64_t pow2_ceil(int64_t x)
 	return p;
 }
 
-/* Split-K, either family: only where the tiles leave SMs idle, with K to share. */
+/*
+ * Split-K, either family: only where the tiles leave SMs idle, with K to
+ * share.  The persistent wgmma kernel splits only the tiles of its last
+ * wave, so there it is also worth timing where that wave is short enough
+ * for its splits to fill one wave.
+ */
 static int prune_split_k(const struct ktune_key *key, const struct ktune_gemm_config *c, int sm_count,
 			 char *why, size_t len)
 {
 	if (c->split_k <= 1)
 		return 0;
-	int64_t t = tiles(key, c), k_tiles = cdiv(key->k, c->block_k);
-	if (t >= sm_count) {
+	int64_t t = tiles(key, c), k_tiles = cdiv(key->k, c->block_k), split = t;
+	if (c->family == KTUNE_GEMM_WGMMA && t >= sm_count) {
+		split = t % sm_count;
+		if (split == 0 || split * c->split_k > sm_count) {
+			snprintf(why, len, "SPLIT_K=%d with %lld tiles for %d SMs: %lld in the last wave",
+				 c->split_k, (long long)t, sm_count, (long long)split);
+			return 1;
+		}
+	} else if (t >= sm_count) {
 		snprintf(why, len, "SPLIT_K=%d with %lld tiles for %d SMs", c->split_k, (long long)t,
 			 sm_count);
 		return 1;
@@ -476,9 +497,9 @@ static int prune_split_k(const struct ktune_key *key, const struct ktune_gemm_co
 		snprintf(why, len, "SPLIT_K=%d leaves under two K tiles per split", c->split_k);
 		return 1;
 	}
-	if (t * c->split_k > 8L * sm_count) {
+	if (split * c->split_k > 8L * sm_count) {
 		snprintf(why, len, "SPLIT_K=%d makes %lld blocks for %d SMs", c->split_k,
-			 (long long)(t * c->split_k), sm_count);
+			 (long long)(split * c->split_k), sm_count);
 		return 1;
 	}
 	return 0;
@@ -566,11 +587,16 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_confi
 
 void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config *c, int sm_count)
 {
-	if (c->family == KTUNE_GEMM_WGMMA && c->cluster_m > 1)
+	int wgmma = c->family == KTUNE_GEMM_WGMMA;
+	if (wgmma && c->cluster_m > 1)
 		c->split_k = 1; /* as the kernel itself would */
-	while (c->split_k > 1 && (tiles(key, c) * c->split_k > 8L * sm_count ||
-				  ktune__gemm_partials_bytes(key, c) > (256u << 20)))
+	while (c->split_k > 1) {
+		int64_t split = wgmma ? wgmma_split_tiles(key, c, sm_count) : tiles(key, c);
+		if (split * c->split_k <= 8L * sm_count &&
+		    ktune__gemm_partials_bytes(key, c, sm_count) <= (256u << 20))
+			break;
 		c->split_k /= 2;
+	}
 }
 
 int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit)

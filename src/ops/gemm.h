@@ -117,9 +117,14 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 		      unsigned grid[3]);
 void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
 			    int resident, unsigned grid[3]);
-/* Split-K scratch: fp32 partials and per-tile counters (0 when split_k == 1). */
-size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c);
-size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c);
+/*
+ * Split-K scratch: fp32 partials and per-tile counters (0 when split_k == 1).
+ * wgmma splits the tiles of the persistent grid's last wave only, so its
+ * scratch depends on `resident`, as its grid does.
+ */
+size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c,
+				  int resident);
+size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c, int resident);
 
 /*
  * Whether one block alone reads each element of A (one column of tiles) and

@@ -152,17 +152,21 @@ static int same_operands(const struct ktune_tensor_maps *x, const struct ktune_t
 	       x->k == y->k && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc;
 }
 
-/* Split-K scratch for a launch on `stream`: partials and tile counters (none when split_k is 1). */
+/*
+ * Split-K scratch for a launch on `stream`: partials and tile counters (none
+ * when split_k is 1); `resident` as for the wgmma grid (ktune__gemm_wgmma_grid).
+ */
 static int split_workspace(ktune_ctx *ctx, const struct ktune_key *key, const struct ktune_gemm_config *cfg,
-			   CUstream stream, CUdeviceptr *partials, CUdeviceptr *counters, struct ktune_err *e)
+			   int resident, CUstream stream, CUdeviceptr *partials, CUdeviceptr *counters,
+			   struct ktune_err *e)
 {
 	*partials = *counters = 0;
 	if (cfg->split_k <= 1)
 		return KTUNE_OK;
 	struct ktune_workspace *w = NULL;
 	pthread_mutex_lock(&ctx->lock);
-	int rc = workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg), ktune__gemm_counters(key, cfg),
-			       &w, e);
+	int rc = workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg, resident),
+			       ktune__gemm_counters(key, cfg, resident), &w, e);
 	if (!rc) {
 		*partials = w->partials;
 		*counters = w->counters;
@@ -218,10 +222,10 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 			*kernel->maps = now;
 		pthread_mutex_unlock(&ctx->lock);
 	}
-	if ((rc = split_workspace(ctx, key, cfg, stream, &partials, &counters, e)))
+	int resident = cfg->cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count;
+	if ((rc = split_workspace(ctx, key, cfg, resident, stream, &partials, &counters, e)))
 		return rc;
-	ktune__gemm_wgmma_grid(key, cfg, cfg->cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count,
-			       grid);
+	ktune__gemm_wgmma_grid(key, cfg, resident, grid);
 	void *args[] = { &map_a, &map_b, &map_c, &c, &m, &n, &k, &ldc_, &alpha, &beta, &group,
 			 &split, &partials, &counters };
 	CU_TRY(e, cuLaunchKernel(kernel->fn, grid[0], grid[1], grid[2],
@@ -244,7 +248,7 @@ int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct
 
 	if (cfg->family == KTUNE_GEMM_WGMMA)
 		return launch_wgmma(ctx, kernel, key, cfg, alpha, a, lda, b, ldb, beta, c, ldc, stream, e);
-	if ((rc = split_workspace(ctx, key, cfg, stream, &partials, &counters, e)))
+	if ((rc = split_workspace(ctx, key, cfg, 0, stream, &partials, &counters, e)))
 		return rc;
 	ktune__gemm_grid(key, cfg, grid);
 	void *args[] = { &a, &b, &c, &m, &n, &k, &lda_, &ldb_, &ldc_, &alpha, &beta,

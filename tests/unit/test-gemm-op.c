@@ -288,11 +288,11 @@ static void test_gemm_op__launch_contract(void **state)
 	assert_int_equal(grid[0], 3 * 3); /* ceil(300/128) * ceil(130/64) */
 	assert_int_equal(grid[1], 1);
 	assert_int_equal(grid[2], 4);
-	assert_int_equal(ktune__gemm_partials_bytes(&key, &c), 4 * 300 * 130 * 4);
-	assert_int_equal(ktune__gemm_counters(&key, &c), 9);
+	assert_int_equal(ktune__gemm_partials_bytes(&key, &c, SMS), 4 * 300 * 130 * 4);
+	assert_int_equal(ktune__gemm_counters(&key, &c, SMS), 9);
 	c.split_k = 1;
-	assert_int_equal(ktune__gemm_partials_bytes(&key, &c), 0);
-	assert_int_equal(ktune__gemm_counters(&key, &c), 0);
+	assert_int_equal(ktune__gemm_partials_bytes(&key, &c, SMS), 0);
+	assert_int_equal(ktune__gemm_counters(&key, &c, SMS), 0);
 
 	char opts[KTUNE_MAX_OPTIONS][48];
 	struct ktune_key bt = make_key(KTUNE_BF16, "tn", 1, 1, 1);
@@ -491,7 +491,7 @@ static void test_gemm_op__fit_split(void **state)
 	struct ktune_gemm_config tall = { 256, 256, 32, 4, 2, 3, 1, 16 };
 	struct ktune_key square = make_key(KTUNE_F16, "nn", 4096, 4096, 1 << 20);
 	ktune__gemm_fit_split(&square, &tall, 1000); /* 256 tiles: the block limit allows 16 */
-	assert_true(ktune__gemm_partials_bytes(&square, &tall) <= (256u << 20));
+	assert_true(ktune__gemm_partials_bytes(&square, &tall, 1000) <= (256u << 20));
 	assert_int_equal(tall.split_k, 4);
 
 	/* split_k = 1 is left alone */
@@ -1113,17 +1113,42 @@ static void test_gemm_op__wgmma_prune(void **state)
 	assert_int_equal(ktune__gemm_prune(&gemv, &small, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
 	struct ktune_gemm_config split_big = c;
 	split_big.split_k = 2;
+	split_big.cluster_m = 1; /* 512 tiles of 128 x 256: a last wave of 116 is no use split */
 	assert_int_equal(ktune__gemm_prune(&key, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
-	assert_non_null(strstr(why, "SPLIT_K"));
+	assert_non_null(strstr(why, "116 in the last wave"));
 	/* scratch in whole tiles (the accumulators' layout), a counter per block and consumer */
-	assert_int_equal(ktune__gemm_partials_bytes(&gemv, &small), (size_t)4 * 32 * 64 * 128 * 4);
-	assert_int_equal(ktune__gemm_counters(&gemv, &small), 32);
+	assert_int_equal(ktune__gemm_partials_bytes(&gemv, &small, SMS), (size_t)4 * 32 * 64 * 128 * 4);
+	assert_int_equal(ktune__gemm_counters(&gemv, &small, SMS), 32);
+	/*
+	 * Where the tiles outnumber the SMs, only the last wave's are split:
+	 * 4096x28672 in 128 x 256 tiles is 3584 = 27 x 132 + 20 tiles, and 20 x 4
+	 * splits fit in a wave where 20 x 8 do not.
+	 */
+	struct ktune_key llm = make_key(KTUNE_BF16, "nt", 4096, 28672, 4096);
+	split_big.split_k = 4;
+	assert_int_equal(ktune__gemm_prune(&llm, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	assert_int_equal(ktune__gemm_partials_bytes(&llm, &split_big, SMS), (size_t)4 * 20 * 128 * 256 * 4);
+	assert_int_equal(ktune__gemm_counters(&llm, &split_big, SMS), 20 * 2);
+	unsigned llm_grid[3];
+	ktune__gemm_wgmma_grid(&llm, &split_big, SMS, llm_grid);
+	assert_int_equal(llm_grid[0], SMS);
+	ktune__gemm_fit_split(&llm, &split_big, SMS); /* a borrowed config keeps it */
+	assert_int_equal(split_big.split_k, 4);
+	split_big.split_k = 8;
+	assert_int_equal(ktune__gemm_prune(&llm, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "20 in the last wave"));
+	/* whole waves: nothing to split (4096 x 8448 in 128 x 256 tiles: 32 x 33 = 8 x 132) */
+	struct ktune_key even = make_key(KTUNE_BF16, "nt", 4096, 8448, 4096);
+	split_big.split_k = 2;
+	assert_int_equal(ktune__gemm_prune(&even, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "0 in the last wave"));
+	assert_int_equal(ktune__gemm_partials_bytes(&even, &split_big, SMS), 0);
 	struct ktune_gemm_config two = wg_a; /* 128 x 256, 2 consumers, clusters of 2 */
 	two.split_k = 2;
 	struct ktune_key m1k = make_key(KTUNE_F16, "nt", 1000, 1000, 4096);
 	/* 4 x 4 cluster tiles of 256 x 256 rows */
-	assert_int_equal(ktune__gemm_counters(&m1k, &two), 4 * 4 * 2 * 2);
-	assert_int_equal(ktune__gemm_partials_bytes(&m1k, &two), (size_t)2 * 16 * 2 * 128 * 256 * 4);
+	assert_int_equal(ktune__gemm_counters(&m1k, &two, 66), 4 * 4 * 2 * 2);
+	assert_int_equal(ktune__gemm_partials_bytes(&m1k, &two, 66), (size_t)2 * 16 * 2 * 128 * 256 * 4);
 	/* split-K is compiled into kernels without clusters only */
 	assert_int_equal(ktune__gemm_prune(&m1k, &two, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_non_null(strstr(why, "CLUSTER_M"));
