@@ -224,9 +224,40 @@ static void progress(const struct ktune_tune_options *o, const char *fmt, ...)
 	fflush(o->progress);
 }
 
+/* Each of the n candidates by the full protocol, in order and then (n > 1) in reverse; its timing the mean of the two. */
+static int measure_twice(struct ktune_tuner *t, struct candidate *c, int n, double timeout, struct ktune_err *e)
+{
+	int rc;
+	for (int i = 0; i < n; i++)
+		if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE, timeout, &c[i].trial,
+					    &c[i].timing, e)))
+			return rc;
+	if (n < 2)
+		return KTUNE_OK; /* nothing to rank */
+	for (int i = n - 1; i >= 0; i--) {
+		struct ktune_timing runs[2] = { c[i].timing };
+		if (strcmp(c[i].trial.status, KTUNE_TRIAL_OK))
+			continue; /* failed its first run */
+		if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE, timeout, &c[i].trial,
+					    &runs[1], e)))
+			return rc;
+		if (strcmp(c[i].trial.status, KTUNE_TRIAL_OK))
+			continue;
+		c[i].timing = middle_timing(runs, 2);
+		c[i].trial.time_us = c[i].timing.median_us;
+	}
+	return KTUNE_OK;
+}
+
 /*
  * The measure step on an undisturbed GPU: the first `finalists` of c by the
- * full protocol, sorted by it, then the fastest (c[0]) and cuBLAS in turns.
+ * full protocol, twice (in order, then in reverse order), sorted by the
+ * mean of each one's two runs; then the fastest (c[0]) and cuBLAS in turns.
+ * One run each, taken seconds apart while the clocks drift, did not rank
+ * configs a percent or two apart (on the H100 at 4096x28672x4096 the same
+ * config reads 3-5% apart from one run to the next, and the one measured
+ * first had the cooler GPU); in the two orders a steady drift weighs on
+ * every finalist alike.  A finalist that fails a run keeps that trial.
  * While NVML says another process or a clock brake disturbed it, all of it
  * again, at most MEASURE_ATTEMPTS times; then `disturbed` says why (else "").
  */
@@ -240,10 +271,8 @@ static int measure_finalists(struct ktune_tuner *t, struct candidate *c, int fin
 	for (int attempt = 1;; attempt++) {
 		struct ktune_gpu_sample before, after;
 		int sampled = hygiene_sample(t, &before);
-		for (int i = 0; i < finalists; i++)
-			if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE,
-						    timeout, &c[i].trial, &c[i].timing, e)))
-				return rc;
+		if ((rc = measure_twice(t, c, finalists, timeout, e)))
+			return rc;
 		qsort(c, (size_t)finalists, sizeof(*c), by_time);
 		if (!strcmp(c[0].trial.status, KTUNE_TRIAL_OK) &&
 		    (rc = measure_in_turns(t, &c[0], timeout, has_cublas, cb_check, cb_time, e)))

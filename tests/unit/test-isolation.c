@@ -165,6 +165,42 @@ static void test_isolation__ratio_survives_a_heating_gpu(void **state)
 }
 
 /*
+ * A GPU that cools (or heats) while the finalists are measured one after
+ * another favours the ones measured last (or first); measured in order and
+ * then in reverse, they rank as on a steady GPU.  With every measurement 2%
+ * faster than the last, one run each would crown the fake's 128x256 (3%
+ * slower than its 192x192 here).
+ */
+static void tuned_config(const char *drift, char *config, size_t len)
+{
+	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
+	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .progress = NULL };
+	struct ktune_tuner *t;
+	struct ktune_tune_report r;
+	struct ktune_err e;
+	if (drift)
+		setenv("KTUNE_FAKE_DRIFT", drift, 1);
+	else
+		unsetenv("KTUNE_FAKE_DRIFT");
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	snprintf(config, len, "%s", r.result.config);
+	ktune__tuner_close(t);
+	unsetenv("KTUNE_FAKE_DRIFT");
+}
+
+static void test_isolation__winner_survives_a_cooling_gpu(void **state)
+{
+	char steady[256], cooling[256];
+	(void)state;
+	tuned_config(NULL, steady, sizeof(steady));
+	tuned_config("-0.02", cooling, sizeof(cooling));
+	assert_string_equal(cooling, steady);
+}
+
+/*
  * ktune bench: a stored result timed again comes out in the ratio it was
  * stored with (the fake's times are exact), also on a heating GPU, and a
  * stored config that now computes wrong numbers, crashes or no longer
@@ -230,6 +266,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__missing_worker_is_a_clear_error),
 		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
+		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),
 		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
