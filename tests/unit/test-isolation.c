@@ -128,6 +128,23 @@ static void test_isolation__run_timeout_is_derived_from_the_key(void **state)
 	assert_true(ktune__run_timeout(&big, 0.25) == 0.25); /* --timeout wins */
 }
 
+/* Tunes key on the fake GPU, each measurement `drift` (NULL: 0) times the first's slower than the one before. */
+static void tune_drifting(const struct ktune_key *key, const struct ktune_tune_options *o, const char *drift,
+			  struct ktune_tune_report *r)
+{
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	if (drift)
+		setenv("KTUNE_FAKE_DRIFT", drift, 1);
+	else
+		unsetenv("KTUNE_FAKE_DRIFT");
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	if (ktune__tune_key(t, key, o, r, &e))
+		fail_msg("%s", e.msg);
+	ktune__tuner_close(t);
+	unsetenv("KTUNE_FAKE_DRIFT");
+}
+
 /*
  * The ratio to cuBLAS does not depend on when each side ran: with every
  * measurement 5% slower than the last (a heating GPU), the winner and cuBLAS
@@ -138,21 +155,11 @@ static double tuned_ratio(const char *drift)
 	struct ktune_key key = { "gemm", KTUNE_BF16, 'n', 'n', 512, 512, 512, 1 };
 	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 4, .jobs = 2, .timeout_s = 2,
 					.compile_timeout_s = 5, .progress = NULL };
-	struct ktune_tuner *t;
 	struct ktune_tune_report r;
-	struct ktune_err e;
-	if (drift)
-		setenv("KTUNE_FAKE_DRIFT", drift, 1);
-	else
-		unsetenv("KTUNE_FAKE_DRIFT");
-	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
-	if (ktune__tune_key(t, &key, &o, &r, &e))
-		fail_msg("%s", e.msg);
+	tune_drifting(&key, &o, drift, &r);
 	assert_true(r.has_cublas);
 	if (drift)
 		assert_true(r.result.cublas_us > 20); /* it did heat up */
-	ktune__tuner_close(t);
-	unsetenv("KTUNE_FAKE_DRIFT");
 	return r.result.cublas_us / r.result.time_us;
 }
 
@@ -171,33 +178,16 @@ static void test_isolation__ratio_survives_a_heating_gpu(void **state)
  * faster than the last, one run each would crown the fake's 128x256 (3%
  * slower than its 192x192 here).
  */
-static void tuned_config(const char *drift, char *config, size_t len)
+static void test_isolation__winner_survives_a_cooling_gpu(void **state)
 {
 	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
 	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
 					.compile_timeout_s = 5, .progress = NULL };
-	struct ktune_tuner *t;
-	struct ktune_tune_report r;
-	struct ktune_err e;
-	if (drift)
-		setenv("KTUNE_FAKE_DRIFT", drift, 1);
-	else
-		unsetenv("KTUNE_FAKE_DRIFT");
-	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
-	if (ktune__tune_key(t, &key, &o, &r, &e))
-		fail_msg("%s", e.msg);
-	snprintf(config, len, "%s", r.result.config);
-	ktune__tuner_close(t);
-	unsetenv("KTUNE_FAKE_DRIFT");
-}
-
-static void test_isolation__winner_survives_a_cooling_gpu(void **state)
-{
-	char steady[256], cooling[256];
+	struct ktune_tune_report steady, cooling;
 	(void)state;
-	tuned_config(NULL, steady, sizeof(steady));
-	tuned_config("-0.02", cooling, sizeof(cooling));
-	assert_string_equal(cooling, steady);
+	tune_drifting(&key, &o, NULL, &steady);
+	tune_drifting(&key, &o, "-0.02", &cooling);
+	assert_string_equal(cooling.result.config, steady.result.config);
 }
 
 /*
