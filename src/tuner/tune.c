@@ -224,7 +224,7 @@ static void progress(const struct ktune_tune_options *o, const char *fmt, ...)
 	fflush(o->progress);
 }
 
-/* Each of the n candidates by the full protocol, in order and then (n > 1) in reverse; its timing the mean of the two. */
+/* The n candidates by the full protocol, in order, then (n > 1) in reverse: each one's timing the mean of its two. */
 static int measure_twice(struct ktune_tuner *t, struct candidate *c, int n, double timeout, struct ktune_err *e)
 {
 	int rc;
