@@ -480,9 +480,10 @@ static int prune_split_k(const struct ktune_key *key, const struct ktune_gemm_co
 {
 	if (c->split_k <= 1)
 		return 0;
-	int64_t t = tiles(key, c), k_tiles = cdiv(key->k, c->block_k), split = t;
-	if (c->family == KTUNE_GEMM_WGMMA && t >= sm_count) {
-		split = t % sm_count;
+	int wgmma = c->family == KTUNE_GEMM_WGMMA;
+	int64_t t = tiles(key, c), k_tiles = cdiv(key->k, c->block_k);
+	int64_t split = wgmma ? wgmma_split_tiles(key, c, sm_count) : t; /* the tiles it splits */
+	if (wgmma && t >= sm_count) {
 		if (split == 0 || split * c->split_k > sm_count) {
 			snprintf(why, len, "SPLIT_K=%d with %lld tiles for %d SMs: %lld in the last wave",
 				 c->split_k, (long long)t, sm_count, (long long)split);

@@ -128,21 +128,27 @@ static void test_isolation__run_timeout_is_derived_from_the_key(void **state)
 	assert_true(ktune__run_timeout(&big, 0.25) == 0.25); /* --timeout wins */
 }
 
-/* Tunes key on the fake GPU, each measurement `drift` (NULL: 0) times the first's slower than the one before. */
+/* The fake GPU's next workers: each measurement `drift` (NULL: 0) times the first's slower than the one before. */
+static void fake_drift(const char *drift)
+{
+	if (drift)
+		setenv("KTUNE_FAKE_DRIFT", drift, 1);
+	else
+		unsetenv("KTUNE_FAKE_DRIFT");
+}
+
+/* Tunes key on the fake GPU drifting by `drift` (fake_drift). */
 static void tune_drifting(const struct ktune_key *key, const struct ktune_tune_options *o, const char *drift,
 			  struct ktune_tune_report *r)
 {
 	struct ktune_tuner *t;
 	struct ktune_err e;
-	if (drift)
-		setenv("KTUNE_FAKE_DRIFT", drift, 1);
-	else
-		unsetenv("KTUNE_FAKE_DRIFT");
+	fake_drift(drift);
 	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
 	if (ktune__tune_key(t, key, o, r, &e))
 		fail_msg("%s", e.msg);
 	ktune__tuner_close(t);
-	unsetenv("KTUNE_FAKE_DRIFT");
+	fake_drift(NULL);
 }
 
 /*
@@ -216,8 +222,7 @@ static void test_isolation__bench_times_a_stored_result_again(void **state)
 
 	static const char *drifts[] = { NULL, "0.05" };
 	for (int d = 0; d < 2; d++) {
-		if (drifts[d])
-			setenv("KTUNE_FAKE_DRIFT", drifts[d], 1);
+		fake_drift(drifts[d]);
 		assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
 		assert_int_equal(ktune__bench_result(t, &r.result, 7, &b, &e), KTUNE_OK);
 		assert_string_equal(b.status, KTUNE_TRIAL_OK);
@@ -226,7 +231,7 @@ static void test_isolation__bench_times_a_stored_result_again(void **state)
 			fail_msg("drift %s: ratio %.6f, stored %.6f", drifts[d] ? drifts[d] : "0",
 				 b.cublas_us / b.time_us, stored);
 		ktune__tuner_close(t);
-		unsetenv("KTUNE_FAKE_DRIFT");
+		fake_drift(NULL);
 	}
 
 	static const struct {
