@@ -108,6 +108,8 @@ struct tile_cfg {
 	int bm, bn, stages, consumers;
 	int cluster; /* CLUSTER_M */
 	int epi_bufs = 2; /* EPI_BUFS */
+	int epi_cols = 64; /* EPI_COLS: columns of a staged chunk of C (32: a 64-byte swizzle) */
+	int l2promo = 3;   /* L2PROMO: A's and B's L2 promotion, 0 none, 1 64B, 2 128B, 3 256B (the kernel ignores it) */
 	int cluster_n = 1; /* probe 19's CLUSTER_N (blocks along N sharing A), from the variant's defines */
 	int cluster_k = 1; /* probe 23's CLUSTER_K (blocks splitting a tile's k-tiles), likewise */
 	int tile_m = 0;    /* probe 24's TILE_M (rows of C per tile, under BLOCK_M), likewise; 0: BLOCK_M */
@@ -153,7 +155,7 @@ static std::string variant_name(const tile_cfg &c, int bf16, int ta, int tb, int
 /* The kernel's SMEM_BYTES: 1024 + STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + CONSUMERS * 2 * 8192 + STAGES * 16. */
 static size_t smem_bytes(const tile_cfg &c)
 {
-	return 1024 + (size_t)c.stages * (c.bm + c.bn) * 64 * 2 + (size_t)c.consumers * c.epi_bufs * 8192 +
+	return 1024 + (size_t)c.stages * (c.bm + c.bn) * 64 * 2 + (size_t)c.consumers * c.epi_bufs * 128 * c.epi_cols +
 	       (size_t)c.stages * 16 + (c.cluster_k > 1 ? (size_t)c.consumers * 16 + (size_t)c.bm * c.bn * 4 : 0);
 }
 
@@ -324,6 +326,8 @@ static std::vector<variant> read_probe_list(const char *path)
 		x.extra = line + used;
 		/* the defines that change the launch: shared memory, boxes, grid */
 		define_int(x.extra, "EPI_BUFS", &x.c.epi_bufs);
+		define_int(x.extra, "EPI_COLS", &x.c.epi_cols);
+		define_int(x.extra, "L2PROMO", &x.c.l2promo);
 		define_int(x.extra, "CLUSTER_N", &x.c.cluster_n);
 		define_int(x.extra, "CLUSTER_K", &x.c.cluster_k);
 		define_int(x.extra, "TILE_M", &x.c.tile_m);
@@ -581,7 +585,9 @@ static void load_variant(variant &v, const char *dir)
 }
 
 static CUtensorMap encode_map(const void *ptr, int bf16, uint64_t inner, uint64_t outer, uint64_t ld,
-			      uint32_t box_inner, uint32_t box_outer)
+			      uint32_t box_inner, uint32_t box_outer,
+			      CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B,
+			      CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B)
 {
 	CUtensorMap m;
 	cuuint64_t dims[2] = { inner, outer };
@@ -590,7 +596,7 @@ static CUtensorMap encode_map(const void *ptr, int bf16, uint64_t inner, uint64_
 	cuuint32_t estr[2] = { 1, 1 };
 	CU_CHECK(cuTensorMapEncodeTiled(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
 					2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-					CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+					swizzle, promo,
 					CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 	return m;
 }
@@ -617,15 +623,19 @@ static void launch(const variant &v, const problem &p, int group_size, cudaStrea
 	const tile_cfg &c = v.c;
 	const int tile_m = c.tile_m ? c.tile_m : c.bm; /* rows of C per tile */
 	g_current = v.name.c_str();
-	CUtensorMap ma = v.ta ? encode_map(p.A, v.bf16, p.M, p.K, p.lda, 64, 64)
-			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, tile_m / c.cluster_n);
+	const CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B;
+	const CUtensorMapL2promotion promo = (CUtensorMapL2promotion)c.l2promo; /* probe 48 */
+	CUtensorMap ma = v.ta ? encode_map(p.A, v.bf16, p.M, p.K, p.lda, 64, 64, sw, promo)
+			      : encode_map(p.A, v.bf16, p.K, p.M, p.lda, 64, tile_m / c.cluster_n, sw, promo);
 	/* K-major B: a box per block of a cluster; probe 12's 320-wide tile without one takes two of 160 rows */
 	const int b_boxes = c.bn > 256 && c.cluster == 1 ? 2 : c.cluster;
-	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / b_boxes)
-			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64);
+	CUtensorMap mb = v.tb ? encode_map(p.B, v.bf16, p.K, p.N, p.ldb, 64, c.bn / b_boxes, sw, promo)
+			      : encode_map(p.B, v.bf16, p.N, p.K, p.ldb, 64, 64, sw, promo);
 	/* probe 18's -DEPI_WARP=1: each warp stores its own 16 rows of a chunk */
 	const bool epi_warp = strstr(v.extra.c_str(), "-DEPI_WARP=1") != nullptr;
-	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, 64, epi_warp ? 16 : std::min(64, tile_m));
+	/* -DEPI_COLS=32: chunks of 64 x 32, 64-byte rows in the 64-byte swizzle */
+	CUtensorMap mc = encode_map(p.C, v.bf16, p.N, p.M, p.ldc, c.epi_cols, epi_warp ? 16 : std::min(64, tile_m),
+				    c.epi_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B);
 	/* cluster tiles: CLUSTER_M * BLOCK_M rows; the grid is whole clusters, at most those that fit at once */
 	int tiles = ((p.M + tile_m * c.cluster - 1) / (tile_m * c.cluster)) *
 		    ((p.N + c.bn * c.cluster_n - 1) / (c.bn * c.cluster_n));
