@@ -20,6 +20,11 @@ def geo(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
+def median(xs):
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
 rows = {}
 for path in sys.argv[1:]:
     shape = None
@@ -41,5 +46,5 @@ for name in names:
     if not rel:
         continue
     flat = [x for xs in rel.values() for x in xs]
-    print(f"{name:60s} {geo(flat):.3f} (n={len(flat)}) | " +
+    print(f"{name:60s} median {median(flat):.3f} geo {geo(flat):.3f} (n={len(flat)}) | " +
           " ".join(f"{s}:{geo(xs):.3f}" for s, xs in rel.items()))
