@@ -9,9 +9,9 @@
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show, verify and bench
 #   bench  host overhead of ktune_gemm
-#   stored 'ktune bench' of the shipped tuning (db/sm_90/h100.yaml imported into a
-#          fresh database): every key against cuBLAS again, ROUNDS rounds (default
-#          3); BENCH_ARGS adds bench's filters, e.g. "-m 4096"
+#   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
+#          database): every key against cuBLAS again, ROUNDS rounds (default 3);
+#          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
 #   kill   kill -9 a sweep's worker and the sweep, ten times at random moments
 #          (tests/gpu/kill-sweep.sh)
 #   concurrent  two sweeps on one database at once (tests/gpu/concurrent-sweeps.sh)
@@ -21,6 +21,9 @@
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
 # TEST_TIMEOUT (seconds, default 300) bounds each GPU test program of `tests`.
+# SHIPPED (default db/sm_90/h100.yaml) is the shipped file of this GPU: `stored`
+# benches it, and `sweep` exports its database under the same name into $OUT
+# (db/sm_90/h200.yaml on an H200).
 set -u
 B=${BUILD:-build-device}
 OUT=${OUT:-/tmp/ktune-out}
@@ -29,6 +32,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 export KTUNE_DB=${KTUNE_DB:-$OUT/ktune.db}
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ktune-cache}
 steps=${*:-tests tune sweep bench}
+SHIPPED=${SHIPPED:-db/sm_90/h100.yaml}
 T=${TEST_TIMEOUT:-300} # seconds per GPU test program (test-gemm-gpu takes about 70 on the H100)
 status=0
 
@@ -72,8 +76,8 @@ for step in $steps; do
 			run sweep.log $B/ktune sweep --progress
 		fi
 		$B/ktune show --format csv >"$OUT/results.csv"
-		# the database with trials is too big to bring back; this is db/sm_90/h100.yaml's source
-		$B/ktune export -o "$OUT/h100.yaml"
+		# the database with trials is too big to bring back; this is $SHIPPED's source
+		$B/ktune export -o "$OUT/$(basename "$SHIPPED")"
 		run verify.log $B/ktune verify
 		# the winners timed again apart from the sweep: its figures were taken on a GPU hot from each key's candidates
 		run retime.log $B/ktune bench --rounds 3
@@ -83,7 +87,7 @@ for step in $steps; do
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*
-		$B/ktune import --db /tmp/ktune-stored.db db/sm_90/h100.yaml >"$OUT/stored-import.log" 2>&1 || status=1
+		$B/ktune import --db /tmp/ktune-stored.db "$SHIPPED" >"$OUT/stored-import.log" 2>&1 || status=1
 		tail -n 1 "$OUT/stored-import.log" | tee -a "$OUT/stored.log"
 		# shellcheck disable=SC2086 # BENCH_ARGS is a list of options
 		run stored.log $B/ktune bench --db /tmp/ktune-stored.db --rounds "${ROUNDS:-3}" ${BENCH_ARGS:-}
