@@ -8,7 +8,8 @@
 #   quick  the dispatch and planted-candidate tests alone
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show, verify and bench
-#   bench  host overhead of ktune_gemm
+#   bench  host overhead of ktune_gemm, and the copy bandwidth (bench/copy: the
+#          floor's memory ceiling)
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -84,6 +85,7 @@ for step in $steps; do
 		;;
 	bench)
 		run bench.log $B/bench/overhead
+		run bench.log $B/bench/copy
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*

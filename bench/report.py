@@ -5,11 +5,12 @@
 
 RESULTS.csv is `ktune show --format csv` after the sweep; SWEEP.log is the
 sweep's output (for its wall time); OUT_PREFIX e.g. bench/results/h100.
-Adds the roofline floor (max of bytes / 3.0 TB/s and FLOPs / 800 TFLOP/s),
-the ratio cuBLAS time / ktune time measured in the same run, and the Triton
-tutorial matmul's ratio from bench/anchors/ for the same key (layout nn only:
-the anchors were measured for nn).  BENCH.log, the output of `ktune bench` on
-the same results, adds each key's ratio timed again apart from the sweep.
+Adds the roofline floor (max of bytes / the GPU's copy bandwidth and FLOPs /
+800 TFLOP/s; CEILINGS below), the ratio cuBLAS time / ktune time measured in
+the same run, and, on the H100, the Triton tutorial matmul's ratio from
+bench/anchors/ for the same key (layout nn only: the anchors were measured for
+nn).  BENCH.log, the output of `ktune bench` on the same results, adds each
+key's ratio timed again apart from the sweep.
 """
 import csv
 import math
@@ -18,9 +19,14 @@ import re
 import sys
 
 LLM = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # the default suite's weight shapes (N, K)
-BW = 3.0e12      # bytes/s, measured device-to-device copy
-PEAK = 800e12    # FLOP/s, measured large bf16 GEMM
-ANCHORS = os.path.join(os.path.dirname(__file__), "anchors", "h100-gemm-cublas-triton.csv")
+# Per GPU (the device name the sweep stored): the copy bandwidth in bytes/s
+# (bytes read + written: the anchors' 3005 GB/s on the H100, bench/copy
+# elsewhere), the GEMM ceiling in FLOP/s (800 T measured on the H100; the H200
+# is the same chip at the same clocks), and the Triton anchors, if measured there.
+CEILINGS = {
+    "NVIDIA H100 80GB HBM3": (3.0e12, 800e12, "h100-gemm-cublas-triton.csv"),
+    "NVIDIA H200": (None, 800e12, None),
+}
 
 
 def geomean(xs):
@@ -56,8 +62,15 @@ def main():
     results, log, prefix = argv[0], argv[1], argv[2]
     command = argv[3] if len(argv) > 3 else "ktune sweep"
     rows = list(csv.DictReader(open(results)))
+    gpu = rows[0]["device"] if rows else "?"
+    if gpu not in CEILINGS:
+        sys.exit(f"report.py: no ceilings for '{gpu}': measure its copy bandwidth with bench/copy "
+                 "and add it to CEILINGS")
+    bw, peak, anchors = CEILINGS[gpu]
+    if bw is None:
+        sys.exit(f"report.py: the copy bandwidth of '{gpu}' is not measured yet: run bench/copy there")
     triton = {}
-    for a in csv.DictReader(open(ANCHORS)):
+    for a in csv.DictReader(open(os.path.join(os.path.dirname(__file__), "anchors", anchors))) if anchors else []:
         dt = {"float16": "f16", "bfloat16": "bf16"}[a["dtype"]]
         triton[(dt, int(a["M"]), int(a["N"]), int(a["K"]))] = float(a["triton_over_cublas"])
     wall = ""
@@ -70,7 +83,7 @@ def main():
         M, N, K = int(r["m"]), int(r["n"]), int(r["k"])
         flops = 2.0 * M * N * K
         bytes_ = 2.0 * (M * K + K * N + M * N)
-        t_bw, t_fl = bytes_ / BW * 1e6, flops / PEAK * 1e6
+        t_bw, t_fl = bytes_ / bw * 1e6, flops / peak * 1e6
         floor = max(t_bw, t_fl)
         t = float(r["time_us"])
         cub = float(r["cublas_us"])
@@ -95,7 +108,6 @@ def main():
         for o in out:
             w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in o.items()})
 
-    gpu = rows[0]["device"] if rows else "?"
     lines = [f"# ktune GEMM on {gpu}: the default suite", "",
              f"Made by `{command}` (bench/README.md says how, and how to read it), then "
              f"`python3 bench/report.py`. Ratio = cuBLAS time / ktune time, both measured in the same "
@@ -103,7 +115,7 @@ def main():
              "CUDA events, L2 flushed before every run, warm-up, repetitions until the p20-p80 spread is "
              "within 2% of the median (at most 200 or 0.5 s), median; the winner and cuBLAS then four times each "
              "in turns (ABBA), the median of each side's four. Inputs uniform random in [-1, 1). "
-             "Floor = max(bytes / 3.0 TB/s, FLOPs / 800 TFLOP/s)." +
+             f"Floor = max(bytes / {bw / 1e12:.1f} TB/s, FLOPs / {peak / 1e12:.0f} TFLOP/s)." +
              (" Again = the ratio timed again by `ktune bench` apart from the sweep (the median of its "
               "rounds; the sweep times a key on a GPU hot from its candidates)." if bench else ""), ""]
     ratios = [o["ratio"] for o in out if o["ratio"] > 0]

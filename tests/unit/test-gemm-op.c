@@ -767,6 +767,28 @@ static void test_gemm_op__dispatch_shipped_is_lowest(void **state)
 	free_ctx(ctx);
 }
 
+/* Shipped files of several GPUs of the arch: this GPU's entry serves, in whichever order they load. */
+static void test_gemm_op__dispatch_shipped_prefers_this_gpu(void **state)
+{
+	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
+	struct ktune_key near = make_key(KTUNE_F16, "nt", 4000, 4096, 4096);
+	struct ktune_gemm_config cfg;
+	(void)state;
+
+	struct ktune_entry other = entry(key, cfg_a, 0), mine = entry(key, cfg_b, 1);
+	other.shipped = mine.shipped = 1;
+	struct ktune_entry orders[2][2] = { { other, mine }, { mine, other } };
+	for (int i = 0; i < 2; i++) {
+		ktune_ctx *ctx = make_ctx(orders[i], 2);
+		assert_string_equal(choose(ctx, key, &cfg), "shipped");
+		assert_config_equal(&cfg, &cfg_b);
+		/* and as the nearest entry for a key neither file has */
+		assert_string_equal(choose(ctx, near, &cfg), "nearest");
+		assert_config_equal(&cfg, &cfg_b);
+		free_ctx(ctx);
+	}
+}
+
 static void test_gemm_op__dispatch_nearest(void **state)
 {
 	struct ktune_key query = make_key(KTUNE_F16, "nt", 1500, 4096, 4096);
@@ -1269,6 +1291,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_op__dispatch_arch),
 		cmocka_unit_test(test_gemm_op__dispatch_fits_shared_memory),
 		cmocka_unit_test(test_gemm_op__dispatch_shipped_is_lowest),
+		cmocka_unit_test(test_gemm_op__dispatch_shipped_prefers_this_gpu),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest),
 		cmocka_unit_test(test_gemm_op__dispatch_nearest_prefers_this_device),
 		cmocka_unit_test(test_gemm_op__dispatch_default),

@@ -36,21 +36,34 @@ static void test_shipped__files_parse_and_are_current(void **state)
 	assert_true(files >= 1);
 }
 
-/* The H100 file covers the built-in default suite. */
-static void test_shipped__h100_covers_the_default_suite(void **state)
+/* Shipped file `name` holds the built-in default suite (96 keys), all tuned on `gpu`. */
+static void covers_the_default_suite(const char *name, const char *gpu)
 {
 	const struct ktune_template_file *f;
 	struct ktune_share share;
 	struct ktune_err e;
-	(void)state;
-	for (f = ktune__shipped_files; f->name && strcmp(f->name, "sm_90/h100.yaml"); f++)
+	for (f = ktune__shipped_files; f->name && strcmp(f->name, name); f++)
 		;
-	assert_non_null(f->name);
+	if (!f->name)
+		fail_msg("%s is not shipped", name);
 	assert_int_equal(ktune__share_parse(f->text, f->len, f->name, &share, &e), 0);
 	assert_int_equal(share.count, 96);
 	for (long i = 0; i < share.count; i++)
-		assert_string_equal(share.entries[i].device.name, "NVIDIA H100 80GB HBM3");
+		assert_string_equal(share.entries[i].device.name, gpu);
 	ktune__share_free(&share);
+}
+
+static void test_shipped__h100_covers_the_default_suite(void **state)
+{
+	(void)state;
+	covers_the_default_suite("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3");
+}
+
+/* An H200 of its own: the runtime prefers the file of the GPU it runs on. */
+static void test_shipped__h200_covers_the_default_suite(void **state)
+{
+	(void)state;
+	covers_the_default_suite("sm_90/h200.yaml", "NVIDIA H200");
 }
 
 int main(void)
@@ -58,6 +71,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shipped__files_parse_and_are_current),
 		cmocka_unit_test(test_shipped__h100_covers_the_default_suite),
+		cmocka_unit_test(test_shipped__h200_covers_the_default_suite),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
