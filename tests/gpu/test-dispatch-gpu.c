@@ -218,6 +218,14 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 		skip();
 	}
 	assert_int_equal(ctx->from_device + ctx->from_arch, 0);
+	/* the GPUs with a file of their own (db/sm_90/): its 96 entries, which serve before the others' */
+	int mine = 0;
+	for (int i = 0; i < ctx->nentries; i++)
+		mine += ctx->entries[i].shipped && ctx->entries[i].same_device;
+	printf("%s: %d of %d shipped entries tuned on this GPU (%s)\n", ctx->id.name, mine, ctx->from_shipped,
+	       ctx->shipped_names);
+	if (!strcmp(ctx->id.name, "NVIDIA H100 80GB HBM3") || !strcmp(ctx->id.name, "NVIDIA H200"))
+		assert_int_equal(mine, 96);
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
 	static const struct ktune_key keys[] = {
@@ -233,6 +241,21 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 			fail_msg("key %zu: %s", i, e.msg);
 		if (!check.pass || strcmp(source, "shipped"))
 			fail_msg("key %zu: pass %d, served by '%s'", i, check.pass, source);
+		struct ktune_gemm_config cfg;
+		char served[256], own[256];
+		ktune__dispatch_choose(ctx, &keys[i], &cfg, &source);
+		ktune__gemm_config_format(&cfg, served, sizeof(served));
+		for (int j = 0; j < ctx->nentries; j++) {
+			const struct ktune_entry *ent = &ctx->entries[j];
+			const struct ktune_key *k = &ent->key;
+			if (!ent->shipped || !ent->same_device || k->dtype != keys[i].dtype ||
+			    k->trans_a != keys[i].trans_a || k->trans_b != keys[i].trans_b || k->m != keys[i].m ||
+			    k->n != keys[i].n || k->k != keys[i].k || k->aligned != keys[i].aligned)
+				continue;
+			ktune__gemm_config_format(&ent->cfg, own, sizeof(own));
+			if (strcmp(served, own))
+				fail_msg("key %zu: served %s, not this GPU's shipped %s", i, served, own);
+		}
 	}
 	ktune__worker_close(w);
 	ktune_close(ctx);
