@@ -20,12 +20,12 @@ import sys
 
 LLM = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # the default suite's weight shapes (N, K)
 # Per GPU (the device name the sweep stored): the copy bandwidth in bytes/s
-# (bytes read + written: the anchors' 3005 GB/s on the H100, bench/copy
-# elsewhere), the GEMM ceiling in FLOP/s (800 T measured on the H100; the H200
+# (bytes read + written: the anchors' 3005 GB/s on the H100, where bench/copy
+# reads 2987; bench/copy elsewhere), the GEMM ceiling in FLOP/s (800 T measured on the H100; the H200
 # is the same chip at the same clocks), and the Triton anchors, if measured there.
 CEILINGS = {
     "NVIDIA H100 80GB HBM3": (3.0e12, 800e12, "h100-gemm-cublas-triton.csv"),
-    "NVIDIA H200": (None, 800e12, None),
+    "NVIDIA H200": (4.19e12, 800e12, None),  # bench/copy: 4185 GB/s (bench/results/h200-bench.log)
 }
 
 
@@ -160,7 +160,7 @@ def main():
     # (name, right-aligned) per column; "again" only with a bench log
     cols = [("dtype", 0), ("layout", 0), ("M x N x K", 0), ("ktune us", 1), ("TFLOP/s", 1), ("cuBLAS us", 1),
             ("cuBLAS TFLOP/s", 1), ("ratio", 1)] + ([("again", 1)] if bench else []) + \
-           [("Triton ratio", 1), ("floor us", 1), ("bound", 0), ("x floor", 1), ("cands", 1), ("tune s", 1),
+           ([("Triton ratio", 1)] if anchors else []) + [("floor us", 1), ("bound", 0), ("x floor", 1), ("cands", 1), ("tune s", 1),
             ("config", 0)]
     lines += ["", "| " + " | ".join(c for c, _ in cols) + " |",
               "|" + "|".join("---:" if right else "---" for _, right in cols) + "|"]
@@ -172,7 +172,7 @@ def main():
         lines.append(f"| {o['dtype']} | {o['layout']} | {o['m']}x{o['n']}x{o['k']} | {o['ktune_us']:.1f} | "
                      f"{o['ktune_tflops']:.1f} | {o['cublas_us']:.1f} | {o['cublas_tflops']:.1f} | "
                      f"{o['ratio']:.2f} | " + (f"{o['bench_ratio']:.2f} | " if bench else "") +
-                     f"{tr} | {o['floor_us']:.1f} | {o['bound']} | "
+                     (f"{tr} | " if anchors else "") + f"{o['floor_us']:.1f} | {o['bound']} | "
                      f"{o['ktune_over_floor']:.2f} | {o['candidates']} | {o['tune_s']:.1f} | {cfg} |")
     open(prefix + ".md", "w").write("\n".join(lines) + "\n")
 
