@@ -90,6 +90,9 @@ struct ktune_tuner;
  */
 int cli_stored_results(struct ktune_tuner *t, struct ktune_filter *f, struct ktune_result **out);
 
+/* Prints "device: NAME (ARCH, N SMs, CUDA driver X.Y)", the GPU a command measures on. */
+void cli_print_device(struct ktune_tuner *t);
+
 /* Fails with a clear message and EXIT_USAGE when no GPU can be used; 0 if one can. */
 int cli_need_gpu(void);
 

@@ -208,6 +208,7 @@ int cmd_bench(int argc, char **argv, struct cli *cli)
 		return rc;
 	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &tuner, &e))
 		return cli_error(EXIT_FAIL, "%s", e.msg);
+	cli_print_device(tuner);
 	if ((n = cli_stored_results(tuner, &f, &stored)) < 0) {
 		rc = EXIT_FAIL;
 		goto out;

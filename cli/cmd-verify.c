@@ -40,6 +40,7 @@ int cmd_verify(int argc, char **argv, struct cli *cli)
 		return rc;
 	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e))
 		return cli_error(EXIT_FAIL, "%s", e.msg);
+	cli_print_device(t);
 	if ((n = cli_stored_results(t, &f, &stored)) < 0) {
 		rc = EXIT_FAIL;
 		goto out;

@@ -305,6 +305,14 @@ int cli_stored_results(struct ktune_tuner *t, struct ktune_filter *f, struct ktu
 	return s.n;
 }
 
+void cli_print_device(struct ktune_tuner *t)
+{
+	const struct ktune_hello *h = ktune__tuner_device(t);
+	/* logs of bench and verify travel between machines: they say which GPU they are from */
+	printf("device: %s (%s, %d SMs, CUDA driver %d.%d)\n", h->id.name, h->id.arch, h->id.sm_count,
+	       h->driver_version / 1000, h->driver_version % 1000 / 10);
+}
+
 const char *cli_worker_exe(void)
 {
 	/* the worker is this very program: resolved now, so a rebuild mid-sweep changes nothing */
