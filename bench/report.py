@@ -20,9 +20,10 @@ import sys
 
 LLM = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # the default suite's weight shapes (N, K)
 # Per GPU (the device name the sweep stored): the copy bandwidth in bytes/s
-# (bytes read + written: the anchors' 3005 GB/s on the H100, where bench/copy
-# reads 2987; bench/copy elsewhere), the GEMM ceiling in FLOP/s (800 T measured on the H100; the H200
-# is the same chip at the same clocks), and the Triton anchors, if measured there.
+# (read + written: the anchors' 3005 GB/s on the H100, where bench/copy reads
+# 2987; bench/copy elsewhere), the GEMM ceiling in FLOP/s (800 T measured on
+# the H100; the H200 is the same chip at the same clocks), and the Triton
+# anchors' file where they were measured.
 CEILINGS = {
     "NVIDIA H100 80GB HBM3": (3.0e12, 800e12, "h100-gemm-cublas-triton.csv"),
     "NVIDIA H200": (4.19e12, 800e12, None),  # bench/copy: 4185 GB/s (bench/results/h200-bench.log)
@@ -67,10 +68,9 @@ def main():
         sys.exit(f"report.py: no ceilings for '{gpu}': measure its copy bandwidth with bench/copy "
                  "and add it to CEILINGS")
     bw, peak, anchors = CEILINGS[gpu]
-    if bw is None:
-        sys.exit(f"report.py: the copy bandwidth of '{gpu}' is not measured yet: run bench/copy there")
     triton = {}
-    for a in csv.DictReader(open(os.path.join(os.path.dirname(__file__), "anchors", anchors))) if anchors else []:
+    anchor_rows = csv.DictReader(open(os.path.join(os.path.dirname(__file__), "anchors", anchors))) if anchors else []
+    for a in anchor_rows:
         dt = {"float16": "f16", "bfloat16": "bf16"}[a["dtype"]]
         triton[(dt, int(a["M"]), int(a["N"]), int(a["K"]))] = float(a["triton_over_cublas"])
     wall = ""
@@ -160,8 +160,8 @@ def main():
     # (name, right-aligned) per column; "again" only with a bench log
     cols = [("dtype", 0), ("layout", 0), ("M x N x K", 0), ("ktune us", 1), ("TFLOP/s", 1), ("cuBLAS us", 1),
             ("cuBLAS TFLOP/s", 1), ("ratio", 1)] + ([("again", 1)] if bench else []) + \
-           ([("Triton ratio", 1)] if anchors else []) + [("floor us", 1), ("bound", 0), ("x floor", 1), ("cands", 1), ("tune s", 1),
-            ("config", 0)]
+           ([("Triton ratio", 1)] if anchors else []) + \
+           [("floor us", 1), ("bound", 0), ("x floor", 1), ("cands", 1), ("tune s", 1), ("config", 0)]
     lines += ["", "| " + " | ".join(c for c, _ in cols) + " |",
               "|" + "|".join("---:" if right else "---" for _, right in cols) + "|"]
     for o in out:
