@@ -249,10 +249,58 @@ static int measure_twice(struct ktune_tuner *t, struct candidate *c, int n, doub
 	return KTUNE_OK;
 }
 
+/* Whether two configs differ in more than the order of the tiles (GROUP_SIZE, a kernel argument). */
+static int other_tile(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+{
+	struct ktune_gemm_config x = *a;
+	x.group_size = b->group_size;
+	return memcmp(&x, b, sizeof(x)) != 0; /* ints only: no padding */
+}
+
+/*
+ * The runoff, once c[0] (the fastest finalist by raw time) has been measured
+ * in turns with cuBLAS: the fastest finalist of another tile is measured in
+ * turns too, the one with the higher ratio cuBLAS time / time goes first,
+ * and it is measured in turns once more for the figures stored, so that
+ * they are not the larger of two noisy ratios.  Raw times taken seconds apart
+ * compare GPU states as much as configs (on the H100 the same GEMM read 15%
+ * apart from one `ktune bench` run to the next, cuBLAS with it), while each
+ * ratio is taken in one state; the sweeps' raw-time picks at M = 4096 read
+ * 0.988 of cuBLAS where 128x256 tiles with clusters read 0.999
+ * (bench/wgmma/README.md, probe 51).  Without cuBLAS there is no runoff.
+ */
+static int runoff(struct ktune_tuner *t, struct candidate *c, int n, double timeout, int *has_cublas,
+		  struct ktune_check *cb_check, struct ktune_timing *cb_time,
+		  const struct ktune_tune_options *o, struct ktune_err *e)
+{
+	int rival = 1, cublas = 1, rc;
+	while (rival < n &&
+	       (strcmp(c[rival].trial.status, KTUNE_TRIAL_OK) || !other_tile(&c[rival].cfg, &c[0].cfg)))
+		rival++;
+	if (!*has_cublas || rival == n || strcmp(c[0].trial.status, KTUNE_TRIAL_OK))
+		return KTUNE_OK;
+	struct ktune_check rival_check;
+	struct ktune_timing rival_cublas;
+	if ((rc = measure_in_turns(t, &c[rival], timeout, &cublas, &rival_check, &rival_cublas, e)))
+		return rc;
+	if (!cublas || strcmp(c[rival].trial.status, KTUNE_TRIAL_OK))
+		return KTUNE_OK; /* the rival failed a run, or cuBLAS did: c[0] stays */
+	double first = cb_time->median_us / c[0].timing.median_us;
+	double second = rival_cublas.median_us / c[rival].timing.median_us;
+	progress(o, "  runoff: %s %.3f, %s %.3f\n", c[0].trial.config, first, c[rival].trial.config, second);
+	if (second > first) {
+		struct candidate w = c[rival];
+		memmove(&c[1], &c[0], (size_t)rival * sizeof(*c));
+		c[0] = w;
+	}
+	return measure_in_turns(t, &c[0], timeout, has_cublas, cb_check, cb_time, e);
+}
+
 /*
  * The measure step on an undisturbed GPU: the first `finalists` of c by the
  * full protocol, twice (in order, then in reverse order), sorted by the
- * mean of each one's two runs; then the fastest (c[0]) and cuBLAS in turns.
+ * mean of each one's two runs; then the fastest (c[0]) and cuBLAS in turns,
+ * and the runoff with the fastest of another tile (above).
  * One run each, taken seconds apart while the clocks drift, did not rank
  * configs a percent or two apart (on the H100 at 4096x28672x4096 the same
  * config reads 3-5% apart from one run to the next, and the one measured
@@ -276,6 +324,8 @@ static int measure_finalists(struct ktune_tuner *t, struct candidate *c, int fin
 		qsort(c, (size_t)finalists, sizeof(*c), by_time);
 		if (!strcmp(c[0].trial.status, KTUNE_TRIAL_OK) &&
 		    (rc = measure_in_turns(t, &c[0], timeout, has_cublas, cb_check, cb_time, e)))
+			return rc;
+		if ((rc = runoff(t, c, finalists, timeout, has_cublas, cb_check, cb_time, o, e)))
 			return rc;
 		if (!sampled || !hygiene_sample(t, &after))
 			return KTUNE_OK;

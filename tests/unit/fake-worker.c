@@ -19,7 +19,10 @@
  * KTUNE_FAKE_RUN_MS makes every run take that long (concurrency tests).
  * KTUNE_FAKE_DRIFT=d makes a heating GPU: the k-th measurement of a worker
  * (full-protocol runs and cuBLAS alike, k from 0) takes 1 + d * k times as long.
+ * KTUNE_FAKE_WAVE=a,p makes a GPU whose speed swings instead: the k-th
+ * measurement takes 1 + a * sin(2 pi k / p) times as long (both may be set).
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +37,11 @@ static struct ktune_problem problem;
 static double heat(void)
 {
 	static int measurements;
-	const char *d = getenv("KTUNE_FAKE_DRIFT");
-	return 1 + (d ? atof(d) : 0) * measurements++;
+	const char *d = getenv("KTUNE_FAKE_DRIFT"), *w = getenv("KTUNE_FAKE_WAVE");
+	double a = 0, p = 1, k = measurements++;
+	if (w)
+		sscanf(w, "%lf,%lf", &a, &p);
+	return (1 + (d ? atof(d) : 0) * k) * (1 + a * sin(2 * M_PI * k / p));
 }
 
 /* The planted action for a config, or NULL. */

@@ -197,6 +197,28 @@ static void test_isolation__winner_survives_a_cooling_gpu(void **state)
 }
 
 /*
+ * A GPU whose speed swings rather than drifts: measured in order and in
+ * reverse, the finalists still see different states, and the raw times
+ * crown the wrong one; the runoff, which ranks the two best tiles by their
+ * ratios to cuBLAS measured in turns, each in one state, puts the steady
+ * GPU's winner first again.  With a swing of 10% over 24 measurements, the
+ * raw times alone crown the fake's 128x256 (3% slower than its 192x192).
+ */
+static void test_isolation__runoff_survives_a_swinging_gpu(void **state)
+{
+	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
+	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .progress = NULL };
+	struct ktune_tune_report steady, swinging;
+	(void)state;
+	tune_drifting(&key, &o, NULL, &steady);
+	setenv("KTUNE_FAKE_WAVE", "-0.1,24", 1);
+	tune_drifting(&key, &o, NULL, &swinging);
+	unsetenv("KTUNE_FAKE_WAVE");
+	assert_string_equal(swinging.result.config, steady.result.config);
+}
+
+/*
  * ktune bench: a stored result timed again comes out in the ratio it was
  * stored with (the fake's times are exact), also on a heating GPU, and a
  * stored config that now computes wrong numbers, crashes or no longer
@@ -262,6 +284,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
 		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),
+		cmocka_unit_test(test_isolation__runoff_survives_a_swinging_gpu),
 		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
