@@ -265,9 +265,8 @@ static int other_tile(const struct ktune_gemm_config *a, const struct ktune_gemm
  * they are not the larger of two noisy ratios.  Raw times taken seconds apart
  * compare GPU states as much as configs (on the H100 the same GEMM read 15%
  * apart from one `ktune bench` run to the next, cuBLAS with it), while each
- * ratio is taken in one state; the sweeps' raw-time picks at M = 4096 read
- * 0.988 of cuBLAS where 128x256 tiles with clusters read 0.999
- * (bench/wgmma/README.md, probe 51).  Without cuBLAS there is no runoff.
+ * ratio is taken in one state (bench/wgmma/README.md, probe 51, which also
+ * says what it did not win).  Without cuBLAS there is no runoff.
  */
 static int runoff(struct ktune_tuner *t, struct candidate *c, int n, double timeout, int *has_cublas,
 		  struct ktune_check *cb_check, struct ktune_timing *cb_time,
