@@ -31,4 +31,11 @@ int ktune__layout_parse(const char *s, struct ktune_key *key);
 /* One line describing the key: "gemm f16 nt 16x4096x4096 aligned". */
 void ktune__key_format(const struct ktune_key *key, char *buf, size_t len);
 
+/* Whether two GEMM keys are the same problem (inline: the runtime's lookup is on every call). */
+static inline int ktune__key_same(const struct ktune_key *a, const struct ktune_key *b)
+{
+	return a->m == b->m && a->n == b->n && a->k == b->k && a->dtype == b->dtype &&
+	       a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->aligned == b->aligned;
+}
+
 #endif

@@ -126,12 +126,6 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 	return KTUNE_OK;
 }
 
-static int same_key(const struct ktune_key *a, const struct ktune_key *b)
-{
-	return a->dtype == b->dtype && a->trans_a == b->trans_a && a->trans_b == b->trans_b &&
-	       a->m == b->m && a->n == b->n && a->k == b->k && a->aligned == b->aligned;
-}
-
 static double log_distance(const struct ktune_key *a, const struct ktune_key *b)
 {
 	double dm = log((double)a->m) - log((double)b->m);
@@ -151,7 +145,7 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 		const struct ktune_entry *ent = &ctx->entries[i];
 		if (!ktune__gemm_family_runs(ent->cfg.family, ctx->id.arch, key->aligned))
 			continue; /* wgmma for an unaligned key or a device other than sm_90 */
-		if (same_key(&ent->key, key)) {
+		if (ktune__key_same(&ent->key, key)) {
 			if (ent->shipped) {
 				if (!shipped || (ent->same_device && !shipped->same_device))
 					shipped = ent;

@@ -33,12 +33,6 @@ static unsigned key_hash(const struct ktune_key *k)
 	return (unsigned)(h % KTUNE_RESOLVED_BUCKETS);
 }
 
-static int same_key(const struct ktune_key *a, const struct ktune_key *b)
-{
-	return a->m == b->m && a->n == b->n && a->k == b->k && a->dtype == b->dtype &&
-	       a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->aligned == b->aligned;
-}
-
 /* The resolved entry for key, resolving (and maybe compiling) it on first use.  Holds ctx->lock. */
 static int resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_resolved **out,
 		   struct ktune_err *e)
@@ -47,7 +41,7 @@ static int resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 	struct ktune_resolved *r;
 
 	for (r = ctx->resolved[h]; r; r = r->next)
-		if (same_key(&r->key, key)) {
+		if (ktune__key_same(&r->key, key)) {
 			*out = r;
 			return KTUNE_OK;
 		}

@@ -247,10 +247,7 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 		ktune__gemm_config_format(&cfg, served, sizeof(served));
 		for (int j = 0; j < ctx->nentries; j++) {
 			const struct ktune_entry *ent = &ctx->entries[j];
-			const struct ktune_key *k = &ent->key;
-			if (!ent->shipped || !ent->same_device || k->dtype != keys[i].dtype ||
-			    k->trans_a != keys[i].trans_a || k->trans_b != keys[i].trans_b || k->m != keys[i].m ||
-			    k->n != keys[i].n || k->k != keys[i].k || k->aligned != keys[i].aligned)
+			if (!ent->shipped || !ent->same_device || !ktune__key_same(&ent->key, &keys[i]))
 				continue;
 			ktune__gemm_config_format(&ent->cfg, own, sizeof(own));
 			if (strcmp(served, own))

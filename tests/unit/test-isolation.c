@@ -128,27 +128,27 @@ static void test_isolation__run_timeout_is_derived_from_the_key(void **state)
 	assert_true(ktune__run_timeout(&big, 0.25) == 0.25); /* --timeout wins */
 }
 
-/* The fake GPU's next workers: each measurement `drift` (NULL: 0) times the first's slower than the one before. */
-static void fake_drift(const char *drift)
+/* The fake GPU's next workers: `var` (KTUNE_FAKE_DRIFT or _WAVE, fake-worker.c) set to `value`, NULL: unset. */
+static void fake_gpu(const char *var, const char *value)
 {
-	if (drift)
-		setenv("KTUNE_FAKE_DRIFT", drift, 1);
+	if (value)
+		setenv(var, value, 1);
 	else
-		unsetenv("KTUNE_FAKE_DRIFT");
+		unsetenv(var);
 }
 
-/* Tunes key on the fake GPU drifting by `drift` (fake_drift). */
-static void tune_drifting(const struct ktune_key *key, const struct ktune_tune_options *o, const char *drift,
-			  struct ktune_tune_report *r)
+/* Tunes key on the fake GPU with `var` set to `value` (fake_gpu). */
+static void tune_fake(const struct ktune_key *key, const struct ktune_tune_options *o, const char *var,
+		      const char *value, struct ktune_tune_report *r)
 {
 	struct ktune_tuner *t;
 	struct ktune_err e;
-	fake_drift(drift);
+	fake_gpu(var, value);
 	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
 	if (ktune__tune_key(t, key, o, r, &e))
 		fail_msg("%s", e.msg);
 	ktune__tuner_close(t);
-	fake_drift(NULL);
+	fake_gpu(var, NULL);
 }
 
 /*
@@ -162,7 +162,7 @@ static double tuned_ratio(const char *drift)
 	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 4, .jobs = 2, .timeout_s = 2,
 					.compile_timeout_s = 5, .progress = NULL };
 	struct ktune_tune_report r;
-	tune_drifting(&key, &o, drift, &r);
+	tune_fake(&key, &o, "KTUNE_FAKE_DRIFT", drift, &r);
 	assert_true(r.has_cublas);
 	if (drift)
 		assert_true(r.result.cublas_us > 20); /* it did heat up */
@@ -177,6 +177,18 @@ static void test_isolation__ratio_survives_a_heating_gpu(void **state)
 		fail_msg("ratio %.6f on a steady GPU, %.6f on a heating one", steady, heating);
 }
 
+/* 4096^3 on the fake GPU with `var` set to `value` wins with the config it wins with on a steady one. */
+static void same_winner_as_steady(const char *var, const char *value)
+{
+	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
+	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .progress = NULL };
+	struct ktune_tune_report steady, disturbed;
+	tune_fake(&key, &o, var, NULL, &steady);
+	tune_fake(&key, &o, var, value, &disturbed);
+	assert_string_equal(disturbed.result.config, steady.result.config);
+}
+
 /*
  * A GPU that cools (or heats) while the finalists are measured one after
  * another favours the ones measured last (or first); measured in order and
@@ -186,14 +198,8 @@ static void test_isolation__ratio_survives_a_heating_gpu(void **state)
  */
 static void test_isolation__winner_survives_a_cooling_gpu(void **state)
 {
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
-	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
-					.compile_timeout_s = 5, .progress = NULL };
-	struct ktune_tune_report steady, cooling;
 	(void)state;
-	tune_drifting(&key, &o, NULL, &steady);
-	tune_drifting(&key, &o, "-0.02", &cooling);
-	assert_string_equal(cooling.result.config, steady.result.config);
+	same_winner_as_steady("KTUNE_FAKE_DRIFT", "-0.02");
 }
 
 /*
@@ -206,16 +212,8 @@ static void test_isolation__winner_survives_a_cooling_gpu(void **state)
  */
 static void test_isolation__runoff_survives_a_swinging_gpu(void **state)
 {
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
-	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
-					.compile_timeout_s = 5, .progress = NULL };
-	struct ktune_tune_report steady, swinging;
 	(void)state;
-	tune_drifting(&key, &o, NULL, &steady);
-	setenv("KTUNE_FAKE_WAVE", "-0.1,24", 1);
-	tune_drifting(&key, &o, NULL, &swinging);
-	unsetenv("KTUNE_FAKE_WAVE");
-	assert_string_equal(swinging.result.config, steady.result.config);
+	same_winner_as_steady("KTUNE_FAKE_WAVE", "-0.1,24");
 }
 
 /*
@@ -244,7 +242,7 @@ static void test_isolation__bench_times_a_stored_result_again(void **state)
 
 	static const char *drifts[] = { NULL, "0.05" };
 	for (int d = 0; d < 2; d++) {
-		fake_drift(drifts[d]);
+		fake_gpu("KTUNE_FAKE_DRIFT", drifts[d]);
 		assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
 		assert_int_equal(ktune__bench_result(t, &r.result, 7, &b, &e), KTUNE_OK);
 		assert_string_equal(b.status, KTUNE_TRIAL_OK);
@@ -253,7 +251,7 @@ static void test_isolation__bench_times_a_stored_result_again(void **state)
 			fail_msg("drift %s: ratio %.6f, stored %.6f", drifts[d] ? drifts[d] : "0",
 				 b.cublas_us / b.time_us, stored);
 		ktune__tuner_close(t);
-		fake_drift(NULL);
+		fake_gpu("KTUNE_FAKE_DRIFT", NULL);
 	}
 
 	static const struct {
