@@ -33,10 +33,14 @@ static void print_gpu(const struct cli *cli, const char *db_path)
 	printf("l2:           %d MiB\n", ctx->l2_bytes >> 20);
 	printf("driver:       CUDA %d.%d\n", ctx->driver_version / 1000,
 	       ctx->driver_version % 1000 / 10);
+	/* a shipped file per GPU: those tuned on this one serve first */
+	int shipped_here = 0;
+	for (int i = 0; i < ctx->nentries; i++)
+		shipped_here += ctx->entries[i].shipped && ctx->entries[i].same_device;
 	printf("sources:      database: %d entries for this GPU, %d from other %s GPUs; "
-	       "shipped: %d entries%s%s%s\n", ctx->from_device, ctx->from_arch, ctx->id.arch,
-	       ctx->from_shipped, ctx->shipped_names[0] ? " (" : "", ctx->shipped_names,
-	       ctx->shipped_names[0] ? ")" : "");
+	       "shipped: %d entries, %d tuned on this GPU%s%s%s\n", ctx->from_device, ctx->from_arch,
+	       ctx->id.arch, ctx->from_shipped, shipped_here, ctx->shipped_names[0] ? " (" : "",
+	       ctx->shipped_names, ctx->shipped_names[0] ? ")" : "");
 	ktune_close(ctx);
 }
 

@@ -36,7 +36,7 @@ struct ktune_gemm_config {
 	int warps_m, warps_n;          /* compiled in; mma.sync only */
 	int stages;                    /* compiled in */
 	int group_size;                /* kernel argument */
-	int split_k;                   /* kernel argument; always 1 for wgmma */
+	int split_k;                   /* kernel argument; wgmma splits only the last wave's tiles */
 	int family;                    /* enum ktune_gemm_family */
 	int consumers;                 /* compiled in; wgmma only: consumer warpgroups, 1..3 */
 	int cluster_m;                 /* compiled in; wgmma only: blocks per cluster, 1 or 2 */
