@@ -686,3 +686,182 @@ out:
 	ktune__compile_jobs_free(&job, 1);
 	return rc;
 }
+
+/* Configs the second look weighs for a key: the stored one and the fastest of a few other tilings. */
+#define LOOK_TILES 4
+
+/*
+ * Whether two configs tile the same way: family, BLOCK_M x BLOCK_N, the
+ * split of K and the cluster (at M = 4096 on the H100, 128x256 with
+ * clusters of two reads 1-1.5% better on a bench than the same tile
+ * without, which tuning measures as fast: bench/wgmma/README.md, probe 53).
+ */
+static int same_tiling(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+{
+	return a->family == b->family && a->block_m == b->block_m && a->block_n == b->block_n &&
+	       a->split_k == b->split_k && a->cluster_m == b->cluster_m;
+}
+
+/* A key's configs that ran right, with their best time: the second look's field. */
+struct field {
+	struct ktune_gemm_config cfg[LOOK_TILES];
+	double err_fro[LOOK_TILES], err_max[LOOK_TILES];
+	int n;
+	struct timed_config {
+		char config[256];
+		double time_us, err_fro, err_max;
+	} *all;
+	int nall, cap;
+};
+
+static int note_timed(const char *config, double time_us, double err_fro, double err_max, void *arg)
+{
+	struct field *f = arg;
+	if (f->nall == f->cap) {
+		int cap = f->cap ? 2 * f->cap : 64;
+		struct timed_config *grown = realloc(f->all, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return 1;
+		f->all = grown;
+		f->cap = cap;
+	}
+	struct timed_config *c = &f->all[f->nall++];
+	snprintf(c->config, sizeof(c->config), "%s", config);
+	c->time_us = time_us;
+	c->err_fro = err_fro;
+	c->err_max = err_max;
+	return 0;
+}
+
+static int by_trial_time(const void *a, const void *b)
+{
+	const struct timed_config *x = a, *y = b;
+	return x->time_us < y->time_us ? -1 : x->time_us > y->time_us;
+}
+
+/*
+ * The field of the second look: the stored config first, then the fastest
+ * config (by its trials' best time) of each other tiling, LOOK_TILES in all.
+ * Only trials of the current templates count.
+ */
+static int pick_field(struct ktune_tuner *t, const struct ktune_result *r, struct field *f,
+		      struct ktune_err *e)
+{
+	int rc;
+	if ((rc = ktune__gemm_config_parse(r->config, &f->cfg[0], e)))
+		return rc;
+	f->err_fro[0] = r->err_fro;
+	f->err_max[0] = r->err_max;
+	f->n = 1;
+	for (int fam = 0; fam < KTUNE_GEMM_NFAMILIES; fam++) {
+		rc = ktune__db_config_times(t->db, &r->device, &r->key, ktune__gemm_family_hash(fam),
+					    note_timed, f, e);
+		if (rc)
+			return rc > 0 ? ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory") : rc;
+	}
+	if (f->nall)
+		qsort(f->all, (size_t)f->nall, sizeof(*f->all), by_trial_time);
+	for (int i = 0; i < f->nall && f->n < LOOK_TILES; i++) {
+		struct ktune_gemm_config cfg;
+		struct ktune_err pe;
+		int known = 0;
+		if (ktune__gemm_config_parse(f->all[i].config, &cfg, &pe))
+			continue; /* a config text of another ktune: not ours to run */
+		for (int j = 0; j < f->n && !known; j++)
+			known = same_tiling(&cfg, &f->cfg[j]);
+		if (known)
+			continue;
+		f->cfg[f->n] = cfg;
+		f->err_fro[f->n] = f->all[i].err_fro;
+		f->err_max[f->n] = f->all[i].err_max;
+		f->n++;
+	}
+	return KTUNE_OK;
+}
+
+int ktune__second_look(struct ktune_tuner *t, const struct ktune_key *key, unsigned seed,
+		       const struct ktune_tune_options *o, struct ktune_result *out, struct ktune_err *e)
+{
+	const struct ktune_hello *dev = ktune__tuner_device(t);
+	struct field f = { 0 };
+	struct candidate c[LOOK_TILES] = { 0 };
+	struct ktune_compile_job jobs[LOOK_TILES] = { 0 };
+	struct ktune_problem set;
+	struct ktune_gemm_config stored_cfg;
+	double ratio[LOOK_TILES] = { 0 }, t0 = ktune__now();
+	int rc, found, has_cublas = 1;
+
+	found = ktune__db_get_result(t->db, &dev->id, key, out, e);
+	if (found != 1)
+		return found < 0 ? found : ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no stored result to look at again");
+	if ((rc = pick_field(t, out, &f, e)) || f.n < 2)
+		goto out; /* one tile shape only: nothing to weigh */
+	if ((rc = stored_problem(t, out, seed, &stored_cfg, &set, e)))
+		goto out;
+	double timeout = ktune__run_timeout(&set.key, o->timeout_s);
+	for (int i = 0; i < f.n; i++) {
+		c[i].cfg = jobs[i].cfg = f.cfg[i];
+		c[i].job = i;
+		jobs[i].key = set.key;
+		ktune__gemm_config_format(&c[i].cfg, c[i].trial.config, sizeof(c[i].trial.config));
+		snprintf(c[i].trial.status, sizeof(c[i].trial.status), "%s", KTUNE_TRIAL_OK); /* it ran right before */
+	}
+	if ((rc = ktune__client_compile(t->client, jobs, f.n, o->jobs, e)))
+		goto out;
+	for (int i = 0; i < f.n; i++)
+		if (jobs[i].status)
+			goto out; /* compiled before, not now: the stored result stands */
+
+	struct ktune_gpu_sample before, after;
+	struct ktune_nvml_verdict v;
+	struct ktune_check cb_check;
+	struct ktune_timing cb_time;
+	int sampled = hygiene_sample(t, &before);
+	/* each config and cuBLAS in turns: a ratio each, taken in one state of the GPU */
+	for (int i = 0; i < f.n; i++) {
+		if ((rc = measure_in_turns(t, &c[i], timeout, &has_cublas, &cb_check, &cb_time, e)))
+			goto out;
+		if (!has_cublas || strcmp(c[i].trial.status, KTUNE_TRIAL_OK)) {
+			progress(o, "  second look: %s %s%s: the stored result stands\n", c[i].trial.config,
+				 has_cublas ? c[i].trial.status : "no cuBLAS", has_cublas ? "" : " to compare with");
+			goto out;
+		}
+		ratio[i] = cb_time.median_us / c[i].timing.median_us;
+	}
+	int best = 0;
+	for (int i = 1; i < f.n; i++)
+		if (ratio[i] > ratio[best])
+			best = i;
+	/* measured once more for the figures stored: the best of a few noisy ratios reads high */
+	if ((rc = measure_in_turns(t, &c[best], timeout, &has_cublas, &cb_check, &cb_time, e)))
+		goto out;
+	if (!has_cublas || strcmp(c[best].trial.status, KTUNE_TRIAL_OK))
+		goto out;
+	if (sampled && hygiene_sample(t, &after) && hygiene_verdict(t, &before, &after, &v)) {
+		progress(o, "  second look disturbed (%s): the stored result stands\n", v.reason);
+		goto out;
+	}
+	char line[640];
+	int len = 0;
+	for (int i = 0; i < f.n && len < (int)sizeof(line); i++)
+		len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.3f", i ? ", " : "",
+				c[i].trial.config, ratio[i]);
+	progress(o, "  second look: %s\n", line);
+
+	fill_provenance(t, c[best].cfg.family, out);
+	snprintf(out->config, sizeof(out->config), "%s", c[best].trial.config);
+	out->time_us = c[best].timing.median_us;
+	out->p20_us = c[best].timing.p20_us;
+	out->p80_us = c[best].timing.p80_us;
+	out->tflops = ktune__gemm_flops(&set.key) / (out->time_us * 1e-6) / 1e12;
+	out->cublas_us = cb_time.median_us;
+	out->err_fro = f.err_fro[best];
+	out->err_max = f.err_max[best];
+	out->tune_s += ktune__now() - t0;
+	out->measure_note[0] = 0;
+	rc = ktune__db_put_result(t->db, out, NULL, 0, e);
+out:
+	ktune__compile_jobs_free(jobs, f.n);
+	free(f.all);
+	return rc;
+}
