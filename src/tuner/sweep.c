@@ -49,7 +49,6 @@ struct gpu_thread {
 	pthread_t tid;
 	struct ktune_tune_options opts; /* the sweep's, with this GPU's progress prefix when multi */
 	char prefix[24];                /* "[gpu N] " when multi */
-	int *tuned, ntuned;             /* the keys this GPU tuned, for the second look */
 };
 
 static void set_state(struct sweep *s, int i, enum key_state st, const struct ktune_result *r)
@@ -156,39 +155,6 @@ static int sweep_key(struct gpu_thread *g, struct ktune_tuner *t, const char *ow
 		return 0;
 	}
 	set_state(s, i, KEY_TUNED, &rep.result);
-	g->tuned[g->ntuned++] = i;
-	return 0;
-}
-
-/*
- * The second look at key i (ktune__second_look), the nth of count.  Its
- * tuned result stands when the look fails; returns a negative status only
- * to stop the sweep.
- */
-static int look_again(struct gpu_thread *g, struct ktune_tuner *t, int i, int nth, int count)
-{
-	struct sweep *s = g->s;
-	struct ktune_result r;
-	struct ktune_err ke = { "" };
-	char text[128];
-
-	pthread_mutex_lock(&s->lock);
-	struct ktune_key key = s->results[i].key; /* as stored: the tuner's alignment class */
-	pthread_mutex_unlock(&s->lock);
-	ktune__key_format(&key, text, sizeof(text));
-	say(g, "second look %d/%d %s\n", nth, count, text);
-	int rc = ktune__second_look(t, &key, s->opts.seed, &g->opts, &r, &ke);
-	if (rc) {
-		fprintf(stderr, "ktune: second look at %s: %s (the tuned result stands)\n", text, ke.msg);
-		if (fatal_status(rc)) {
-			stop_sweep(s, &ke);
-			return rc;
-		}
-		return 0;
-	}
-	pthread_mutex_lock(&s->lock);
-	s->results[i] = r;
-	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
@@ -202,10 +168,9 @@ static void *gpu_main(void *arg)
 	int *later = calloc((size_t)s->spec->nkeys + 1, sizeof(*later));
 	int nlater = 0;
 
-	g->tuned = calloc((size_t)s->spec->nkeys + 1, sizeof(*g->tuned));
-	if (!later || !g->tuned || ktune__db_claim_owner(owner, sizeof(owner), &e) ||
+	if (!later || ktune__db_claim_owner(owner, sizeof(owner), &e) ||
 	    ktune__tuner_open(s->db_path, g->device, s->worker_exe, &t, &e)) {
-		if (!later || !g->tuned)
+		if (!later)
 			ktune__fail(&e, KTUNE_ERR_NOMEM, "out of memory");
 		stop_sweep(s, &e);
 		goto out;
@@ -239,17 +204,11 @@ static void *gpu_main(void *arg)
 			sleep(WAIT_POLL_S);
 		}
 	}
-	/* Its share tuned, a second look at each of this GPU's keys, no longer hot from the key's own candidates. */
-	for (int j = 0; s->opts.second_look && j < g->ntuned && !stopped(s); j++)
-		if (look_again(g, t, g->tuned[j], j + 1, g->ntuned) < 0)
-			goto out;
 out:
 	if (t)
 		ktune__db_release_all(ktune__tuner_db(t), owner, NULL);
 	ktune__tuner_close(t);
 	free(later);
-	free(g->tuned);
-	g->tuned = NULL;
 	return NULL;
 }
 
@@ -311,7 +270,7 @@ int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices
 	}
 	int started = 0;
 	for (int d = 0; d < ndevices; d++) {
-		g[d] = (struct gpu_thread){ &s, devices[d], ndevices > 1, 0, s.opts, "", NULL, 0 };
+		g[d] = (struct gpu_thread){ &s, devices[d], ndevices > 1, 0, s.opts, "" };
 		if (ndevices > 1) {
 			snprintf(g[d].prefix, sizeof(g[d].prefix), "[gpu %d] ", devices[d]);
 			g[d].opts.progress_prefix = g[d].prefix;

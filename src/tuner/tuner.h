@@ -31,7 +31,6 @@ struct ktune_tune_options {
 	int retry_failed; /* also try configs that failed before for the key (same template, toolchain) */
 	double timeout_s; /* a candidate's run; 0: derived from the key (ktune__run_timeout) */
 	double compile_timeout_s; /* one NVRTC compile; 0: 120 s */
-	int second_look; /* sweep: each key tuned looked at again at the end (ktune__second_look) */
 	FILE *progress;  /* where progress lines go; NULL: none */
 	const char *progress_prefix; /* NULL: lines as they are; else put before each whole line, and
 				      * the in-place updates ("\r...") left out: several GPUs share the stream */
@@ -71,28 +70,13 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
 		    struct ktune_err *e);
 
 /*
- * The second look at a tuned key, once the sweep has tuned every key: the
- * stored config and the fastest configs of up to three other tilings
- * (family, BLOCK_M x BLOCK_N, SPLIT_K, cluster), by the key's trials, are
- * each measured in turns with cuBLAS; the highest ratio cuBLAS time / time
- * wins and is measured in turns once more for the figures stored.  Tuning measures a key on a GPU hot from its own
- * candidates, where tiles rank otherwise than on a GPU running one GEMM
- * after another (bench/wgmma/README.md, probes 51-54).  Fills *out with the
- * result stored now, the old one when there was no rival, a run failed,
- * cuBLAS is missing or NVML saw the measurement disturbed (that one stands).
- */
-int ktune__second_look(struct ktune_tuner *t, const struct ktune_key *key, unsigned seed,
-		       const struct ktune_tune_options *o, struct ktune_result *out, struct ktune_err *e);
-
-/*
  * Tunes every key of the spec on each of the ndevices GPUs (a thread and a
  * worker per GPU, sharing the keys), skipping keys already tuned unless
  * o->force.  Keys are claimed in the database first, so other sweeps on the
  * same database never tune a key at the same time; keys they hold are
- * waited for at the end.  With o->second_look, each GPU then looks again
- * at the keys it tuned (ktune__second_look).  Prints a summary table to
- * `out`.  Returns the number of keys that failed or were not run (0: all
- * tuned) or a negative status when nothing could be done.
+ * waited for at the end.  Prints a summary table to `out`.  Returns the
+ * number of keys that failed or were not run (0: all tuned) or a negative
+ * status when nothing could be done.
  */
 int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,
 		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,

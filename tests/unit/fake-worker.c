@@ -21,9 +21,6 @@
  * (full-protocol runs and cuBLAS alike, k from 0) takes 1 + d * k times as long.
  * KTUNE_FAKE_WAVE=a,p makes a GPU whose speed swings instead: the k-th
  * measurement takes 1 + a * sin(2 pi k / p) times as long (both may be set).
- * KTUNE_FAKE_HOT=CONFIG makes a GPU on which that config runs twice as fast
- * while hot from screening (from a screen run until the next compile): a
- * tuning favours it, a bench or a second look (compile, then measure) not.
  */
 #include <math.h>
 #include <signal.h>
@@ -35,7 +32,6 @@
 #include "tuner/protocol.h"
 
 static struct ktune_problem problem;
-static int hot; /* screened since the last compile (KTUNE_FAKE_HOT) */
 
 /* The slow-down of the next measurement under KTUNE_FAKE_DRIFT, counting it. */
 static double heat(void)
@@ -46,17 +42,6 @@ static double heat(void)
 	if (w)
 		sscanf(w, "%lf,%lf", &a, &p);
 	return (1 + (d ? atof(d) : 0) * k) * (1 + a * sin(2 * M_PI * k / p));
-}
-
-/* Whether cfg is KTUNE_FAKE_HOT's config. */
-static int hot_config(const struct ktune_gemm_config *cfg)
-{
-	const char *h = getenv("KTUNE_FAKE_HOT");
-	char text[256];
-	if (!h)
-		return 0;
-	ktune__gemm_config_format(cfg, text, sizeof(text));
-	return !strcmp(text, h);
 }
 
 /* The planted action for a config, or NULL. */
@@ -147,7 +132,6 @@ static int fake_compile(void *state, const struct ktune_key *key, const struct k
 	const char *a = planted_kernel(cfg);
 	(void)state;
 	(void)key;
-	__atomic_store_n(&hot, 0, __ATOMIC_RELAXED); /* compile threads share it */
 	if (a && !strcmp(a, "compile_error"))
 		return ktune__fail(e, KTUNE_ERR_COMPILE, "planted compile error");
 	if (a && !strcmp(a, "compile_hang"))
@@ -211,10 +195,6 @@ static int fake_run(void *state, const struct ktune_gemm_config *cfg, const stru
 		/* a made-up but stable time: bigger tiles are faster, split-K costs a little */
 		double t = 1000.0 / (cfg->block_m * cfg->block_n / 256.0 + cfg->stages) + cfg->split_k +
 			   (double)(problem.key.m * problem.key.n) * 1e-6;
-		if (mode == KTUNE_RUN_SCREEN)
-			__atomic_store_n(&hot, 1, __ATOMIC_RELAXED);
-		if (__atomic_load_n(&hot, __ATOMIC_RELAXED) && hot_config(cfg))
-			t /= 2;
 		if (mode == KTUNE_RUN_MEASURE)
 			t *= heat();
 		timing->median_us = timing->p20_us = timing->p80_us = t;

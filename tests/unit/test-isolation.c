@@ -216,90 +216,6 @@ static void test_isolation__runoff_survives_a_swinging_gpu(void **state)
 	same_winner_as_steady("KTUNE_FAKE_WAVE", "-0.1,24");
 }
 
-/* The second look's fake key, and a sweep of it on the fake GPU (force, and the second look or not). */
-static const struct ktune_key look_key = { "gemm", KTUNE_BF16, 'n', 't', 2048, 2048, 1024, 1 };
-
-static void sweep_fake(int second_look, struct ktune_result *stored)
-{
-	static const char spec_text[] = "gemm:\n  dtypes: [bf16]\n  layouts: [nt]\n"
-					 "  shapes:\n    - {m: 2048, n: 2048, k: 1024}\n";
-	struct ktune_tune_options o = { .budget = 24, .seed = 13, .finalists = 4, .jobs = 2, .timeout_s = 2,
-					.compile_timeout_s = 5, .force = 1, .second_look = second_look };
-	struct ktune_spec spec = { 0 };
-	struct ktune_tuner *t;
-	struct ktune_err e;
-	int zero = 0;
-	FILE *null = fopen("/dev/null", "w");
-	assert_non_null(null);
-	assert_int_equal(ktune__spec_parse(spec_text, sizeof(spec_text) - 1, "test", &spec, &e), KTUNE_OK);
-	if (ktune__sweep(db_path, fake_worker(), &zero, 1, &spec, &o, null, &e))
-		fail_msg("sweep: %s", e.msg);
-	fclose(null);
-	ktune__spec_free(&spec);
-	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
-	assert_int_equal(ktune__db_get_result(ktune__tuner_db(t), &ktune__tuner_device(t)->id, &look_key,
-					      stored, &e), 1);
-	ktune__tuner_close(t);
-}
-
-/* The fastest config by trial time whose tile is not `winner`'s (no FAMILY= in the fake's mma texts). */
-struct runner_up {
-	struct ktune_gemm_config winner;
-	char config[256];
-	double time_us;
-};
-
-static int note_runner_up(const char *config, double time_us, double err_fro, double err_max, void *arg)
-{
-	struct runner_up *u = arg;
-	struct ktune_gemm_config c;
-	struct ktune_err e;
-	(void)err_fro;
-	(void)err_max;
-	assert_int_equal(ktune__gemm_config_parse(config, &c, &e), KTUNE_OK);
-	if (c.block_m * c.block_n == u->winner.block_m * u->winner.block_n)
-		return 0;
-	if (!u->config[0] || time_us < u->time_us) {
-		snprintf(u->config, sizeof(u->config), "%s", config);
-		u->time_us = time_us;
-	}
-	return 0;
-}
-
-/*
- * A config that reads fast only on a GPU hot from the key's own candidates
- * (KTUNE_FAKE_HOT) wins the tuning; the second look, measuring the key's
- * best tiles again once the sweep has tuned every key, stores the one that
- * is fast on a GPU running one GEMM after another, as a bench sees it.
- */
-static void test_isolation__second_look_sees_past_a_hot_gpu(void **state)
-{
-	struct ktune_result steady, hot, looked;
-	struct runner_up u = { .config = "" };
-	struct ktune_tuner *t;
-	struct ktune_err e;
-	(void)state;
-
-	sweep_fake(0, &steady);
-	assert_int_equal(ktune__gemm_config_parse(steady.config, &u.winner, &e), KTUNE_OK);
-	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
-	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
-		assert_int_equal(ktune__db_config_times(ktune__tuner_db(t), &steady.device, &steady.key,
-							ktune__gemm_family_hash(f), note_runner_up, &u, &e),
-				 KTUNE_OK);
-	ktune__tuner_close(t);
-	assert_true(u.config[0] != 0);
-
-	setenv("KTUNE_FAKE_HOT", u.config, 1);
-	sweep_fake(0, &hot);
-	assert_string_equal(hot.config, u.config); /* the hot GPU crowns the runner-up */
-	sweep_fake(1, &looked);
-	unsetenv("KTUNE_FAKE_HOT");
-	assert_string_equal(looked.config, steady.config);
-	/* its figures are the second look's: measured cold, in turns with cuBLAS */
-	assert_true(looked.cublas_us > 0 && looked.time_us > hot.time_us);
-}
-
 /*
  * ktune bench: a stored result timed again comes out in the ratio it was
  * stored with (the fake's times are exact), also on a heating GPU, and a
@@ -367,7 +283,6 @@ int main(void)
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
 		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),
 		cmocka_unit_test(test_isolation__runoff_survives_a_swinging_gpu),
-		cmocka_unit_test(test_isolation__second_look_sees_past_a_hot_gpu),
 		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
