@@ -92,9 +92,10 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "compile-timeout", required_argument, NULL, 'C' },
 		{ "devices", required_argument, NULL, 'V' },
+		{ "no-group-pick", no_argument, NULL, 'L' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL };
+	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL, .group_pick = 1 };
 	struct ktune_spec spec = { 0 };
 	struct ktune_err e;
 	int c, rc, devices[64], ndevices = 0;
@@ -107,6 +108,10 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 			r = cli_tune_option("sweep", c, optarg, &o);
 		if (!r && c == 'f')
 			o.force = r = 1;
+		if (!r && c == 'L') {
+			o.group_pick = 0;
+			r = 1;
+		}
 		if (!r && c == 'V') {
 			device_list = optarg;
 			r = 1;

@@ -4,7 +4,8 @@
  * on one or several GPUs (a thread and a worker per GPU), and side by side
  * with other sweeps on the same database: a key is claimed in the database
  * before it is tuned, so no two tune it at once, and a key claimed by
- * another sweep is waited for at the end rather than tuned twice.
+ * another sweep is waited for at the end rather than tuned twice.  Then
+ * the group pick may put one config at related keys (ktune__group_pick).
  */
 #include <math.h>
 #include <pthread.h>
@@ -212,6 +213,57 @@ out:
 	return NULL;
 }
 
+/*
+ * The group pick (ktune__group_pick) over the keys this sweep tuned, a
+ * group per M, on the first GPU.  A group that fails keeps its results.
+ */
+static void group_picks(struct sweep *s, int device)
+{
+	const struct ktune_spec *spec = s->spec;
+	struct ktune_result *r = calloc((size_t)spec->nkeys + 1, sizeof(*r));
+	int *idx = calloc((size_t)spec->nkeys + 1, sizeof(*idx));
+	unsigned char *done = calloc((size_t)spec->nkeys + 1, 1);
+	struct ktune_tuner *t = NULL;
+	struct ktune_err e = { "" };
+
+	if (!r || !idx || !done || ktune__tuner_open(s->db_path, device, s->worker_exe, &t, &e)) {
+		fprintf(stderr, "ktune: group pick: %s\n", r && idx && done ? e.msg : "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < spec->nkeys; i++) {
+		int n = 0, switched;
+		if (done[i] || s->state[i] != KEY_TUNED)
+			continue;
+		for (int j = i; j < spec->nkeys; j++)
+			if (!done[j] && s->state[j] == KEY_TUNED && s->results[j].key.m == s->results[i].key.m &&
+			    !strcmp(s->results[j].key.op, s->results[i].key.op)) {
+				done[j] = 1;
+				r[n] = s->results[j];
+				idx[n++] = j;
+			}
+		if (s->opts.progress && n > 1)
+			fprintf(s->opts.progress, "group pick: %d keys of M = %lld\n", n, (long long)r[0].key.m);
+		int rc = ktune__group_pick(t, r, n, &s->opts, &switched, &e);
+		if (rc) {
+			fprintf(stderr, "ktune: group pick of M = %lld: %s (the keys keep their results)\n",
+				(long long)r[0].key.m, e.msg);
+			if (fatal_status(rc))
+				break;
+			continue;
+		}
+		for (int k = 0; k < n; k++)
+			s->results[idx[k]] = r[k];
+		if (s->opts.progress && switched)
+			fprintf(s->opts.progress, "  %d key%s now run the group's config\n", switched,
+				switched > 1 ? "s" : "");
+	}
+out:
+	ktune__tuner_close(t);
+	free(r);
+	free(idx);
+	free(done);
+}
+
 static void print_header(FILE *out)
 {
 	fprintf(out, "%-6s %-4s %-6s %-20s %10s %9s %9s %7s %9s  %s\n", "op", "type", "layout",
@@ -283,6 +335,8 @@ int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices
 	for (int d = 0; d < ndevices; d++)
 		if (started & (1 << d))
 			pthread_join(g[d].tid, NULL);
+	if (s.opts.group_pick && !s.fatal)
+		group_picks(&s, devices[0]);
 
 	print_header(out);
 	for (int i = 0; i < spec->nkeys; i++) {

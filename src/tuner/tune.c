@@ -1,6 +1,7 @@
 /*
  * tune.c - tuning one key: candidates, compile, screen, measure, store.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,8 @@ static int measure_in_turns(struct ktune_tuner *t, struct candidate *w, double t
 				w->trial = tr;
 				return KTUNE_OK;
 			}
+			w->trial.err_fro = tr.err_fro; /* each run checks the result first */
+			w->trial.err_max = tr.err_max;
 			nw++;
 		} else if (*has_cublas) {
 			if (ktune__client_cublas(t->client, timeout, cb_check, &ct[nc], NULL) == KTUNE_OK)
@@ -684,5 +687,177 @@ int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, uns
 	}
 out:
 	ktune__compile_jobs_free(&job, 1);
+	return rc;
+}
+
+/* Keys a group needs before its pick is weighed, and the rounds each key is measured in. */
+#define GROUP_MIN_KEYS 4
+#define GROUP_ROUNDS 2
+
+/* One key of a group: its own pick and the group's candidate, compiled for it. */
+struct group_member {
+	struct candidate own, cand;
+	struct ktune_compile_job jobs[2];
+	double own_ratio[GROUP_ROUNDS], cand_ratio[GROUP_ROUNDS];
+	int valid; /* the candidate differs from its own pick, fits the key, compiled and ran right */
+};
+
+/*
+ * The config most of the results won with (GROUP_SIZE aside), if it won at
+ * least two; its index in r (the first of its wins), else -1.
+ */
+static int most_won(const struct ktune_result *r, int n)
+{
+	struct ktune_gemm_config *cfg = calloc((size_t)n, sizeof(*cfg));
+	int best = -1, best_count = 1;
+	if (!cfg)
+		return -1;
+	for (int i = 0; i < n; i++)
+		if (ktune__gemm_config_parse(r[i].config, &cfg[i], NULL))
+			cfg[i].family = -1; /* matches nothing */
+	for (int i = 0; i < n; i++) {
+		int count = 0;
+		for (int j = 0; j < n && cfg[i].family >= 0; j++)
+			count += !other_tile(&cfg[i], &cfg[j]);
+		if (count > best_count) {
+			best = i;
+			best_count = count;
+		}
+	}
+	free(cfg);
+	return best;
+}
+
+/* Sets key i's inputs and compiles its own pick and the candidate; m->valid says whether to weigh it. */
+static int group_prepare(struct ktune_tuner *t, const struct ktune_result *r, const struct ktune_gemm_config *cand,
+			 const struct ktune_tune_options *o, struct group_member *m, struct ktune_err *e)
+{
+	const struct ktune_hello *dev = ktune__tuner_device(t);
+	struct ktune_problem set;
+	char why[160];
+	int rc;
+
+	m->valid = 0;
+	if ((rc = stored_problem(t, r, o->seed, &m->own.cfg, &set, e)))
+		return rc;
+	if (!other_tile(&m->own.cfg, cand))
+		return KTUNE_OK; /* its own pick already, GROUP_SIZE aside */
+	if (ktune__gemm_prune(&set.key, cand, dev->id.sm_count, dev->smem_optin, why, sizeof(why)))
+		return KTUNE_OK;
+	m->cand.cfg = *cand;
+	m->own.job = 0;
+	m->cand.job = 1;
+	m->jobs[0] = (struct ktune_compile_job){ .key = set.key, .cfg = m->own.cfg };
+	m->jobs[1] = (struct ktune_compile_job){ .key = set.key, .cfg = *cand };
+	if ((rc = ktune__client_compile(t->client, m->jobs, 2, o->jobs, e)))
+		return rc;
+	if (m->jobs[0].status || m->jobs[1].status)
+		return KTUNE_OK;
+	for (int i = 0; i < 2; i++) {
+		struct candidate *c = i ? &m->cand : &m->own;
+		ktune__gemm_config_format(&c->cfg, c->trial.config, sizeof(c->trial.config));
+		snprintf(c->trial.status, sizeof(c->trial.status), "%s", KTUNE_TRIAL_OK);
+	}
+	m->valid = 1;
+	return KTUNE_OK;
+}
+
+/* Key m's own pick and the candidate, each in turns with cuBLAS, GROUP_ROUNDS times in ABBA order. */
+static int group_measure(struct ktune_tuner *t, const struct ktune_result *r, struct group_member *m,
+			 struct ktune_err *e)
+{
+	double timeout = ktune__run_timeout(&r->key, 0);
+	struct ktune_check cb_check;
+	struct ktune_timing cb_time;
+	int has_cublas = 1, rc;
+	for (int round = 0; round < GROUP_ROUNDS; round++)
+		for (int j = 0; j < 2; j++) {
+			int cand = (j + round) % 2 == 1;
+			struct candidate *c = cand ? &m->cand : &m->own;
+			if ((rc = measure_in_turns(t, c, timeout, &has_cublas, &cb_check, &cb_time, e)))
+				return rc;
+			if (!has_cublas || strcmp(c->trial.status, KTUNE_TRIAL_OK)) {
+				m->valid = 0;
+				return KTUNE_OK;
+			}
+			(cand ? m->cand_ratio : m->own_ratio)[round] = cb_time.median_us / c->timing.median_us;
+		}
+	return KTUNE_OK;
+}
+
+int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, const struct ktune_tune_options *o,
+		      int *switched, struct ktune_err *e)
+{
+	struct group_member *m = NULL;
+	struct ktune_gemm_config cand;
+	double own_log = 0, cand_log = 0, t0 = ktune__now();
+	int c = most_won(r, n), weighed = 0, rc = KTUNE_OK;
+
+	*switched = 0;
+	if (n < GROUP_MIN_KEYS || c < 0)
+		return KTUNE_OK;
+	if ((rc = ktune__gemm_config_parse(r[c].config, &cand, e)))
+		return rc;
+	if (!(m = calloc((size_t)n, sizeof(*m))))
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		if ((rc = group_prepare(t, &r[i], &cand, o, &m[i], e)) ||
+		    (m[i].valid && (rc = group_measure(t, &r[i], &m[i], e))))
+			goto out;
+		for (int k = 0; m[i].valid && k < GROUP_ROUNDS; k++) {
+			own_log += log(m[i].own_ratio[k]);
+			cand_log += log(m[i].cand_ratio[k]);
+		}
+		weighed += m[i].valid;
+	}
+	if (!weighed)
+		goto out;
+	double own = exp(own_log / (weighed * GROUP_ROUNDS)), mine = exp(cand_log / (weighed * GROUP_ROUNDS));
+	progress(o, "  %s at %d other keys %.3f, their own picks %.3f\n", r[c].config, weighed, mine, own);
+	if (mine <= own)
+		goto out;
+	for (int i = 0; i < n; i++) {
+		struct ktune_check cb_check;
+		struct ktune_timing cb_time;
+		int has_cublas = 1, beaten = 1;
+		if (!m[i].valid)
+			continue;
+		for (int k = 0; k < GROUP_ROUNDS; k++)
+			beaten &= m[i].own_ratio[k] > m[i].cand_ratio[k];
+		if (beaten)
+			continue; /* its own pick won every round here */
+		/* measured once more for the figures stored, not the rounds that made the choice: its inputs
+		 * and kernels again, the worker holding another key's */
+		ktune__compile_jobs_free(m[i].jobs, 2);
+		if ((rc = group_prepare(t, &r[i], &cand, o, &m[i], e)))
+			goto out;
+		if (!m[i].valid)
+			continue;
+		if ((rc = measure_in_turns(t, &m[i].cand, ktune__run_timeout(&r[i].key, 0), &has_cublas, &cb_check,
+					   &cb_time, e)))
+			goto out;
+		if (!has_cublas || strcmp(m[i].cand.trial.status, KTUNE_TRIAL_OK))
+			continue;
+		struct ktune_result res = r[i];
+		fill_provenance(t, cand.family, &res);
+		snprintf(res.config, sizeof(res.config), "%s", m[i].cand.trial.config);
+		res.time_us = m[i].cand.timing.median_us;
+		res.p20_us = m[i].cand.timing.p20_us;
+		res.p80_us = m[i].cand.timing.p80_us;
+		res.tflops = ktune__gemm_flops(&res.key) / (res.time_us * 1e-6) / 1e12;
+		res.cublas_us = cb_time.median_us;
+		res.err_fro = m[i].cand.trial.err_fro;
+		res.err_max = m[i].cand.trial.err_max;
+		res.tune_s += (ktune__now() - t0) / weighed;
+		res.measure_note[0] = 0;
+		if ((rc = ktune__db_put_result(t->db, &res, NULL, 0, e)))
+			goto out;
+		r[i] = res;
+		(*switched)++;
+	}
+out:
+	for (int i = 0; m && i < n; i++)
+		ktune__compile_jobs_free(m[i].jobs, 2);
+	free(m);
 	return rc;
 }

@@ -31,6 +31,7 @@ struct ktune_tune_options {
 	int retry_failed; /* also try configs that failed before for the key (same template, toolchain) */
 	double timeout_s; /* a candidate's run; 0: derived from the key (ktune__run_timeout) */
 	double compile_timeout_s; /* one NVRTC compile; 0: 120 s */
+	int group_pick;  /* sweep: weigh each group's most won config at its other keys (ktune__group_pick) */
 	FILE *progress;  /* where progress lines go; NULL: none */
 	const char *progress_prefix; /* NULL: lines as they are; else put before each whole line, and
 				      * the in-place updates ("\r...") left out: several GPUs share the stream */
@@ -70,13 +71,30 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
 		    struct ktune_err *e);
 
 /*
+ * The group pick, once a sweep has tuned every key: r holds the results of
+ * n related keys (the sweep's keys of one M).  The config most of them won
+ * with (at least two) and each other key's own pick are measured at that
+ * key in turns with cuBLAS, in two rounds; if the config's geometric mean
+ * ratio cuBLAS time / time over those keys beats their own picks', it
+ * replaces each own pick that did not win both rounds, measured in turns
+ * once more for the figures stored.  A ratio at a long key scatters by
+ * 2-5% from one measurement to the next, more than a tile is worth there,
+ * so per-key picks follow noise where one config does better as a group
+ * (bench/wgmma/README.md, probes 53-56).  Updates r and the database;
+ * *switched says at how many keys.
+ */
+int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, const struct ktune_tune_options *o,
+		      int *switched, struct ktune_err *e);
+
+/*
  * Tunes every key of the spec on each of the ndevices GPUs (a thread and a
  * worker per GPU, sharing the keys), skipping keys already tuned unless
  * o->force.  Keys are claimed in the database first, so other sweeps on the
  * same database never tune a key at the same time; keys they hold are
- * waited for at the end.  Prints a summary table to `out`.  Returns the
- * number of keys that failed or were not run (0: all tuned) or a negative
- * status when nothing could be done.
+ * waited for at the end.  With o->group_pick, the keys it tuned then go
+ * through the group pick, a group per M, on the first GPU.  Prints a
+ * summary table to `out`.  Returns the number of keys that failed or were
+ * not run (0: all tuned) or a negative status when nothing could be done.
  */
 int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,
 		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,

@@ -21,6 +21,10 @@
  * (full-protocol runs and cuBLAS alike, k from 0) takes 1 + d * k times as long.
  * KTUNE_FAKE_WAVE=a,p makes a GPU whose speed swings instead: the k-th
  * measurement takes 1 + a * sin(2 pi k / p) times as long (both may be set).
+ * KTUNE_FAKE_HOT=CONFIG@N makes a GPU on which that config runs twice as
+ * fast at keys of that N while hot from screening (from a screen run until
+ * the next compile): tuning favours it there, a bench (compile, then
+ * measure) does not.
  */
 #include <math.h>
 #include <signal.h>
@@ -32,6 +36,7 @@
 #include "tuner/protocol.h"
 
 static struct ktune_problem problem;
+static int hot; /* screened since the last compile (KTUNE_FAKE_HOT) */
 
 /* The slow-down of the next measurement under KTUNE_FAKE_DRIFT, counting it. */
 static double heat(void)
@@ -42,6 +47,18 @@ static double heat(void)
 	if (w)
 		sscanf(w, "%lf,%lf", &a, &p);
 	return (1 + (d ? atof(d) : 0) * k) * (1 + a * sin(2 * M_PI * k / p));
+}
+
+/* Whether cfg is KTUNE_FAKE_HOT's config and the problem has its N. */
+static int hot_config(const struct ktune_gemm_config *cfg)
+{
+	const char *h = getenv("KTUNE_FAKE_HOT"), *at = h ? strchr(h, '@') : NULL;
+	char text[256];
+	if (!at)
+		return 0;
+	ktune__gemm_config_format(cfg, text, sizeof(text));
+	return strlen(text) == (size_t)(at - h) && !strncmp(text, h, (size_t)(at - h)) &&
+	       problem.key.n == atoll(at + 1);
 }
 
 /* The planted action for a config, or NULL. */
@@ -132,6 +149,7 @@ static int fake_compile(void *state, const struct ktune_key *key, const struct k
 	const char *a = planted_kernel(cfg);
 	(void)state;
 	(void)key;
+	__atomic_store_n(&hot, 0, __ATOMIC_RELAXED); /* compile threads share it */
 	if (a && !strcmp(a, "compile_error"))
 		return ktune__fail(e, KTUNE_ERR_COMPILE, "planted compile error");
 	if (a && !strcmp(a, "compile_hang"))
@@ -195,6 +213,10 @@ static int fake_run(void *state, const struct ktune_gemm_config *cfg, const stru
 		/* a made-up but stable time: bigger tiles are faster, split-K costs a little */
 		double t = 1000.0 / (cfg->block_m * cfg->block_n / 256.0 + cfg->stages) + cfg->split_k +
 			   (double)(problem.key.m * problem.key.n) * 1e-6;
+		if (mode == KTUNE_RUN_SCREEN)
+			__atomic_store_n(&hot, 1, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&hot, __ATOMIC_RELAXED) && hot_config(cfg))
+			t /= 2;
 		if (mode == KTUNE_RUN_MEASURE)
 			t *= heat();
 		timing->median_us = timing->p20_us = timing->p80_us = t;

@@ -216,6 +216,118 @@ static void test_isolation__runoff_survives_a_swinging_gpu(void **state)
 	same_winner_as_steady("KTUNE_FAKE_WAVE", "-0.1,24");
 }
 
+/* The group pick's four fake keys, and a sweep of them (force; the group pick or not) with their results. */
+enum { GROUP_KEYS = 4 };
+static const int64_t group_n[GROUP_KEYS] = { 256, 512, 768, 1024 };
+
+static void sweep_group(int group_pick, struct ktune_result *stored)
+{
+	static const char spec_text[] = "gemm:\n  dtypes: [bf16]\n  layouts: [nt]\n"
+					 "  shapes:\n    - {m: 256, n: [256, 512, 768, 1024], k: 256}\n";
+	/* every candidate (no budget): each key then sees the config that wins them all */
+	struct ktune_tune_options o = { .seed = 13, .finalists = 4, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .force = 1, .group_pick = group_pick };
+	struct ktune_spec spec = { 0 };
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	int zero = 0;
+	FILE *null = fopen("/dev/null", "w");
+	assert_non_null(null);
+	if (getenv("KTUNE_TEST_VERBOSE"))
+		o.progress = stderr;
+	assert_int_equal(ktune__spec_parse(spec_text, sizeof(spec_text) - 1, "test", &spec, &e), KTUNE_OK);
+	if (ktune__sweep(db_path, fake_worker(), &zero, 1, &spec, &o, null, &e))
+		fail_msg("sweep: %s", e.msg);
+	fclose(null);
+	ktune__spec_free(&spec);
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	for (int i = 0; i < GROUP_KEYS; i++) {
+		struct ktune_key key = { "gemm", KTUNE_BF16, 'n', 't', 256, group_n[i], 256, 1 };
+		assert_int_equal(ktune__db_get_result(ktune__tuner_db(t), &ktune__tuner_device(t)->id, &key,
+						      &stored[i], &e), 1);
+	}
+	ktune__tuner_close(t);
+}
+
+/* The tile of a config text, GROUP_SIZE aside: "BMxBN family cluster split". */
+static void tiling(const char *config, char *out, size_t len)
+{
+	struct ktune_gemm_config c;
+	struct ktune_err e;
+	assert_int_equal(ktune__gemm_config_parse(config, &c, &e), KTUNE_OK);
+	snprintf(out, len, "%dx%d f%d c%d s%d st%d w%d", c.block_m, c.block_n, c.family, c.cluster_m, c.split_k,
+		 c.stages, c.consumers);
+}
+
+/* The fastest config by trial time whose tile (BLOCK_M x BLOCK_N) is not `winner`'s. */
+struct runner_up {
+	struct ktune_gemm_config winner;
+	char config[256];
+	double time_us;
+};
+
+static int note_runner_up(const char *config, double time_us, double err_fro, double err_max, void *arg)
+{
+	struct runner_up *u = arg;
+	struct ktune_gemm_config c;
+	struct ktune_err e;
+	(void)err_fro;
+	(void)err_max;
+	assert_int_equal(ktune__gemm_config_parse(config, &c, &e), KTUNE_OK);
+	if (c.block_m * c.block_n == u->winner.block_m * u->winner.block_n)
+		return 0;
+	if (!u->config[0] || time_us < u->time_us) {
+		snprintf(u->config, sizeof(u->config), "%s", config);
+		u->time_us = time_us;
+	}
+	return 0;
+}
+
+/*
+ * The group pick: four keys of one M win with one config on a steady GPU;
+ * on a GPU where another config reads fast at one of them only while hot
+ * from that key's candidates (KTUNE_FAKE_HOT), tuning crowns it there, and
+ * the group pick, weighing the config the other three won with at that key
+ * in turns with cuBLAS, gives the key the group's config again.
+ */
+static void test_isolation__group_pick_sees_past_a_hot_gpu(void **state)
+{
+	struct ktune_result steady[GROUP_KEYS], hot[GROUP_KEYS], picked[GROUP_KEYS];
+	struct runner_up u = { .config = "" };
+	struct ktune_tuner *t;
+	struct ktune_err e;
+	char plan[300], a[64], b[64];
+	(void)state;
+
+	sweep_group(0, steady);
+	tiling(steady[0].config, a, sizeof(a));
+	for (int i = 1; i < GROUP_KEYS; i++) {
+		tiling(steady[i].config, b, sizeof(b));
+		assert_string_equal(b, a); /* the premise: one config wins everywhere on a steady GPU */
+	}
+	assert_int_equal(ktune__gemm_config_parse(steady[1].config, &u.winner, &e), KTUNE_OK);
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
+		assert_int_equal(ktune__db_config_times(ktune__tuner_db(t), &steady[1].device, &steady[1].key,
+							ktune__gemm_family_hash(f), note_runner_up, &u, &e),
+				 KTUNE_OK);
+	ktune__tuner_close(t);
+	assert_true(u.config[0] != 0);
+
+	snprintf(plan, sizeof(plan), "%s@%lld", u.config, (long long)group_n[1]);
+	setenv("KTUNE_FAKE_HOT", plan, 1);
+	sweep_group(0, hot);
+	assert_string_equal(hot[1].config, u.config); /* the hot GPU crowns the runner-up at N = 512 */
+	sweep_group(1, picked);
+	unsetenv("KTUNE_FAKE_HOT");
+	for (int i = 0; i < GROUP_KEYS; i++) {
+		tiling(picked[i].config, b, sizeof(b));
+		assert_string_equal(b, a);
+	}
+	/* the switched key's figures are the group pick's: measured cold, in turns with cuBLAS */
+	assert_true(picked[1].cublas_us > 0 && picked[1].time_us > hot[1].time_us);
+}
+
 /*
  * ktune bench: a stored result timed again comes out in the ratio it was
  * stored with (the fake's times are exact), also on a heating GPU, and a
@@ -283,6 +395,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
 		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),
 		cmocka_unit_test(test_isolation__runoff_survives_a_swinging_gpu),
+		cmocka_unit_test(test_isolation__group_pick_sees_past_a_hot_gpu),
 		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
