@@ -703,8 +703,20 @@ struct group_member {
 };
 
 /*
- * The config most of the results won with (GROUP_SIZE aside), if it won at
- * least two; its index in r (the first of its wins), else -1.
+ * Whether a and b differ in more than GROUP_SIZE and SPLIT_K: the group
+ * pick weighs tiles, and a key keeps its own split, which answers its shape
+ * (how full its last wave is, how long K is) and not the GPU's regime.
+ */
+static int other_group_tile(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+{
+	struct ktune_gemm_config x = *a;
+	x.split_k = b->split_k;
+	return other_tile(&x, b);
+}
+
+/*
+ * The config most of the results won with (GROUP_SIZE and SPLIT_K aside),
+ * if it won at least two; its index in r (the first of its wins), else -1.
  */
 static int most_won(const struct ktune_result *r, int n)
 {
@@ -718,7 +730,7 @@ static int most_won(const struct ktune_result *r, int n)
 	for (int i = 0; i < n; i++) {
 		int count = 0;
 		for (int j = 0; j < n && cfg[i].family >= 0; j++)
-			count += !other_tile(&cfg[i], &cfg[j]);
+			count += !other_group_tile(&cfg[i], &cfg[j]);
 		if (count > best_count) {
 			best = i;
 			best_count = count;
@@ -728,7 +740,14 @@ static int most_won(const struct ktune_result *r, int n)
 	return best;
 }
 
-/* Sets key i's inputs and compiles its own pick and the candidate; m->valid says whether to weigh it. */
+/*
+ * Sets key i's inputs and compiles its own pick and the candidate, the
+ * group's tile with the key's own SPLIT_K; m->valid says whether to weigh
+ * it.  A key whose split the group's tile cannot take (clusters do not
+ * split; another tile count leaves another last wave) keeps its own pick:
+ * at 4096x28672x4096 the group's unsplit tile, given to two of the four keys
+ * that split their short last wave, read 2% slower fresh (probe 57).
+ */
 static int group_prepare(struct ktune_tuner *t, const struct ktune_result *r, const struct ktune_gemm_config *cand,
 			 const struct ktune_tune_options *o, struct group_member *m, struct ktune_err *e)
 {
@@ -740,15 +759,16 @@ static int group_prepare(struct ktune_tuner *t, const struct ktune_result *r, co
 	m->valid = 0;
 	if ((rc = stored_problem(t, r, o->seed, &m->own.cfg, &set, e)))
 		return rc;
-	if (!other_tile(&m->own.cfg, cand))
-		return KTUNE_OK; /* its own pick already, GROUP_SIZE aside */
-	if (ktune__gemm_prune(&set.key, cand, dev->id.sm_count, dev->smem_optin, why, sizeof(why)))
-		return KTUNE_OK;
 	m->cand.cfg = *cand;
+	m->cand.cfg.split_k = m->own.cfg.split_k;
+	if (!other_tile(&m->own.cfg, &m->cand.cfg))
+		return KTUNE_OK; /* its own pick already, GROUP_SIZE aside */
+	if (ktune__gemm_prune(&set.key, &m->cand.cfg, dev->id.sm_count, dev->smem_optin, why, sizeof(why)))
+		return KTUNE_OK;
 	m->own.job = 0;
 	m->cand.job = 1;
 	m->jobs[0] = (struct ktune_compile_job){ .key = set.key, .cfg = m->own.cfg };
-	m->jobs[1] = (struct ktune_compile_job){ .key = set.key, .cfg = *cand };
+	m->jobs[1] = (struct ktune_compile_job){ .key = set.key, .cfg = m->cand.cfg };
 	if ((rc = ktune__client_compile(t->client, m->jobs, 2, o->jobs, e)))
 		return rc;
 	if (m->jobs[0].status || m->jobs[1].status)

@@ -72,9 +72,11 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
 
 /*
  * The group pick, once a sweep has tuned every key: r holds the results of
- * n related keys (the sweep's keys of one M).  The config most of them won
- * with (at least two) and each other key's own pick are measured at that
- * key in turns with cuBLAS, in two rounds; if the config's geometric mean
+ * n related keys (the sweep's keys of one M).  The tile most of them won
+ * with (at least two; GROUP_SIZE and SPLIT_K aside), with each other key's
+ * own SPLIT_K (a key whose split it cannot take keeps its pick), and that
+ * key's own pick are measured at that key in turns with cuBLAS, in two
+ * rounds; if the config's geometric mean
  * ratio cuBLAS time / time over those keys beats their own picks', it
  * replaces each own pick that did not win both rounds, measured in turns
  * once more for the figures stored.  A ratio at a long key scatters by

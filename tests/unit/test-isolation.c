@@ -284,26 +284,27 @@ static int note_runner_up(const char *config, double time_us, double err_fro, do
 }
 
 /*
- * The group pick: four keys of one M win with one config on a steady GPU;
- * on a GPU where another config reads fast at one of them only while hot
- * from that key's candidates (KTUNE_FAKE_HOT), tuning crowns it there, and
- * the group pick, weighing the config the other three won with at that key
- * in turns with cuBLAS, gives the key the group's config again.
+ * The group pick's premise and its hot GPU: four keys of one M win with one
+ * config on a steady GPU (its tiling in `group`); with KTUNE_FAKE_HOT set to
+ * the fastest config of another tile at N = 512 (its SPLIT_K set to
+ * `split`), tuning crowns that config there (`hot`, with its text), and a
+ * sweep with the group pick gives `picked`.
  */
-static void test_isolation__group_pick_sees_past_a_hot_gpu(void **state)
+static void group_on_a_hot_gpu(int split, char *group, size_t len, char *hot_config, size_t hot_len,
+			       struct ktune_result *hot, struct ktune_result *picked)
 {
-	struct ktune_result steady[GROUP_KEYS], hot[GROUP_KEYS], picked[GROUP_KEYS];
+	struct ktune_result steady[GROUP_KEYS];
 	struct runner_up u = { .config = "" };
+	struct ktune_gemm_config c;
 	struct ktune_tuner *t;
 	struct ktune_err e;
-	char plan[300], a[64], b[64];
-	(void)state;
+	char plan[300], b[64];
 
 	sweep_group(0, steady);
-	tiling(steady[0].config, a, sizeof(a));
+	tiling(steady[0].config, group, len);
 	for (int i = 1; i < GROUP_KEYS; i++) {
 		tiling(steady[i].config, b, sizeof(b));
-		assert_string_equal(b, a); /* the premise: one config wins everywhere on a steady GPU */
+		assert_string_equal(b, group); /* one config wins everywhere on a steady GPU */
 	}
 	assert_int_equal(ktune__gemm_config_parse(steady[1].config, &u.winner, &e), KTUNE_OK);
 	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
@@ -313,19 +314,62 @@ static void test_isolation__group_pick_sees_past_a_hot_gpu(void **state)
 				 KTUNE_OK);
 	ktune__tuner_close(t);
 	assert_true(u.config[0] != 0);
+	assert_int_equal(ktune__gemm_config_parse(u.config, &c, &e), KTUNE_OK);
+	c.split_k = split;
+	ktune__gemm_config_format(&c, hot_config, hot_len);
 
-	snprintf(plan, sizeof(plan), "%s@%lld", u.config, (long long)group_n[1]);
+	snprintf(plan, sizeof(plan), "%s@%lld", hot_config, (long long)group_n[1]);
 	setenv("KTUNE_FAKE_HOT", plan, 1);
 	sweep_group(0, hot);
-	assert_string_equal(hot[1].config, u.config); /* the hot GPU crowns the runner-up at N = 512 */
+	assert_string_equal(hot[1].config, hot_config); /* the hot GPU crowns it at N = 512 */
 	sweep_group(1, picked);
 	unsetenv("KTUNE_FAKE_HOT");
+}
+
+/*
+ * The group pick: on a GPU where another config reads fast at one of four
+ * keys only while hot from that key's candidates (KTUNE_FAKE_HOT), tuning
+ * crowns it there, and the group pick, weighing the config the other three
+ * won with at that key in turns with cuBLAS, gives the key the group's
+ * config again.
+ */
+static void test_isolation__group_pick_sees_past_a_hot_gpu(void **state)
+{
+	struct ktune_result hot[GROUP_KEYS], picked[GROUP_KEYS];
+	char group[64], hot_config[256], b[64];
+	(void)state;
+
+	group_on_a_hot_gpu(1, group, sizeof(group), hot_config, sizeof(hot_config), hot, picked);
 	for (int i = 0; i < GROUP_KEYS; i++) {
 		tiling(picked[i].config, b, sizeof(b));
-		assert_string_equal(b, a);
+		assert_string_equal(b, group);
 	}
 	/* the switched key's figures are the group pick's: measured cold, in turns with cuBLAS */
 	assert_true(picked[1].cublas_us > 0 && picked[1].time_us > hot[1].time_us);
+}
+
+/*
+ * The group pick weighs tiles: a key keeps its own SPLIT_K, which answers
+ * its shape (a short last wave, a long K) rather than the GPU's state.  The
+ * hot config at N = 512 splits K in two; the group's tile replaces it there,
+ * split in two as well.
+ */
+static void test_isolation__group_pick_keeps_a_keys_split(void **state)
+{
+	struct ktune_result hot[GROUP_KEYS], picked[GROUP_KEYS];
+	struct ktune_gemm_config want, got;
+	struct ktune_err e;
+	char group[64], hot_config[256];
+	(void)state;
+
+	group_on_a_hot_gpu(2, group, sizeof(group), hot_config, sizeof(hot_config), hot, picked);
+	assert_int_equal(ktune__gemm_config_parse(picked[0].config, &want, &e), KTUNE_OK);
+	assert_int_equal(want.split_k, 1);
+	want.split_k = 2;
+	assert_int_equal(ktune__gemm_config_parse(picked[1].config, &got, &e), KTUNE_OK);
+	got.group_size = want.group_size;
+	assert_memory_equal(&got, &want, sizeof(got)); /* the group's tile, the key's split */
+	assert_true(picked[1].cublas_us > 0);
 }
 
 /*
@@ -396,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),
 		cmocka_unit_test(test_isolation__runoff_survives_a_swinging_gpu),
 		cmocka_unit_test(test_isolation__group_pick_sees_past_a_hot_gpu),
+		cmocka_unit_test(test_isolation__group_pick_keeps_a_keys_split),
 		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
