@@ -694,6 +694,15 @@ out:
 #define GROUP_MIN_KEYS 4
 #define GROUP_ROUNDS 2
 
+/*
+ * How much higher a key's own ratio must be than the group config's, in
+ * every round, for the key to keep its own pick.  Two ratios at a long key
+ * scatter by 2-5%, so winning both rounds by less is as likely luck as a
+ * better tile: in the a34a388 sweep, 256x128 kept 4096x28672x4096 bf16 nt
+ * that way and read 0.93-0.98 fresh (bench/wgmma/README.md, probe 57).
+ */
+#define GROUP_KEEP_MARGIN 1.03
+
 /* One key of a group: its own pick and the group's candidate, compiled for it. */
 struct group_member {
 	struct candidate own, cand;
@@ -843,7 +852,7 @@ int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, cons
 		if (!m[i].valid)
 			continue;
 		for (int k = 0; k < GROUP_ROUNDS; k++)
-			beaten &= m[i].own_ratio[k] > m[i].cand_ratio[k];
+			beaten &= m[i].own_ratio[k] > m[i].cand_ratio[k] * GROUP_KEEP_MARGIN;
 		if (beaten)
 			continue; /* its own pick won every round here */
 		/* measured once more for the figures stored, not the rounds that made the choice: its inputs

@@ -78,7 +78,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
  * key's own pick are measured at that key in turns with cuBLAS, in two
  * rounds; if the config's geometric mean
  * ratio cuBLAS time / time over those keys beats their own picks', it
- * replaces each own pick that did not win both rounds, measured in turns
+ * replaces each own pick that did not beat it by 3% in both rounds, measured in turns
  * once more for the figures stored.  A ratio at a long key scatters by
  * 2-5% from one measurement to the next, more than a tile is worth there,
  * so per-key picks follow noise where one config does better as a group

@@ -21,10 +21,12 @@
  * (full-protocol runs and cuBLAS alike, k from 0) takes 1 + d * k times as long.
  * KTUNE_FAKE_WAVE=a,p makes a GPU whose speed swings instead: the k-th
  * measurement takes 1 + a * sin(2 pi k / p) times as long (both may be set).
- * KTUNE_FAKE_HOT=CONFIG@N makes a GPU on which that config runs twice as
- * fast at keys of that N while hot from screening (from a screen run until
+ * KTUNE_FAKE_HOT=CONFIG@N[,N...] makes a GPU on which that config runs twice as
+ * fast at keys of those N while hot from screening (from a screen run until
  * the next compile): tuning favours it there, a bench (compile, then
  * measure) does not.
+ * KTUNE_FAKE_FASTER=CONFIG@N@F makes that config take F times as long at
+ * keys of that N, always.
  */
 #include <math.h>
 #include <signal.h>
@@ -57,8 +59,27 @@ static int hot_config(const struct ktune_gemm_config *cfg)
 	if (!at)
 		return 0;
 	ktune__gemm_config_format(cfg, text, sizeof(text));
-	return strlen(text) == (size_t)(at - h) && !strncmp(text, h, (size_t)(at - h)) &&
-	       problem.key.n == atoll(at + 1);
+	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)))
+		return 0;
+	for (const char *n = at; n; n = strchr(n + 1, ','))
+		if (problem.key.n == atoll(n + 1))
+			return 1;
+	return 0;
+}
+
+/* KTUNE_FAKE_FASTER's factor for cfg at this problem: F where it is that config at that N, else 1. */
+static double faster(const struct ktune_gemm_config *cfg)
+{
+	const char *h = getenv("KTUNE_FAKE_FASTER"), *at = h ? strchr(h, '@') : NULL;
+	const char *at2 = at ? strchr(at + 1, '@') : NULL;
+	char text[256];
+	if (!at2)
+		return 1;
+	ktune__gemm_config_format(cfg, text, sizeof(text));
+	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)) ||
+	    problem.key.n != atoll(at + 1))
+		return 1;
+	return atof(at2 + 1);
 }
 
 /* The planted action for a config, or NULL. */
@@ -217,6 +238,7 @@ static int fake_run(void *state, const struct ktune_gemm_config *cfg, const stru
 			__atomic_store_n(&hot, 1, __ATOMIC_RELAXED);
 		if (__atomic_load_n(&hot, __ATOMIC_RELAXED) && hot_config(cfg))
 			t /= 2;
+		t *= faster(cfg);
 		if (mode == KTUNE_RUN_MEASURE)
 			t *= heat();
 		timing->median_us = timing->p20_us = timing->p80_us = t;

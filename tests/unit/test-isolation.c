@@ -284,21 +284,18 @@ static int note_runner_up(const char *config, double time_us, double err_fro, do
 }
 
 /*
- * The group pick's premise and its hot GPU: four keys of one M win with one
- * config on a steady GPU (its tiling in `group`); with KTUNE_FAKE_HOT set to
- * the fastest config of another tile at N = 512 (its SPLIT_K set to
- * `split`), tuning crowns that config there (`hot`, with its text), and a
- * sweep with the group pick gives `picked`.
+ * The premise of the group pick's tests: four keys of one M win with one
+ * config on a steady GPU (its tiling in `group`).  `out` gets the fastest
+ * config of another tile at N = 512, its SPLIT_K set to `split`.
  */
-static void group_on_a_hot_gpu(int split, char *group, size_t len, char *hot_config, size_t hot_len,
-			       struct ktune_result *hot, struct ktune_result *picked)
+static void runner_up(char *group, size_t len, int split, char *out, size_t out_len)
 {
 	struct ktune_result steady[GROUP_KEYS];
 	struct runner_up u = { .config = "" };
 	struct ktune_gemm_config c;
 	struct ktune_tuner *t;
 	struct ktune_err e;
-	char plan[300], b[64];
+	char b[64];
 
 	sweep_group(0, steady);
 	tiling(steady[0].config, group, len);
@@ -316,8 +313,20 @@ static void group_on_a_hot_gpu(int split, char *group, size_t len, char *hot_con
 	assert_true(u.config[0] != 0);
 	assert_int_equal(ktune__gemm_config_parse(u.config, &c, &e), KTUNE_OK);
 	c.split_k = split;
-	ktune__gemm_config_format(&c, hot_config, hot_len);
+	ktune__gemm_config_format(&c, out, out_len);
+}
 
+/*
+ * The group pick on a hot GPU: with KTUNE_FAKE_HOT set to runner_up's
+ * config at N = 512 (`hot_config`), tuning crowns it there (`hot`), and a
+ * sweep with the group pick gives `picked`.
+ */
+static void group_on_a_hot_gpu(int split, char *group, size_t len, char *hot_config, size_t hot_len,
+			       struct ktune_result *hot, struct ktune_result *picked)
+{
+	char plan[300];
+
+	runner_up(group, len, split, hot_config, hot_len);
 	snprintf(plan, sizeof(plan), "%s@%lld", hot_config, (long long)group_n[1]);
 	setenv("KTUNE_FAKE_HOT", plan, 1);
 	sweep_group(0, hot);
@@ -354,6 +363,45 @@ static void test_isolation__group_pick_sees_past_a_hot_gpu(void **state)
  * hot config at N = 512 splits K in two; the group's tile replaces it there,
  * split in two as well.
  */
+/*
+ * A key keeps its own pick only where it beats the group's config by a
+ * clear margin in both rounds (3%; two ratios at a long key scatter by
+ * 2-5%).  The fake's runner-up tile is crowned at two of the four keys:
+ * hot at N = 1024, which the group's config wins back cold, and at N = 512
+ * made faster than the group's config there for good (the group's config
+ * is the one the first key won; the tie goes to it).  At 0.9 of its time
+ * (1.2% ahead of the group's config) the runner-up gives way at N = 512; at
+ * 0.86 (6% ahead) it stays.
+ */
+static void test_isolation__group_pick_keeps_a_clear_winner(void **state)
+{
+	static const char *factor[2] = { "0.9", "0.86" };
+	struct ktune_result crowned[GROUP_KEYS], picked[GROUP_KEYS];
+	char group[64], own[256], b[64], plan[300];
+	(void)state;
+
+	for (int f = 0; f < 2; f++) {
+		runner_up(group, sizeof(group), 1, own, sizeof(own));
+		snprintf(plan, sizeof(plan), "%s@%lld", own, (long long)group_n[3]);
+		setenv("KTUNE_FAKE_HOT", plan, 1);
+		snprintf(plan, sizeof(plan), "%s@%lld@%s", own, (long long)group_n[1], factor[f]);
+		setenv("KTUNE_FAKE_FASTER", plan, 1);
+		sweep_group(0, crowned);
+		assert_string_equal(crowned[1].config, own); /* faster for good */
+		assert_string_equal(crowned[3].config, own); /* hot */
+		sweep_group(1, picked);
+		unsetenv("KTUNE_FAKE_HOT");
+		unsetenv("KTUNE_FAKE_FASTER");
+		tiling(picked[3].config, b, sizeof(b));
+		assert_string_equal(b, group); /* the group's config won as a group */
+		tiling(picked[1].config, b, sizeof(b));
+		if (f == 0)
+			assert_string_equal(b, group); /* 1.2% ahead: within the margin */
+		else
+			assert_string_equal(picked[1].config, own); /* 6% ahead: its own */
+	}
+}
+
 static void test_isolation__group_pick_keeps_a_keys_split(void **state)
 {
 	struct ktune_result hot[GROUP_KEYS], picked[GROUP_KEYS];
@@ -441,6 +489,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__runoff_survives_a_swinging_gpu),
 		cmocka_unit_test(test_isolation__group_pick_sees_past_a_hot_gpu),
 		cmocka_unit_test(test_isolation__group_pick_keeps_a_keys_split),
+		cmocka_unit_test(test_isolation__group_pick_keeps_a_clear_winner),
 		cmocka_unit_test(test_isolation__bench_times_a_stored_result_again),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
