@@ -25,8 +25,8 @@
  * fast at keys of those N while hot from screening (from a screen run until
  * the next compile): tuning favours it there, a bench (compile, then
  * measure) does not.
- * KTUNE_FAKE_FASTER=CONFIG@N@F makes that config take F times as long at
- * keys of that N, always.
+ * KTUNE_FAKE_FASTER=CONFIG@N[,N...]@F makes that config take F times as long
+ * at keys of those N, always.
  */
 #include <math.h>
 #include <signal.h>
@@ -76,10 +76,12 @@ static double faster(const struct ktune_gemm_config *cfg)
 	if (!at2)
 		return 1;
 	ktune__gemm_config_format(cfg, text, sizeof(text));
-	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)) ||
-	    problem.key.n != atoll(at + 1))
+	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)))
 		return 1;
-	return atof(at2 + 1);
+	for (const char *n = at; n && n < at2; n = strchr(n + 1, ','))
+		if (problem.key.n == atoll(n + 1))
+			return atof(at2 + 1);
+	return 1;
 }
 
 /* The planted action for a config, or NULL. */
