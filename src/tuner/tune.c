@@ -703,17 +703,6 @@ out:
  */
 #define GROUP_KEEP_MARGIN 1.03
 
-/*
- * How far the own picks may lead the group's tile, as a group, and the tile
- * still go in.  The sweep's state underrates the common tile: at M = 4096
- * the sweeps read it 0.5% behind to 0.5% ahead of the own picks, where fresh
- * benches of the whole suite put it a point ahead, three times over
- * (bench/wgmma/README.md, probes 53-57).  Only near-ties move: a group whose
- * own picks lead by more (M = 1024, M <= 128 in every sweep so far: 3-30%)
- * keeps them.
- */
-#define GROUP_TIE 0.99
-
 /* One key of a group: its own pick and the group's candidate, compiled for it. */
 struct group_member {
 	struct candidate own, cand;
@@ -854,7 +843,7 @@ int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, cons
 		goto out;
 	double own = exp(own_log / (weighed * GROUP_ROUNDS)), mine = exp(cand_log / (weighed * GROUP_ROUNDS));
 	progress(o, "  %s at %d other keys %.3f, their own picks %.3f\n", r[c].config, weighed, mine, own);
-	if (mine <= own * GROUP_TIE)
+	if (mine <= own)
 		goto out;
 	for (int i = 0; i < n; i++) {
 		struct ktune_check cb_check;
