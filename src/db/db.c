@@ -988,7 +988,7 @@ static int prepare_trial_query(struct ktune_db *db, const char *sql,
 			       const struct ktune_device_id *dev, const struct ktune_key *key,
 			       const char *template_hash, sqlite3_stmt **st, struct ktune_err *e)
 {
-	const char *dtype;
+	const char *dtype = NULL; /* set by ktune__db_check_key; LTO builds cannot see it */
 	char layout[3];
 	int ret;
 
