@@ -455,6 +455,19 @@ static void fill_provenance(struct ktune_tuner *t, int family, struct ktune_resu
 	res->device = ktune__tuner_device(t)->id;
 }
 
+/* A result's winner: c's config, its measured times and check, and their provenance (res->key set). */
+static void fill_winner(struct ktune_tuner *t, const struct candidate *c, struct ktune_result *res)
+{
+	fill_provenance(t, c->cfg.family, res);
+	snprintf(res->config, sizeof(res->config), "%s", c->trial.config);
+	res->time_us = c->timing.median_us;
+	res->p20_us = c->timing.p20_us;
+	res->p80_us = c->timing.p80_us;
+	res->tflops = ktune__gemm_flops(&res->key) / (res->time_us * 1e-6) / 1e12;
+	res->err_fro = c->trial.err_fro;
+	res->err_max = c->trial.err_max;
+}
+
 int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		    const struct ktune_tune_options *o, struct ktune_tune_report *r,
 		    struct ktune_err *e)
@@ -585,14 +598,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 
 	struct ktune_result *res = &r->result;
 	res->key = *key;
-	fill_provenance(t, c[0].cfg.family, res);
-	snprintf(res->config, sizeof(res->config), "%s", c[0].trial.config);
-	res->time_us = c[0].timing.median_us;
-	res->p20_us = c[0].timing.p20_us;
-	res->p80_us = c[0].timing.p80_us;
-	res->tflops = ktune__gemm_flops(key) / (res->time_us * 1e-6) / 1e12;
-	res->err_fro = c[0].trial.err_fro;
-	res->err_max = c[0].trial.err_max;
+	fill_winner(t, &c[0], res);
 	res->candidates = n;
 
 	if (r->has_cublas) {
@@ -768,10 +774,10 @@ static int group_prepare(struct ktune_tuner *t, const struct ktune_result *r, co
 	m->valid = 0;
 	if ((rc = stored_problem(t, r, o->seed, &m->own.cfg, &set, e)))
 		return rc;
+	if (!other_group_tile(&m->own.cfg, cand))
+		return KTUNE_OK; /* its own pick already, GROUP_SIZE and SPLIT_K aside */
 	m->cand.cfg = *cand;
 	m->cand.cfg.split_k = m->own.cfg.split_k;
-	if (!other_tile(&m->own.cfg, &m->cand.cfg))
-		return KTUNE_OK; /* its own pick already, GROUP_SIZE aside */
 	if (ktune__gemm_prune(&set.key, &m->cand.cfg, dev->id.sm_count, dev->smem_optin, why, sizeof(why)))
 		return KTUNE_OK;
 	m->own.job = 0;
@@ -868,15 +874,8 @@ int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, cons
 		if (!has_cublas || strcmp(m[i].cand.trial.status, KTUNE_TRIAL_OK))
 			continue;
 		struct ktune_result res = r[i];
-		fill_provenance(t, cand.family, &res);
-		snprintf(res.config, sizeof(res.config), "%s", m[i].cand.trial.config);
-		res.time_us = m[i].cand.timing.median_us;
-		res.p20_us = m[i].cand.timing.p20_us;
-		res.p80_us = m[i].cand.timing.p80_us;
-		res.tflops = ktune__gemm_flops(&res.key) / (res.time_us * 1e-6) / 1e12;
+		fill_winner(t, &m[i].cand, &res);
 		res.cublas_us = cb_time.median_us;
-		res.err_fro = m[i].cand.trial.err_fro;
-		res.err_max = m[i].cand.trial.err_max;
 		res.tune_s += (ktune__now() - t0) / weighed;
 		res.measure_note[0] = 0;
 		if ((rc = ktune__db_put_result(t->db, &res, NULL, 0, e)))

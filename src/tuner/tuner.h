@@ -76,13 +76,13 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
  * with (at least two; GROUP_SIZE and SPLIT_K aside), with each other key's
  * own SPLIT_K (a key whose split it cannot take keeps its pick), and that
  * key's own pick are measured at that key in turns with cuBLAS, in two
- * rounds; if the config's geometric mean
- * ratio cuBLAS time / time over those keys beats their own picks', it
- * replaces each own pick that did not beat it by 3% in both rounds, measured in turns
- * once more for the figures stored.  A ratio at a long key scatters by
- * 2-5% from one measurement to the next, more than a tile is worth there,
- * so per-key picks follow noise where one config does better as a group
- * (bench/wgmma/README.md, probes 53-56).  Updates r and the database;
+ * rounds; if the tile's geometric mean ratio cuBLAS time / time over those
+ * keys beats their own picks', it replaces each own pick that did not beat
+ * it by 3% in both rounds, measured in turns once more for the figures
+ * stored.  A ratio at a long key scatters by 2-5% from one measurement to
+ * the next, more than a tile is worth there, so per-key picks follow noise
+ * where one config does better as a group (bench/wgmma/README.md, probes
+ * 53-57).  Updates r and the database;
  * *switched says at how many keys.
  */
 int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, const struct ktune_tune_options *o,

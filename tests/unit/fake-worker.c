@@ -51,35 +51,38 @@ static double heat(void)
 	return (1 + (d ? atof(d) : 0) * k) * (1 + a * sin(2 * M_PI * k / p));
 }
 
-/* Whether cfg is KTUNE_FAKE_HOT's config and the problem has its N. */
-static int hot_config(const struct ktune_gemm_config *cfg)
+/*
+ * Whether environment variable `var`, "CONFIG@N[,N...][@F]", names cfg and
+ * the problem's N; *rest then points after the N list (at "@F" or "").
+ */
+static int config_at(const char *var, const struct ktune_gemm_config *cfg, const char **rest)
 {
-	const char *h = getenv("KTUNE_FAKE_HOT"), *at = h ? strchr(h, '@') : NULL;
+	const char *h = getenv(var), *at = h ? strchr(h, '@') : NULL;
 	char text[256];
 	if (!at)
 		return 0;
 	ktune__gemm_config_format(cfg, text, sizeof(text));
 	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)))
 		return 0;
-	for (const char *n = at; n; n = strchr(n + 1, ','))
+	*rest = at + 1 + strcspn(at + 1, "@");
+	for (const char *n = at; n && n < *rest; n = strchr(n + 1, ','))
 		if (problem.key.n == atoll(n + 1))
 			return 1;
 	return 0;
 }
 
+/* Whether cfg is KTUNE_FAKE_HOT's config and the problem has one of its N. */
+static int hot_config(const struct ktune_gemm_config *cfg)
+{
+	const char *rest;
+	return config_at("KTUNE_FAKE_HOT", cfg, &rest);
+}
+
 /* KTUNE_FAKE_FASTER's factor for cfg at this problem: F where it is that config at that N, else 1. */
 static double faster(const struct ktune_gemm_config *cfg)
 {
-	const char *h = getenv("KTUNE_FAKE_FASTER"), *at = h ? strchr(h, '@') : NULL;
-	const char *at2 = at ? strchr(at + 1, '@') : NULL;
-	char text[256];
-	if (!at2)
-		return 1;
-	ktune__gemm_config_format(cfg, text, sizeof(text));
-	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)) ||
-	    problem.key.n != atoll(at + 1))
-		return 1;
-	return atof(at2 + 1);
+	const char *rest;
+	return config_at("KTUNE_FAKE_FASTER", cfg, &rest) && *rest == '@' ? atof(rest + 1) : 1;
 }
 
 /* The planted action for a config, or NULL. */

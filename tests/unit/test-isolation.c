@@ -249,7 +249,7 @@ static void sweep_group(int group_pick, struct ktune_result *stored)
 	ktune__tuner_close(t);
 }
 
-/* The tile of a config text, GROUP_SIZE aside: "BMxBN family cluster split". */
+/* A config text without its GROUP_SIZE: "BMxBN family cluster split stages consumers". */
 static void tiling(const char *config, char *out, size_t len)
 {
 	struct ktune_gemm_config c;
@@ -358,12 +358,6 @@ static void test_isolation__group_pick_sees_past_a_hot_gpu(void **state)
 }
 
 /*
- * The group pick weighs tiles: a key keeps its own SPLIT_K, which answers
- * its shape (a short last wave, a long K) rather than the GPU's state.  The
- * hot config at N = 512 splits K in two; the group's tile replaces it there,
- * split in two as well.
- */
-/*
  * A key keeps its own pick only where it beats the group's config by a
  * clear margin in both rounds (3%; two ratios at a long key scatter by
  * 2-5%).  The fake's runner-up tile is crowned at two of the four keys:
@@ -402,6 +396,12 @@ static void test_isolation__group_pick_keeps_a_clear_winner(void **state)
 	}
 }
 
+/*
+ * The group pick weighs tiles: a key keeps its own SPLIT_K, which answers
+ * its shape (a short last wave, a long K) rather than the GPU's state.  The
+ * hot config at N = 512 splits K in two; the group's tile replaces it there,
+ * split in two as well.
+ */
 static void test_isolation__group_pick_keeps_a_keys_split(void **state)
 {
 	struct ktune_result hot[GROUP_KEYS], picked[GROUP_KEYS];
