@@ -7,12 +7,21 @@
 #define KTUNE_TEST_UTIL_H
 
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common.h"
+
+/*
+ * Room for any path a test builds: a scratch directory of up to PATH_MAX
+ * bytes and a file name in it.  The build runs the tests under a scratch
+ * base of over 150 characters (tests/CMakeLists.txt), so that a clone at a
+ * long path is what every test exercises.
+ */
+#define TEST_PATH_MAX (PATH_MAX + 256)
 
 /* rel is relative to the directory of the running test, e.g. "../ktune". */
 static inline const char *test_program(const char *rel)
@@ -36,7 +45,8 @@ static inline int test_tmp_dir(const char *name, char *out, size_t len)
 	const char *base = getenv("KTUNE_TEST_TMP");
 	if (base && *base)
 		ktune__mkdirs(base, NULL);
-	snprintf(out, len, "%s/%s-XXXXXX", base && *base ? base : "/tmp", name);
+	if ((size_t)snprintf(out, len, "%s/%s-XXXXXX", base && *base ? base : "/tmp", name) >= len)
+		return -1; /* a cut template would make some other directory */
 	return mkdtemp(out) ? 0 : -1;
 }
 
@@ -44,7 +54,7 @@ static inline int test_tmp_dir(const char *name, char *out, size_t len)
 static inline void test_remove_tree(const char *path)
 {
 	struct dirent *de;
-	char sub[4096];
+	char sub[TEST_PATH_MAX];
 	DIR *d = opendir(path);
 
 	if (!d) {
@@ -61,14 +71,11 @@ static inline void test_remove_tree(const char *path)
 	rmdir(path);
 }
 
-/*
- * A test's scratch directory, as cmocka state, with the database paths tests
- * use in it.  Short, so that tests build paths in it on the stack.
- */
+/* A test's scratch directory, as cmocka state, with the database paths tests use in it. */
 struct test_scratch {
-	char dir[96];
-	char db[112];  /* <dir>/t.db */
-	char db2[112]; /* <dir>/t2.db: a second database, for moving results between two */
+	char dir[PATH_MAX];
+	char db[TEST_PATH_MAX];  /* <dir>/t.db */
+	char db2[TEST_PATH_MAX]; /* <dir>/t2.db: a second database, for moving results between two */
 };
 
 /* Setup: a fresh scratch directory "<name>-XXXXXX" (see test_tmp_dir) into *state. */

@@ -55,7 +55,7 @@
  *   through shared memory because stores straight from the accumulator
  *   layout (16 bytes of a row per four threads) ran at a fraction of the
  *   memory's speed on the H100: at 2048^3 they took 40% of the kernel's time
- *   (bench/wgmma/README.md, "the epilogue").  TMA stores write whole lines
+ *   (docs/gemm-experiments.md, "the epilogue").  TMA stores write whole lines
  *   and clip to M x N themselves.
  *
  *   CLUSTER_M=2: the list is of cluster tiles (2 * BLOCK_M rows); block rank
@@ -182,17 +182,6 @@
 #ifndef TRANS_B
 #define TRANS_B 0 /* 0: B stored [K,N]; 1: B stored [N,K] */
 #endif
-#ifndef PROBE_SKIP
-/*
- * Measurement aid for bench/wgmma, never set by ktune: 2 leaves out the
- * wgmma, 3 the epilogue's TMA stores, 4 its barriers and TMA stores; 5
- * replaces the epilogue by a sum of the accumulators.  The kernel is then
- * wrong; its time next to the real one's is the time of the part left out.
- * (Leaving the whole epilogue out is no measure: ptxas then drops wgmma
- * whose results nothing reads.)
- */
-#define PROBE_SKIP 0
-#endif
 #ifndef MBAR_SPIN_LIMIT
 #define MBAR_SPIN_LIMIT 0 /* > 0: trap after this many failed mbarrier polls (debugging hangs); 0: wait forever */
 #endif
@@ -213,7 +202,7 @@
  * tile gets two producer threads taking the k-tiles in turns, and loops that
  * keep the ring position incrementally and step the descriptors by
  * constants: 4-6% at 512^3, 1-3% at M = 128 in the sweep.  The same loops
- * made larger tiles slower, up to 8% (bench/wgmma/README.md, probe 27).
+ * made larger tiles slower, up to 8% (docs/gemm-experiments.md, probe 27).
  */
 #define SMALL_TILE (BLOCK_M == 64 && BLOCK_N == 64 && CONSUMERS == 1)
 #define PRODUCER_THREADS (SMALL_TILE ? 2 : 1) /* lane 0 of warps 0 .. PRODUCER_THREADS-1 */
@@ -356,7 +345,7 @@ static __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta)
  * initialised the barriers.  The arrive is relaxed: the only writes the
  * peers must see are the barrier inits, which fence.mbarrier_init already
  * released to the cluster, and the release form's fences were a sixth of
- * the stall samples of a clustered 1024^3 (bench/wgmma/README.md, probe 10).
+ * the stall samples of a clustered 1024^3 (docs/gemm-experiments.md, probe 10).
  */
 static __device__ __forceinline__ void cluster_start(void)
 {
@@ -921,27 +910,21 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[M_SLABS][AC
 				continue;
 			}
 			const u32 buf = bufs + (u32)(*chunks % EPI_BUFS) * EPI_CHUNK_BYTES;
-#if PROBE_SKIP != 4
 			if (t == 0)
 				bulk_wait_read<EPI_BUFS - 1>(); /* the store of chunk c - EPI_BUFS has read buf */
 			named_barrier(barrier_id, 128);
-#endif
 			if (beta != 0.0f) /* uniform: the beta == 0 copy carries no loads of C */
 				stage_chunk<true>(acc[s], buf + row_off, swz, q_lane, C, ldc, M, N, row0 + 64 * s,
 						  n0, c, alpha, beta, t);
 			else
 				stage_chunk<false>(acc[s], buf + row_off, swz, q_lane, C, ldc, M, N, row0 + 64 * s,
 						   n0, c, alpha, beta, t);
-#if PROBE_SKIP != 4
 			fence_proxy_async(); /* the TMA store reads what the generic proxy wrote */
 			named_barrier(barrier_id, 128);
 			if (t == 0) {
-#if PROBE_SKIP != 3
 				tma_store_2d(tmap_c, buf, n0 + 64 * c, row0 + 64 * s);
-#endif
 				bulk_commit();
 			}
-#endif
 			(*chunks)++;
 		}
 }
@@ -1149,10 +1132,8 @@ static __device__ __forceinline__ void consumer(const ring &r, int t,
 			const int slot = pos.slot;
 			mbar_wait(r.full + 8 * slot, pos.parity);
 			ring_advance(&pos);
-#if PROBE_SKIP != 2
 			mma_stage_desc(acc, da0 + (u64)((u32)slot * (A_STAGE_BYTES >> 4)),
 				       db0 + (u64)((u32)slot * (B_STAGE_BYTES >> 4)), kt == kt0);
-#endif
 			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
 			if (kt > kt0 && warp_leader)
 				release_slot(r.empty + 8 * prev_slot);
@@ -1162,9 +1143,7 @@ static __device__ __forceinline__ void consumer(const ring &r, int t,
 		for (int kt = kt0; kt < kt0 + nkt; kt++, it++) {
 			const int slot = ring_slot(it);
 			mbar_wait(r.full + 8 * slot, ring_parity(it));
-#if PROBE_SKIP != 2
 			mma_stage(acc, r.a + slot * A_STAGE_BYTES, r.b + slot * B_STAGE_BYTES, wg_row0, kt == kt0);
-#endif
 			wgmma_wait<1>(); /* the previous k-tile's group is done: free its slot */
 			if (kt > kt0 && warp_leader)
 				release_slot(r.empty + 8 * ring_slot(it - 1));
@@ -1187,19 +1166,8 @@ static __device__ __forceinline__ void consumer(const ring &r, int t,
 		}
 
 		/* epilogue */
-#if PROBE_SKIP == 5
-		float sum = 0.0f;
-#pragma unroll
-		for (int s = 0; s < M_SLABS; s++)
-#pragma unroll
-			for (int i = 0; i < ACC_N; i++)
-				sum += acc[s][i];
-		if (sum == 1234.5f)
-			C[t] = 1;
-#else
 		store_tile(acc, tmap_c, bufs, &chunks, C, ldc, M, N, m0 + wg_row0, n0, alpha, beta, t,
 			   barrier_id);
-#endif
 	}
 	if (t == 0)
 		bulk_wait_read<0>(); /* the staging buffers stay valid until the last store has read them */
@@ -1272,7 +1240,7 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap_ tmap_a, const __grid_cons
 	 * are then uniform, and with each consumer a copy of its own (its index
 	 * a constant) the wgmma descriptors are built in uniform registers, as
 	 * the wgmma takes them, instead of being moved over before each one
-	 * (bench/wgmma/README.md, probe 43).
+	 * (docs/gemm-experiments.md, probe 43).
 	 */
 	const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0), t = threadIdx.x % 128;
 	if (warpgroup == 0) {

@@ -268,7 +268,7 @@ static int other_tile(const struct ktune_gemm_config *a, const struct ktune_gemm
  * they are not the larger of two noisy ratios.  Raw times taken seconds apart
  * compare GPU states as much as configs (on the H100 the same GEMM read 15%
  * apart from one `ktune bench` run to the next, cuBLAS with it), while each
- * ratio is taken in one state (bench/wgmma/README.md, probe 51, which also
+ * ratio is taken in one state (docs/gemm-experiments.md, probe 51, which also
  * says what it did not win).  Without cuBLAS there is no runoff.
  */
 static int runoff(struct ktune_tuner *t, struct candidate *c, int n, double timeout, int *has_cublas,
@@ -704,8 +704,8 @@ out:
  * How much higher a key's own ratio must be than the group config's, in
  * every round, for the key to keep its own pick.  Two ratios at a long key
  * scatter by 2-5%, so winning both rounds by less is as likely luck as a
- * better tile: in the a34a388 sweep, 256x128 kept 4096x28672x4096 bf16 nt
- * that way and read 0.93-0.98 fresh (bench/wgmma/README.md, probe 57).
+ * better tile: in one sweep, 256x128 kept 4096x28672x4096 bf16 nt
+ * that way and read 0.93-0.98 fresh (docs/gemm-experiments.md, probe 57).
  */
 #define GROUP_KEEP_MARGIN 1.03
 

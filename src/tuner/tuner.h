@@ -81,7 +81,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key,
  * it by 3% in both rounds, measured in turns once more for the figures
  * stored.  A ratio at a long key scatters by 2-5% from one measurement to
  * the next, more than a tile is worth there, so per-key picks follow noise
- * where one config does better as a group (bench/wgmma/README.md, probes
+ * where one config does better as a group (docs/gemm-experiments.md, probes
  * 53-57).  Updates r and the database;
  * *switched says at how many keys.
  */

@@ -12,6 +12,7 @@ KTUNE=${1:?usage: $NAME.sh /path/to/ktune}
 [ -x "$KTUNE" ] || { echo "$NAME: '$KTUNE' is not an executable" >&2; exit 1; }
 KTUNE=$(cd "$(dirname "$KTUNE")" && pwd)/$(basename "$KTUNE") # the cases run in a temp dir
 
+mkdir -p "${TMPDIR:-/tmp}" || exit 1
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ktune-$NAME-XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 export KTUNE_DB="$TMP/db/ktune.db"

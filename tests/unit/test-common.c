@@ -128,7 +128,7 @@ static void test_common__read_file_reads_whole_file(void **state)
 {
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
-	char path[256], *data = NULL;
+	char path[TEST_PATH_MAX], *data = NULL;
 	size_t len = 99;
 
 	path_in(t, "f.txt", path, sizeof(path));
@@ -152,7 +152,7 @@ static void test_common__read_file_refuses_over_limit(void **state)
 {
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
-	char path[256], content[100], *data = (char *)1;
+	char path[TEST_PATH_MAX], content[100], *data = (char *)1;
 	size_t len;
 
 	path_in(t, "big", path, sizeof(path));
@@ -192,7 +192,7 @@ static void test_common__read_file_refuses_directory_and_missing(void **state)
 {
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
-	char path[256], *data = NULL;
+	char path[TEST_PATH_MAX], *data = NULL;
 
 	assert_int_equal(ktune__read_file(t->dir, 1 << 20, &data, NULL, &e), KTUNE_ERR_IO);
 	assert_null(data);
@@ -209,7 +209,7 @@ static void test_common__write_file_atomic_replaces_without_temp_files(void **st
 {
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
-	char path[256], *data = NULL;
+	char path[TEST_PATH_MAX], *data = NULL;
 	struct stat st;
 	size_t len;
 
@@ -241,7 +241,7 @@ static void test_common__write_file_atomic_failure_leaves_nothing(void **state)
 {
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
-	char path[256], sub[256];
+	char path[TEST_PATH_MAX], sub[TEST_PATH_MAX];
 
 	/* The target is a directory: rename fails, the temp file must go. */
 	path_in(t, "sub", sub, sizeof(sub));
@@ -262,7 +262,7 @@ static void test_common__mkdirs_creates_nested_and_accepts_existing(void **state
 {
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
-	char path[256], file[256];
+	char path[TEST_PATH_MAX], file[TEST_PATH_MAX];
 	struct stat st;
 
 	path_in(t, "a/b//c/", path, sizeof(path));

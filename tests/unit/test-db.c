@@ -226,7 +226,7 @@ static void test_db__open_creates_database_and_directory(void **state)
 	struct test_scratch *t = *state;
 	struct ktune_err e = { "" };
 	struct ktune_db *db = NULL;
-	char path[256];
+	char path[TEST_PATH_MAX];
 	long results = -1, trials = -1;
 
 	snprintf(path, sizeof(path), "%s/a/b/tuning.db", t->dir);
@@ -1008,7 +1008,7 @@ static void test_db__open_rejects_truncated_file(void **state)
 {
 	struct test_scratch *t = *state;
 	unsigned char *whole;
-	char copy[256];
+	char copy[TEST_PATH_MAX];
 	size_t len;
 
 	make_db(t->db, 50);
@@ -1032,7 +1032,7 @@ static void test_db__open_rejects_truncated_file(void **state)
 static void test_db__open_rejects_foreign_sqlite(void **state)
 {
 	struct test_scratch *t = *state;
-	char other[256];
+	char other[TEST_PATH_MAX];
 
 	raw_exec(t->db, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);"
 			"INSERT INTO notes (body) VALUES ('keep me');");

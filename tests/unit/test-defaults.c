@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "db/defaults.h"
+#include "test_util.h"
 
 #define HASH "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define C1 "BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,WARPS_M=2,WARPS_N=2,STAGES=4,GROUP_SIZE=8,SPLIT_K=1"
@@ -70,7 +71,7 @@ static int collect(const struct ktune_result *r, void *arg)
 
 static void test_defaults__best_on_average_across_gpus(void **state)
 {
-	char dir[] = "/tmp/ktune-defaults-XXXXXX", path[64];
+	char dir[PATH_MAX], path[TEST_PATH_MAX], wal[TEST_PATH_MAX];
 	struct ktune_db *db;
 	struct ktune_err e;
 	struct all all = { .n = 0 };
@@ -78,7 +79,7 @@ static void test_defaults__best_on_average_across_gpus(void **state)
 	long n;
 	(void)state;
 
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(test_tmp_dir("ktune-defaults", dir, sizeof(dir)), 0);
 	snprintf(path, sizeof(path), "%s/t.db", dir);
 	assert_int_equal(ktune__db_open(path, 1, &db, &e), 0);
 	struct ktune_key k16 = key_of(16), k32 = key_of(32);
@@ -129,7 +130,6 @@ static void test_defaults__best_on_average_across_gpus(void **state)
 
 	ktune__db_close(db);
 	unlink(path);
-	char wal[80];
 	snprintf(wal, sizeof(wal), "%s-wal", path);
 	unlink(wal);
 	snprintf(wal, sizeof(wal), "%s-shm", path);

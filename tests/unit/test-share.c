@@ -238,7 +238,7 @@ static void test_share__standalone_sqlite_round_trip(void **state)
 	struct ktune_result rs[3] = { make_result(0), make_result(1), make_result(2) };
 	struct ktune_share s;
 	struct ktune_err e;
-	char path[192], *text = NULL;
+	char path[TEST_PATH_MAX], *text = NULL;
 
 	snprintf(path, sizeof(path), "%s/x.sqlite", t->dir);
 	assert_int_equal(ktune__db_write_standalone(path, rs, 3, 0, &e), KTUNE_OK);
@@ -269,7 +269,7 @@ static void test_share__sqlite_rows_are_checked(void **state)
 	struct ktune_result r = make_result(0);
 	struct ktune_share s;
 	struct ktune_err e;
-	char path[192];
+	char path[TEST_PATH_MAX];
 	sqlite3 *h;
 	size_t i;
 
@@ -435,7 +435,7 @@ static void test_share__rejects_huge_and_nested(void **state)
 	const size_t depth = 200000;
 	struct ktune_share s;
 	struct ktune_err e;
-	char path[192], *deep;
+	char path[TEST_PATH_MAX], *deep;
 	int fd;
 
 	/* over the size limit: refused before it is read */
@@ -629,7 +629,7 @@ static void test_share__import_killed_midway_changes_nothing(void **state)
 	struct test_scratch *t = *state;
 	const long n = 60000;
 	struct ktune_result *rs = malloc((size_t)n * sizeof(*rs));
-	char wal[160], *before, *after;
+	char wal[TEST_PATH_MAX], *before, *after;
 	long i;
 	int round, killed = 0;
 
