@@ -2,7 +2,7 @@
 # bench/gpu-check.sh - the whole GPU check in one go, on a machine with a GPU,
 # over a build made by scripts/build-device.sh.  Logs go under $OUT.
 #
-#   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench]     (default: all)
+#   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench] [ops]     (default: all but ops)
 #
 #   tests  the GPU tests and the example program
 #   quick  the dispatch and planted-candidate tests alone
@@ -10,6 +10,9 @@
 #   sweep  'ktune sweep' on the built-in default suite, then show, verify and bench
 #   bench  host overhead of ktune_gemm, and the copy bandwidth (bench/copy: the
 #          floor's memory ceiling)
+#   ops    the elementwise ops: their GPU test, the default sweep over the shipped
+#          GEMM tuning (so that it tunes the ops), verify, bench, and the ops
+#          against PyTorch and Liger (bench/ops/elementwise.py; wheels in .whl/)
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -33,6 +36,10 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 export KTUNE_DB=${KTUNE_DB:-$OUT/ktune.db}
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ktune-cache}
 steps=${*:-tests tune sweep bench}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then # peer libraries for bench/ops, as wheels
+	python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+		--target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 SHIPPED=${SHIPPED:-db/sm_90/h100.yaml}
 T=${TEST_TIMEOUT:-300} # seconds per GPU test program (test-gemm-gpu takes about 70 on the H100)
 status=0
@@ -59,6 +66,7 @@ for step in $steps; do
 		run tests.log timeout $T $B/tests/test-gemm-gpu
 		run tests.log timeout $T $B/tests/test-dispatch-gpu
 		run tests.log timeout $T $B/tests/test-planted-gpu
+		run tests.log timeout $T $B/tests/test-elementwise-gpu
 		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 16 4096 4096
 		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 333 1000 77
 		;;
@@ -69,6 +77,7 @@ for step in $steps; do
 	tune)
 		run tune.log $B/ktune tune gemm -m 16 -n 4096 -k 4096 --dtype f16 --layout nt
 		run tune.log $B/ktune tune gemm -m 4096 -n 4096 -k 4096 --dtype bf16 --layout nt
+		run tune.log $B/ktune tune gelu --approx tanh --n 16777216
 		;;
 	sweep)
 		if [ -n "${SWEEP_TIMEOUT:-}" ]; then
@@ -86,6 +95,25 @@ for step in $steps; do
 	bench)
 		run bench.log $B/bench/overhead
 		run bench.log $B/bench/copy
+		;;
+	ops) # the elementwise ops: their GPU test, then the default sweep on a database that
+		# already holds the shipped GEMM tuning (so it tunes the ops alone), verify of
+		# everything, the stored ops timed again, and the ops against PyTorch and Liger
+		run ops.log timeout $T $B/tests/test-elementwise-gpu
+		$B/ktune import "$SHIPPED" >"$OUT/ops-import.log" 2>&1 || status=1
+		tail -n 1 "$OUT/ops-import.log" | tee -a "$OUT/ops.log"
+		if [ -n "${SWEEP_TIMEOUT:-}" ]; then
+			run ops-sweep.log timeout "$SWEEP_TIMEOUT" $B/ktune sweep --progress
+		else
+			run ops-sweep.log $B/ktune sweep --progress
+		fi
+		$B/ktune show --format csv >"$OUT/results.csv"
+		run ops-verify.log $B/ktune verify
+		for op in add gelu glu dropout; do
+			run ops-retime.log $B/ktune bench --op $op
+		done
+		run ops-peers.log python3 bench/ops/elementwise.py --lib $B/install/lib/libktune.so \
+			--db "$KTUNE_DB" --csv "$OUT/elementwise.csv"
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*

@@ -56,8 +56,8 @@ int main(int argc, char **argv)
 	ktune_cu.cuStreamSynchronize(stream);
 
 	/* the same kernel and arguments for the bare launch */
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 't', n, n, n, 1 };
-	struct ktune_gemm_config cfg;
+	struct ktune_key key = { "gemm", KTUNE_F16, "nt", n, n, n, 1 };
+	struct ktune_config cfg;
 	const char *source;
 	struct ktune_kernel *kernel;
 	pthread_mutex_lock(&ctx->lock);

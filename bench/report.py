@@ -80,26 +80,29 @@ def main():
 
     out = []
     for r in rows:
+        if r.get("op", "gemm") != "gemm":
+            continue  # the other ops' tables: bench/ops/report.py
+        layout = r.get("variant", r.get("layout"))  # 'ktune show --format csv' before op variants said layout
         M, N, K = int(r["m"]), int(r["n"]), int(r["k"])
         flops = 2.0 * M * N * K
         bytes_ = 2.0 * (M * K + K * N + M * N)
         t_bw, t_fl = bytes_ / bw * 1e6, flops / peak * 1e6
         floor = max(t_bw, t_fl)
         t = float(r["time_us"])
-        cub = float(r["cublas_us"])
+        cub = float(r.get("baseline_us", r.get("cublas_us")))
         out.append({
-            "dtype": r["dtype"], "layout": r["layout"], "m": M, "n": N, "k": K,
+            "dtype": r["dtype"], "layout": layout, "m": M, "n": N, "k": K,
             "ktune_us": t, "ktune_tflops": flops / t / 1e6,
             "cublas_us": cub, "cublas_tflops": flops / cub / 1e6 if cub > 0 else 0,
             "ratio": cub / t if cub > 0 else 0,
             "floor_us": floor, "bound": "memory" if t_bw > t_fl else "compute",
             "ktune_over_floor": t / floor,
-            "triton_ratio": triton.get((r["dtype"], M, N, K), "") if r["layout"] == "nn" else "",
+            "triton_ratio": triton.get((r["dtype"], M, N, K), "") if layout == "nn" else "",
             "candidates": int(r["candidates"]), "tune_s": float(r["tune_s"]),
             "err_fro": float(r["err_fro"]), "config": r["config"],
         })
         if bench:
-            out[-1]["bench_ratio"] = bench.get((r["dtype"], r["layout"], M, N, K), 0)
+            out[-1]["bench_ratio"] = bench.get((r["dtype"], layout, M, N, K), 0)
     out.sort(key=lambda o: (o["dtype"], o["layout"], o["m"] != o["n"] or o["n"] != o["k"],
                             o["n"], o["k"], o["m"]))
     with open(prefix + ".csv", "w", newline="") as f:

@@ -8,6 +8,7 @@
 
 #include "db/db.h"
 #include "db/share.h"
+#include "ops/op.h"
 
 /* Exit codes. */
 #define EXIT_OK 0
@@ -59,7 +60,7 @@ int cli_common(const char *name, int opt, const char *arg, struct cli *cli);
 #define CLI_FILTER_OPTIONS                                                                 \
 	{ "dtype", required_argument, NULL, 't' }, { "layout", required_argument, NULL, 'l' }, \
 		{ "gpu", required_argument, NULL, 'g' }, { "arch", required_argument, NULL, 'a' }, \
-		{ "op", required_argument, NULL, 'o' }
+		{ "op", required_argument, NULL, 'o' }, { "variant", required_argument, NULL, 'V' }
 /* Handles -m -n -k and the filter options (1), not one (0), a bad value (-1). */
 int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *f);
 

@@ -90,7 +90,12 @@ static int run_rounds(struct ktune_tuner *tuner, const struct ktune_result *stor
 	return nfailed;
 }
 
-/* One line a key, then the geometric means, now and as stored, over the keys timed with cuBLAS. */
+/*
+ * One line a key, then each op's geometric means, now and as stored, over
+ * its keys timed with their baseline: cuBLAS for GEMM, the copy of as many
+ * bytes for the other ops (whose ratio is then the fraction of the copy
+ * bandwidth they reach).
+ */
 static void report(const struct ktune_result *stored, int n, int rounds, const struct timed *t,
 		   const int *failed, double *scratch)
 {
@@ -98,7 +103,7 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 	int counted = 0, below = 0, lowest_i = -1, stale = 0;
 	char text[128];
 
-	printf("%-40s %7s %7s %10s %10s  %s\n", "key", "stored", "now", "ktune us", "cuBLAS us",
+	printf("%-40s %7s %7s %10s %10s  %s\n", "key", "stored", "now", "ktune us", "base us",
 	       rounds > 1 ? "min-max of the rounds, config" : "config");
 	for (int i = 0; i < n; i++) {
 		const struct ktune_result *r = &stored[i];
@@ -120,20 +125,22 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 			gather(rk, rounds, 1, scratch);
 			cublas_us = median(scratch, got);
 			snprintf(now, sizeof(now), "%.3f", ratio);
-			below += ratio < 1;
-			if (lowest_i < 0 || ratio < lowest)
-				lowest = ratio, lowest_i = i;
+			if (!strcmp(r->key.op, "gemm")) { /* against cuBLAS: below 1 is slower */
+				below += ratio < 1;
+				if (lowest_i < 0 || ratio < lowest)
+					lowest = ratio, lowest_i = i;
+			}
 		} else {
 			us = rk[rounds - 1].us; /* no cuBLAS: the last round's time */
 		}
 		if (r->cublas_us > 0)
 			snprintf(was, sizeof(was), "%.3f", r->cublas_us / r->time_us);
-		if (ratio > 0 && r->cublas_us > 0) { /* both means over the same keys */
+		if (ratio > 0 && r->cublas_us > 0 && !strcmp(r->key.op, "gemm")) { /* both means over the same keys */
 			log_now += log(ratio);
 			log_stored += log(r->cublas_us / r->time_us);
 			counted++;
 		}
-		int fresh = ktune__gemm_result_fresh(r->family, r->template_hash);
+		int fresh = ktune__result_fresh(&r->key, r->family, r->template_hash);
 		stale += !fresh;
 		printf("%-40s %7s %7s %10.1f %10.1f  %s%s%s\n", text, was, now, us, cublas_us, spread, r->config,
 		       fresh ? "" : "  (stale)");
@@ -141,6 +148,25 @@ static void report(const struct ktune_result *stored, int n, int rounds, const s
 	if (counted) {
 		printf("\ngeometric mean of cuBLAS time / ktune time over %d keys: %.3f now, %.3f as stored\n",
 		       counted, exp(log_now / counted), exp(log_stored / counted));
+	}
+	for (int o = 0; ktune__ops[o]; o++) {
+		double lnow = 0, lstored = 0;
+		int keys = 0;
+		if (ktune__op_is_gemm(ktune__ops[o]))
+			continue;
+		for (int i = 0; i < n; i++) {
+			const struct timed *rk = &t[(size_t)i * (size_t)rounds];
+			int got = failed[i] || strcmp(stored[i].key.op, ktune__ops[o]->name) ? 0 : gather(rk, rounds, 2, scratch);
+			if (got && stored[i].cublas_us > 0) {
+				lnow += log(median(scratch, got));
+				lstored += log(stored[i].cublas_us / stored[i].time_us);
+				keys++;
+			}
+		}
+		if (keys)
+			printf("%s: geometric mean of the copy's time / ktune time (the fraction of the copy bandwidth) "
+			       "over %d keys: %.3f now, %.3f as stored\n", ktune__ops[o]->name, keys,
+			       exp(lnow / keys), exp(lstored / keys));
 	}
 	if (rounds > 1) {
 		printf("geometric mean of each round over its keys:");

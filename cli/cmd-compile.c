@@ -108,10 +108,10 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 		return cli_usage_error("compile", "unexpected argument '%s'", argv[optind]);
 
 	/* both families' kernels, one list: wgmma's only where it runs (sm_90) */
-	struct ktune_gemm_config *kernels = NULL;
+	struct ktune_config *kernels = NULL;
 	int nkernels = 0;
 	for (int f = family_from; f <= family_to; f++) {
-		struct ktune_gemm_config *some, *grown;
+		struct ktune_config *some, *grown;
 		int n;
 		if (!ktune__gemm_family_runs(f, arch, 1))
 			continue;

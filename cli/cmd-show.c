@@ -31,42 +31,47 @@ static void print_quoted(const char *s)
 static int show_one(const struct ktune_result *r, void *arg)
 {
 	struct show *s = arg;
-	char layout[3], shape[64];
+	const struct ktune_op *op = ktune__op_of(&r->key);
+	const char *layout = r->key.variant; /* a GEMM's layout, another op's variant */
+	char shape[64];
 	double ratio = r->cublas_us > 0 ? r->cublas_us / r->time_us : 0;
-	ktune__layout_name(&r->key, layout);
-	snprintf(shape, sizeof(shape), "%lldx%lldx%lld", (long long)r->key.m, (long long)r->key.n,
-		 (long long)r->key.k);
+	/* a GEMM's rate is TFLOP/s; a memory-bound op's is GB/s of its fewest bytes */
+	int gemm = !op || ktune__op_is_gemm(op);
+	double rate = gemm ? r->tflops : op->bytes(&r->key) / (r->time_us * 1e3);
+	ktune__key_shape(&r->key, shape, sizeof(shape));
 
 	switch (s->format) {
 	case TABLE:
 		if (!s->count)
-			printf("%-24s %-6s %-4s %-6s %-20s %-3s %10s %8s %7s %9s  %s\n", "device",
-			       "arch", "type", "layout", "m x n x k", "al", "time_us", "TFLOP/s",
+			printf("%-24s %-6s %-7s %-4s %-12s %-20s %-3s %10s %13s %7s %9s  %s\n", "device",
+			       "arch", "op", "type", "variant", "shape", "al", "time_us", "rate",
 			       "ratio", "err", "config");
-		printf("%-24.24s %-6s %-4s %-6s %-20s %-3d %10.2f %8.1f %7.2f %9.2e  %s\n",
-		       r->device.name, r->device.arch, ktune__dtype_name(r->key.dtype), layout, shape,
-		       r->key.aligned, r->time_us, r->tflops, ratio, r->err_fro, r->config);
+		printf("%-24.24s %-6s %-7s %-4s %-12s %-20s %-3d %10.2f %8.1f %-4s %7.2f %9.2e  %s\n",
+		       r->device.name, r->device.arch, r->key.op, ktune__dtype_name(r->key.dtype), layout,
+		       shape, r->key.aligned, r->time_us, rate, gemm ? "TF/s" : "GB/s", ratio, r->err_fro,
+		       r->config);
 		break;
 	case CSV:
 		if (!s->count)
-			printf("device,arch,sms,op,dtype,layout,m,n,k,aligned,time_us,p20_us,p80_us,"
-			       "tflops,cublas_us,ratio,err_fro,err_max,candidates,tune_s,config,"
+			printf("device,arch,sms,op,dtype,variant,m,n,k,aligned,time_us,p20_us,p80_us,"
+			       "tflops,gbps,baseline_us,ratio,err_fro,err_max,candidates,tune_s,config,"
 			       "template_hash,created_at\n");
-		printf("\"%s\",%s,%d,%s,%s,%s,%lld,%lld,%lld,%d,%.3f,%.3f,%.3f,%.2f,%.3f,%.4f,%.3e,"
-		       "%.3e,%d,%.2f,\"%s\",%s,%s\n",
+		printf("\"%s\",%s,%d,%s,%s,\"%s\",%lld,%lld,%lld,%d,%.3f,%.3f,%.3f,%.2f,%.1f,%.3f,%.4f,"
+		       "%.3e,%.3e,%d,%.2f,\"%s\",%s,%s\n",
 		       r->device.name, r->device.arch, r->device.sm_count, r->key.op,
 		       ktune__dtype_name(r->key.dtype), layout, (long long)r->key.m,
 		       (long long)r->key.n, (long long)r->key.k, r->key.aligned, r->time_us, r->p20_us,
-		       r->p80_us, r->tflops, r->cublas_us, ratio, r->err_fro, r->err_max,
-		       r->candidates, r->tune_s, r->config, r->template_hash, r->created_at);
+		       r->p80_us, r->tflops, op ? op->bytes(&r->key) / (r->time_us * 1e3) : 0.0,
+		       r->cublas_us, ratio, r->err_fro, r->err_max, r->candidates, r->tune_s, r->config,
+		       r->template_hash, r->created_at);
 		break;
 	case JSON:
 		printf("%s\n  {\"device\": ", s->count ? "," : "[");
 		print_quoted(r->device.name);
 		printf(", \"arch\": \"%s\", \"sms\": %d, \"op\": \"%s\", \"dtype\": \"%s\", "
-		       "\"layout\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"aligned\": %d, "
+		       "\"variant\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"aligned\": %d, "
 		       "\"config\": \"%s\", \"time_us\": %.3f, \"p20_us\": %.3f, \"p80_us\": %.3f, "
-		       "\"tflops\": %.2f, \"cublas_us\": %.3f, \"err_fro\": %.3e, \"err_max\": %.3e, "
+		       "\"tflops\": %.2f, \"baseline_us\": %.3f, \"err_fro\": %.3e, \"err_max\": %.3e, "
 		       "\"candidates\": %d, \"template_hash\": \"%s\", \"created_at\": \"%s\"}",
 		       r->device.arch, r->device.sm_count, r->key.op, ktune__dtype_name(r->key.dtype),
 		       layout, (long long)r->key.m, (long long)r->key.n, (long long)r->key.k,
@@ -77,9 +82,9 @@ static int show_one(const struct ktune_result *r, void *arg)
 	case YAML:
 		printf("- device: ");
 		print_quoted(r->device.name);
-		printf("\n  arch: %s\n  sms: %d\n  op: %s\n  dtype: %s\n  layout: %s\n"
+		printf("\n  arch: %s\n  sms: %d\n  op: %s\n  dtype: %s\n  variant: \"%s\"\n"
 		       "  m: %lld\n  n: %lld\n  k: %lld\n  aligned: %d\n  config: \"%s\"\n"
-		       "  time_us: %.3f\n  tflops: %.2f\n  cublas_us: %.3f\n  err_fro: %.3e\n"
+		       "  time_us: %.3f\n  tflops: %.2f\n  baseline_us: %.3f\n  err_fro: %.3e\n"
 		       "  template_hash: %s\n  created_at: \"%s\"\n",
 		       r->device.arch, r->device.sm_count, r->key.op, ktune__dtype_name(r->key.dtype),
 		       layout, (long long)r->key.m, (long long)r->key.n, (long long)r->key.k,

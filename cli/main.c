@@ -14,8 +14,9 @@
 
 #define SHOW_FILTERS                                                                        \
 	"Filters:\n"                                                                        \
-	"  --dtype f16|bf16   --layout nn|nt|tn|tt   -m M  -n N  -k K\n"                    \
-	"  --gpu NAME (substring of the device name)   --arch sm_90   --op gemm\n"
+	"  --op gemm|add|gelu|glu|dropout   --dtype f16|bf16|f32   -m M  -n N  -k K\n"   \
+	"  --layout nn|nt|tn|tt (GEMM)   --variant TEXT (another op's, e.g. tanh,fwd)\n"   \
+	"  --gpu NAME (substring of the device name)   --arch sm_90\n"
 
 #define COMMON                                                                              \
 	"Common options:\n"                                                                 \
@@ -103,15 +104,16 @@ const struct cmd cli_commands[] = {
 	  "                   [--jobs N] [--progress] [--timeout S] [--compile-timeout S]\n"
 	  "                   [--devices 0,1,...] [--no-group-pick]\n\n"
 	  "Tunes the keys a spec lists and stores the best configuration of each in the\n"
-	  "database.  Without SPEC, tunes the built-in default suite: f16 and bf16, layouts\n"
-	  "nn and nt, M=N=K in 512..8192, and M in {1,16,128,1024,4096} on the LLM weight\n"
-	  "shapes (N,K) in {(6144,4096), (4096,4096), (28672,4096), (4096,14336)}.\n"
+	  "database.  Without SPEC, tunes the built-in default suite: GEMM in f16 and bf16,\n"
+	  "layouts nn and nt, M=N=K in 512..8192, and M in {1,16,128,1024,4096} on the LLM\n"
+	  "weight shapes (N,K) in {(6144,4096), (4096,4096), (28672,4096), (4096,14336)};\n"
+	  "then each elementwise op (add, gelu, glu, dropout) from 1M to 64M elements.\n"
 	  "Keys already tuned with the current template are skipped unless --force, so an\n"
 	  "interrupted sweep resumes where it stopped.  Candidates run in a worker\n"
 	  "process: one that crashes or hangs is recorded and the sweep goes on.  Several\n"
 	  "sweeps may share a database: each key is claimed before it is tuned.  Then the\n"
-	  "keys of each M weigh the config most of them won against their own picks, in\n"
-	  "turns with cuBLAS, and take it where it does better as a group.\n\n"
+	  "GEMM keys of each M weigh the config most of them won against their own picks,\n"
+	  "in turns with cuBLAS, and take it where it does better as a group.\n\n"
 	  "  --budget N    at most N candidates per key (random sample; default: all)\n"
 	  "  --force       retune keys that are already tuned\n"
 	  "  --retry-failed  also try configs that failed for a key before (failed to\n"
@@ -133,18 +135,28 @@ const struct cmd cli_commands[] = {
 	  "    layouts: [nn, nt]\n"
 	  "    shapes:\n"
 	  "      - {mnk: [512, 1024]}\n"
-	  "      - {m: [1, 16], n: 4096, k: {from: 1024, to: 4096, mul: 2}}\n\n" COMMON },
-	{ "tune", cmd_tune, "tune one GEMM key and compare with cuBLAS",
-	  "usage: ktune tune gemm -m M -n N -k K [--dtype f16|bf16] [--layout nn|nt|tn|tt]\n"
-	  "                  [--budget N] [--retry-failed] [--seed N] [--jobs N] [--progress]\n"
-	  "                  [--timeout S] [--compile-timeout S]\n\n"
+	  "      - {m: [1, 16], n: 4096, k: {from: 1024, to: 4096, mul: 2}}\n"
+	  "  gelu:                       # any op: dtypes, its variant fields, its sizes\n"
+	  "    dtypes: [bf16]\n"
+	  "    approx: [erf, tanh]       # a variant field left out takes its first value\n"
+	  "    direction: [fwd, bwd]\n"
+	  "    shapes:\n"
+	  "      - {n: [1048576, 16777216]}\n"
+	  "'ktune help tune' lists every op's fields.\n\n" COMMON },
+	{ "tune", cmd_tune, "tune one key of an op and compare it with its baseline",
+	  "usage: ktune tune OP --FIELD VALUE... [--dtype D] [--budget N] [--retry-failed]\n"
+	  "                  [--seed N] [--jobs N] [--progress] [--timeout S] [--compile-timeout S]\n"
+	  "       ktune tune gemm -m M -n N -k K [--layout nn|nt|tn|tt] [--dtype f16|bf16]\n\n"
 	  "Tunes one key (always, even if tuned before), stores the winner, and prints its\n"
-	  "config, time, TFLOP/s and error, with cuBLAS's time for the same key measured\n"
-	  "in the same run.  Defaults: --dtype f16 --layout nt.\n\n" COMMON },
+	  "config, time, rate and error with its baseline measured in the same run: cuBLAS\n"
+	  "for GEMM, the copy of as many bytes for the memory-bound ops.  Sizes are tuned\n"
+	  "in the op's buckets (the elementwise ops: the next power of two).  Defaults: the\n"
+	  "op's first dtype (GEMM f16, the others bf16), each variant field's first value\n"
+	  "(GEMM: --layout nt).\n\n" COMMON },
 	{ "verify", cmd_verify, "re-run stored variants against the reference",
 	  "usage: ktune verify [filters] [--seed N]\n\n"
 	  "Runs every stored result of this GPU's arch on fresh random inputs and checks\n"
-	  "it against the reference GEMM.  Exits 1 if any result is wrong.\n\n" SHOW_FILTERS
+	  "it against the op's reference.  Exits 1 if any result is wrong.\n\n" SHOW_FILTERS
 	  "\n" COMMON },
 	{ NULL, NULL, NULL, NULL },
 };
@@ -157,11 +169,35 @@ static const struct cmd *find(const char *name)
 	return NULL;
 }
 
+/* Every op of the registry with its key fields: 'ktune help tune'. */
+static void print_ops(FILE *to)
+{
+	fprintf(to, "Ops and their key fields (--FIELD VALUE):\n");
+	for (int i = 0; ktune__ops[i]; i++) {
+		const struct ktune_op *op = ktune__ops[i];
+		fprintf(to, "  %-8s %s\n", op->name, op->summary);
+		for (int f = 0; f < op->nfields; f++) {
+			const struct ktune_op_field *fd = &op->fields[f];
+			char choices[128] = "";
+			size_t used = 0;
+			for (int c = 0; fd->choices && fd->choices[c]; c++)
+				used += (size_t)snprintf(choices + used, sizeof(choices) - used, "%s%s", c ? "|" : "",
+							 fd->choices[c]);
+			fprintf(to, "    --%-10s %s%s%s%s\n", fd->name, fd->help, choices[0] ? " (" : "", choices,
+				choices[0] ? ")" : "");
+		}
+	}
+}
+
 void cli_usage(const char *name, FILE *to)
 {
 	const struct cmd *c = find(name);
 	if (c)
 		fputs(c->usage, to);
+	if (c && !strcmp(name, "tune")) {
+		fputc('\n', to);
+		print_ops(to);
+	}
 }
 
 int cli_usage_error(const char *name, const char *fmt, ...)
@@ -225,7 +261,7 @@ int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *
 	switch (opt) {
 	case 't':
 		if (ktune__dtype_parse(arg, &f->dtype)) {
-			cli_usage_error(name, "--dtype '%s' is not one of f16, bf16", arg);
+			cli_usage_error(name, "--dtype '%s' is not one of f16, bf16, f32", arg);
 			return -1;
 		}
 		f->has_dtype = 1;
@@ -243,9 +279,16 @@ int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *
 	case 'a':
 		snprintf(f->arch, sizeof(f->arch), "%s", arg);
 		return 1;
+	case 'V':
+		if (strlen(arg) >= sizeof(f->layout)) {
+			cli_usage_error(name, "--variant '%s' is longer than any op's", arg);
+			return -1;
+		}
+		snprintf(f->layout, sizeof(f->layout), "%s", arg);
+		return 1;
 	case 'o':
-		if (strcmp(arg, "gemm")) {
-			cli_usage_error(name, "--op '%s' is not one of gemm", arg);
+		if (!ktune__op_find(arg)) {
+			cli_usage_error(name, "--op '%s' is not one of %s", arg, ktune__op_names());
 			return -1;
 		}
 		snprintf(f->op, sizeof(f->op), "%s", arg);

@@ -1,4 +1,4 @@
--- schema.sql - the tuning database's schema at version 4 (PRAGMA user_version).
+-- schema.sql - the tuning database's schema at version 5 (PRAGMA user_version).
 --
 -- Documentation only: src/db/db.c creates and migrates databases with its
 -- list of migrations, and tests/unit/test-db.c checks that a fresh database
@@ -6,8 +6,13 @@
 -- a column added by a migration (ALTER TABLE ... ADD COLUMN) goes at the end
 -- of its table here.
 --
--- Text encodings: dtype is 'f16' or 'bf16'; layout is two of 'n'/'t' for A
--- and B ('nt': B stored [N, K], PyTorch's nn.Linear); aligned is 0 or 1;
+-- Keys: op is one of the registry's ('gemm', 'add', 'gelu', 'glu', 'dropout';
+-- src/ops/ops.c); dtype is 'f16', 'bf16' or 'f32'; layout holds the key's
+-- variant, for GEMM two of 'n'/'t' for A and B ('nt': B stored [N, K],
+-- PyTorch's nn.Linear), for another op its variant fields' values joined by
+-- commas ('tanh,fwd'; '' for none); m, n, k are the op's sizes in its
+-- order, 0 where it has fewer (GEMM: M, N, K; gelu: n elements in m;
+-- glu: rows, cols in m, n); aligned is 0 or 1;
 -- created_at and the claims' times are ISO 8601 UTC ('2025-01-31T12:00:00Z');
 -- times of kernels are in microseconds.  A NULL time or error in trials
 -- stands for NaN.
@@ -24,7 +29,7 @@ CREATE TABLE devices (
 -- The best configuration per (device, problem key), with its provenance.
 CREATE TABLE results (
 	device_id INTEGER NOT NULL REFERENCES devices (id),
-	op TEXT NOT NULL,            -- 'gemm'
+	op TEXT NOT NULL,            -- 'gemm', 'add', ... (version 5: every op)
 	dtype TEXT NOT NULL,
 	layout TEXT NOT NULL,
 	m INTEGER NOT NULL,
@@ -66,7 +71,7 @@ CREATE TABLE trials (
 	family TEXT NOT NULL,
 	config TEXT NOT NULL,
 	template_hash TEXT NOT NULL,
-	status TEXT NOT NULL,        -- 'ok', 'compile_error', 'launch_error', 'wrong', 'pruned'
+	status TEXT NOT NULL,        -- 'ok', 'compile_error', 'launch_error', 'wrong', 'pruned', 'crashed', 'timeout'
 	time_us REAL,                -- 0 unless ok
 	err_fro REAL,
 	err_max REAL,

@@ -1,5 +1,6 @@
 /*
- * ktune.h - the public API of libktune, an autotuned GEMM runtime for NVIDIA GPUs.
+ * ktune.h - the public API of libktune, autotuned GPU kernels (GEMM and the
+ * elementwise ops) for NVIDIA GPUs.
  *
  * This header is the documentation.  A program opens a context on a device,
  * then calls ktune_gemm() with device pointers; ktune looks the problem key up
@@ -12,8 +13,9 @@
  * on a machine without a GPU, and ktune_open() then fails with KTUNE_ERR_NO_DRIVER
  * or KTUNE_ERR_NO_DEVICE.
  *
- * Thread safety: ktune_gemm() may be called from several threads on one
- * context at once.  Every other function is not thread-safe unless stated.
+ * Thread safety: ktune_gemm() and the ops below it may be called from
+ * several threads on one context at once.  Every other function is not
+ * thread-safe unless stated.
  */
 #ifndef KTUNE_H
 #define KTUNE_H
@@ -58,10 +60,11 @@ typedef enum {
 #undef KTUNE_STATUS_ENUM
 } ktune_status;
 
-/* Element types of GEMM operands (inputs and output; accumulation is fp32). */
+/* Element types of operands (GEMM: f16 and bf16 in and out, fp32 accumulation). */
 typedef enum {
 	KTUNE_F16 = 0,
 	KTUNE_BF16 = 1,
+	KTUNE_F32 = 2,
 } ktune_dtype;
 
 typedef struct ktune_ctx ktune_ctx; /* opaque */
@@ -123,12 +126,89 @@ KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
 				  void *stream);
 
 /*
- * Where the last ktune_gemm() call on this thread for this context found its
+ * Where the last call on this thread (of any op, on any context) found its
  * configuration: "exact" (tuned on this GPU), "arch" (on another GPU of the
  * same arch), "shipped" (the tuning built into the library for the arch),
  * "nearest" (the closest tuned key) or "default".  A static string.
  */
 KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
+
+/*
+ * The elementwise ops.  Common rules:
+ *
+ * - Sizes are element counts (int64_t); a size of 0 launches nothing.
+ *   Buffers are device pointers of `dtype` (f32, f16 or bf16), in the
+ *   device's primary context; any alignment works, and 16-byte aligned
+ *   buffers (and row strides that are multiples of 16 bytes) get the
+ *   vectorised variant.  Math is fp32; results are rounded to dtype.
+ * - An output may be the same buffer as the input it replaces element for
+ *   element (in place), but must not overlap any input otherwise.
+ * - The call is asynchronous on `stream` (a CUstream or cudaStream_t, NULL
+ *   for the default stream).  Returns KTUNE_OK, KTUNE_ERR_INVALID for bad
+ *   arguments (with the detail in ktune_errmsg()), or another error.
+ * - Tuned per power-of-two bucket of the sizes ('ktune tune add -n N');
+ *   an untuned key runs the op's default.  Thread-safe.
+ */
+
+/* z[i] = x[i] + y[i] for 0 <= i < n. */
+KTUNE_API ktune_status ktune_add(ktune_ctx *ctx, int64_t n, const void *x, const void *y, void *z,
+				 ktune_dtype dtype, void *stream);
+
+/* GeLU: exact, 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation. */
+typedef enum {
+	KTUNE_GELU_ERF = 0,
+	KTUNE_GELU_TANH = 1,
+} ktune_gelu_approx;
+
+/* y[i] = gelu(x[i]) for 0 <= i < n. */
+KTUNE_API ktune_status ktune_gelu(ktune_ctx *ctx, int64_t n, const void *x, void *y,
+				  ktune_gelu_approx approx, ktune_dtype dtype, void *stream);
+/* dx[i] = dy[i] * gelu'(x[i]) for 0 <= i < n. */
+KTUNE_API ktune_status ktune_gelu_backward(ktune_ctx *ctx, int64_t n, const void *x, const void *dy,
+					   void *dx, ktune_gelu_approx approx, ktune_dtype dtype,
+					   void *stream);
+
+/* The gate's activation of a gated linear unit. */
+typedef enum {
+	KTUNE_SWIGLU = 0,     /* silu(a) = a * sigmoid(a) */
+	KTUNE_GEGLU = 1,      /* exact GeLU */
+	KTUNE_GEGLU_TANH = 2, /* tanh-approximated GeLU */
+} ktune_glu_act;
+
+/*
+ * out[r, c] = act(a[r, c]) * b[r, c] over [rows, cols]; element (r, c) of a
+ * is a[r * lda + c], and likewise b, out (row strides >= cols).  a and b may
+ * be two tensors or the two halves of one [rows, 2 * cols] tensor h (an LLM
+ * MLP's fused up-projection): a = h, b = h + cols, lda = ldb = 2 * cols.
+ */
+KTUNE_API ktune_status ktune_glu(ktune_ctx *ctx, ktune_glu_act act, int64_t rows, int64_t cols,
+				 const void *a, int64_t lda, const void *b, int64_t ldb, void *out,
+				 int64_t ldo, ktune_dtype dtype, void *stream);
+/*
+ * The gradients of ktune_glu from dout: da = dout * b * act'(a) and
+ * db = dout * act(a), with the same layouts (da and db may be the two
+ * halves of one tensor, as a and b).
+ */
+KTUNE_API ktune_status ktune_glu_backward(ktune_ctx *ctx, ktune_glu_act act, int64_t rows,
+					  int64_t cols, const void *a, int64_t lda, const void *b,
+					  int64_t ldb, const void *dout, int64_t ld_dout, void *da,
+					  int64_t ld_da, void *db, int64_t ld_db, ktune_dtype dtype,
+					  void *stream);
+
+/*
+ * Dropout with a counter-based mask, 0 <= p < 1: y[i] = x[i] / (1 - p)
+ * where word i % 4 of Philox4x32-10(counter = offset + i / 4, key = seed)
+ * is at least p * 2^32, else 0.  No mask is stored: the same (seed,
+ * offset) gives the same mask on every GPU, config and launch shape, and
+ * a caller drawing fresh masks advances offset by ceil(n / 4) a call.
+ */
+KTUNE_API ktune_status ktune_dropout(ktune_ctx *ctx, int64_t n, float p, uint64_t seed,
+				     uint64_t offset, const void *x, void *y, ktune_dtype dtype,
+				     void *stream);
+/* dx = dy * mask / (1 - p), the mask of the forward call with the same n, p, seed and offset. */
+KTUNE_API ktune_status ktune_dropout_backward(ktune_ctx *ctx, int64_t n, float p, uint64_t seed,
+					      uint64_t offset, const void *dy, void *dx,
+					      ktune_dtype dtype, void *stream);
 
 #ifdef __cplusplus
 }

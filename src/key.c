@@ -14,6 +14,7 @@ static const struct {
 } dtypes[] = {
 	{ KTUNE_F16, "f16", 2 },
 	{ KTUNE_BF16, "bf16", 2 },
+	{ KTUNE_F32, "f32", 4 },
 };
 
 #define NDTYPES ((int)(sizeof(dtypes) / sizeof(dtypes[0])))
@@ -55,8 +56,8 @@ int ktune__dtype_size(ktune_dtype d)
 
 void ktune__layout_name(const struct ktune_key *key, char buf[3])
 {
-	buf[0] = key->trans_a;
-	buf[1] = key->trans_b;
+	buf[0] = key->variant[0];
+	buf[1] = buf[0] ? key->variant[1] : '\0';
 	buf[2] = '\0';
 }
 
@@ -64,18 +65,28 @@ int ktune__layout_parse(const char *s, struct ktune_key *key)
 {
 	if (!s || (s[0] != 'n' && s[0] != 't') || (s[1] != 'n' && s[1] != 't') || s[2])
 		return -1;
-	key->trans_a = s[0];
-	key->trans_b = s[1];
+	memset(key->variant, 0, sizeof(key->variant));
+	key->variant[0] = s[0];
+	key->variant[1] = s[1];
 	return 0;
+}
+
+void ktune__key_shape(const struct ktune_key *key, char *buf, size_t len)
+{
+	int last = key->k ? 3 : key->n ? 2 : 1;
+	snprintf(buf, len, "%" PRId64, key->m);
+	if (last >= 2)
+		snprintf(buf + strlen(buf), len - strlen(buf), "x%" PRId64, key->n);
+	if (last >= 3)
+		snprintf(buf + strlen(buf), len - strlen(buf), "x%" PRId64, key->k);
 }
 
 void ktune__key_format(const struct ktune_key *key, char *buf, size_t len)
 {
 	const char *dtype = ktune__dtype_name(key->dtype);
-	char layout[3];
+	char shape[64];
 
-	ktune__layout_name(key, layout);
-	snprintf(buf, len, "%s %s %s %" PRId64 "x%" PRId64 "x%" PRId64 " %s", key->op,
-		 dtype ? dtype : "?", layout, key->m, key->n, key->k,
-		 key->aligned ? "aligned" : "unaligned");
+	ktune__key_shape(key, shape, sizeof(shape));
+	snprintf(buf, len, "%.16s %s%s%.24s %s %s", key->op, dtype ? dtype : "?", key->variant[0] ? " " : "",
+		 key->variant, shape, key->aligned ? "aligned" : "unaligned");
 }

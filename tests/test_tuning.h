@@ -19,7 +19,7 @@
  * "action=CONFIG;..." into plan and each config's text into text[i].
  * Returns how many were picked.
  */
-static inline int test_plant(const struct ktune_gemm_config *cfgs, int n,
+static inline int test_plant(const struct ktune_config *cfgs, int n,
 			     const char *const *actions, int nactions, char (*text)[256], char *plan,
 			     size_t len)
 {

@@ -22,7 +22,7 @@
 
 #include "common.h"
 #include "db/db-internal.h"
-#include "ops/gemm.h"
+#include "ops/op.h"
 
 #define NOW "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
 
@@ -204,7 +204,7 @@ int ktune__db_claim_key(struct ktune_db *db, const struct ktune_device_id *dev,
 	struct ktune_result r;
 	sqlite3_int64 id = 0;
 	const char *dtype;
-	char layout[3];
+	char layout[KTUNE_KEY_VARIANT];
 	int found, held, ret;
 
 	if (!db || !dev || !key || !template_hash)
@@ -221,7 +221,7 @@ int ktune__db_claim_key(struct ktune_db *db, const struct ktune_device_id *dev,
 			goto out;
 		}
 		if (found && (strncmp(r.template_hash, template_hash, sizeof(r.template_hash)) == 0 ||
-			      ktune__gemm_result_fresh(r.family, r.template_hash))) {
+			      ktune__result_fresh(&r.key, r.family, r.template_hash))) {
 			ret = KTUNE_CLAIM_DONE;
 			goto out;
 		}
@@ -289,7 +289,7 @@ static int owner_write(struct ktune_db *db, const char *sql, const struct ktune_
 {
 	sqlite3_stmt *st = NULL;
 	const char *dtype = NULL;
-	char layout[3] = "";
+	char layout[KTUNE_KEY_VARIANT] = "";
 	int ret;
 
 	if (!db)

@@ -43,7 +43,7 @@ int ktune__db_bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char
 
 /* Checks a key and encodes its dtype and layout; `what` names the record in the message. */
 int ktune__db_check_key(const struct ktune_db *db, const struct ktune_key *key,
-			const char *what, const char **dtype, char layout[3],
+			const char *what, const char **dtype, char layout[KTUNE_KEY_VARIANT],
 			struct ktune_err *e);
 int ktune__db_check_device(const struct ktune_db *db, const struct ktune_device_id *dev,
 			   struct ktune_err *e);

@@ -26,6 +26,7 @@
 #include "db.h"
 #include "db/db-internal.h"
 #include "db/share.h" /* ktune__policy_decide */
+#include "ops/op.h"
 
 /*
  * Migration i takes a database from user_version i to i + 1 and sets
@@ -120,6 +121,15 @@ static const char *const migrations[] = {
 	" PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned));"
 	"ALTER TABLE results ADD COLUMN measure_note TEXT NOT NULL DEFAULT '';"
 	"PRAGMA user_version = 4;",
+
+	/*
+	 * 5: every op of the registry (src/ops/op.h), not only GEMM.  The rows
+	 * keep their meaning: `layout` holds a key's variant, which for GEMM
+	 * is its layout, and m, n, k its op's sizes.  Nothing changes in the
+	 * tables; the version tells a ktune that knows only GEMM to refuse a
+	 * database that may hold other ops.
+	 */
+	"PRAGMA user_version = 5;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == KTUNE_DB_SCHEMA_VERSION,
@@ -213,6 +223,8 @@ static const char *dtype_text(ktune_dtype d)
 		return "f16";
 	case KTUNE_BF16:
 		return "bf16";
+	case KTUNE_F32:
+		return "f32";
 	}
 	return NULL;
 }
@@ -223,6 +235,8 @@ static int dtype_parse(const char *s, ktune_dtype *out)
 		*out = KTUNE_F16;
 	else if (strcmp(s, "bf16") == 0)
 		*out = KTUNE_BF16;
+	else if (strcmp(s, "f32") == 0)
+		*out = KTUNE_F32;
 	else
 		return -1;
 	return 0;
@@ -304,7 +318,7 @@ int ktune__db_bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char
 
 	if ((rc = BIND_FIELD(st, ":op", key->op)) != SQLITE_OK ||
 	    (rc = ktune__db_bind_text(st, ":dtype", dtype, 8)) != SQLITE_OK ||
-	    (rc = ktune__db_bind_text(st, ":layout", layout, 3)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_text(st, ":layout", layout, KTUNE_KEY_VARIANT)) != SQLITE_OK ||
 	    (rc = ktune__db_bind_int(st, ":m", key->m)) != SQLITE_OK ||
 	    (rc = ktune__db_bind_int(st, ":n", key->n)) != SQLITE_OK ||
 	    (rc = ktune__db_bind_int(st, ":k", key->k)) != SQLITE_OK ||
@@ -315,7 +329,7 @@ int ktune__db_bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char
 
 /* Checks a key and encodes its dtype and layout; `what` names the record in the message. */
 int ktune__db_check_key(const struct ktune_db *db, const struct ktune_key *key,
-			const char *what, const char **dtype, char layout[3],
+			const char *what, const char **dtype, char layout[KTUNE_KEY_VARIANT],
 			struct ktune_err *e)
 {
 	if (strnlen(key->op, sizeof(key->op)) == 0)
@@ -325,15 +339,23 @@ int ktune__db_check_key(const struct ktune_db *db, const struct ktune_key *key,
 	if (!*dtype)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "%s for database '%s' has unknown dtype %d",
 				   what, db->path, (int)key->dtype);
-	if (layout_text(key->trans_a, key->trans_b, layout) != 0)
-		return ktune__fail(e, KTUNE_ERR_INVALID,
-				   "%s for database '%s' has invalid layout '%c%c'", what, db->path,
-				   key->trans_a ? key->trans_a : '?',
-				   key->trans_b ? key->trans_b : '?');
-	if (key->m <= 0 || key->n <= 0 || key->k <= 0)
-		return ktune__fail(e, KTUNE_ERR_INVALID,
-				   "%s for database '%s' has invalid shape %lldx%lldx%lld", what,
-				   db->path, (long long)key->m, (long long)key->n, (long long)key->k);
+	if (!strcmp(key->op, "gemm")) {
+		/* the layout's case is the caller's: 'N' is 'n' */
+		if (layout_text(key->variant[0], key->variant[1], layout) != 0 || key->variant[2])
+			return ktune__fail(e, KTUNE_ERR_INVALID,
+					   "%s for database '%s' has invalid layout '%c%c'", what, db->path,
+					   key->variant[0] ? key->variant[0] : '?',
+					   key->variant[1] ? key->variant[1] : '?');
+		if (key->m <= 0 || key->n <= 0 || key->k <= 0)
+			return ktune__fail(e, KTUNE_ERR_INVALID,
+					   "%s for database '%s' has invalid shape %lldx%lldx%lld", what,
+					   db->path, (long long)key->m, (long long)key->n, (long long)key->k);
+		return KTUNE_OK;
+	}
+	struct ktune_err sub;
+	if (ktune__op_key_check(key, &sub) != KTUNE_OK)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "%s for database '%s': %s", what, db->path, sub.msg);
+	snprintf(layout, KTUNE_KEY_VARIANT, "%s", key->variant);
 	return KTUNE_OK;
 }
 
@@ -397,15 +419,17 @@ static int read_result(const struct ktune_db *db, sqlite3_stmt *st, struct ktune
 	if (dtype_parse(dtype, &r->key.dtype) != 0)
 		return ktune__fail(e, KTUNE_ERR_DB, "database '%s': results row has unknown dtype '%s'",
 				   db->path, dtype);
-	if (layout_parse(layout, &r->key.trans_a, &r->key.trans_b) != 0)
-		return ktune__fail(e, KTUNE_ERR_DB,
-				   "database '%s': results row has unknown layout '%s'", db->path,
-				   layout);
 	r->device.sm_count = sqlite3_column_int(st, COL_SM_COUNT);
 	r->key.m = sqlite3_column_int64(st, COL_M);
 	r->key.n = sqlite3_column_int64(st, COL_N);
 	r->key.k = sqlite3_column_int64(st, COL_K);
 	r->key.aligned = sqlite3_column_int(st, COL_ALIGNED) != 0;
+	snprintf(r->key.variant, sizeof(r->key.variant), "%.23s", layout);
+	if (!strcmp(r->key.op, "gemm") ? layout_parse(layout, &r->key.variant[0], &r->key.variant[1]) != 0
+				       : ktune__op_key_check(&r->key, NULL) != KTUNE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "database '%s': results row has unknown variant '%s'", db->path,
+				   layout);
 	r->time_us = sqlite3_column_double(st, COL_TIME_US);
 	r->p20_us = sqlite3_column_double(st, COL_P20_US);
 	r->p80_us = sqlite3_column_double(st, COL_P80_US);
@@ -940,7 +964,7 @@ static int insert_trials(struct ktune_db *db, sqlite3_int64 dev, const struct kt
 {
 	sqlite3_stmt *st = NULL;
 	const char *dtype;
-	char layout[3], what[32];
+	char layout[KTUNE_KEY_VARIANT], what[32];
 	int ret = KTUNE_OK;
 
 	if (ntrials > 0 && (ret = ktune__db_prepare(db, sql_put_trial, &st, e)) != KTUNE_OK)
@@ -989,7 +1013,7 @@ static int prepare_trial_query(struct ktune_db *db, const char *sql,
 			       const char *template_hash, sqlite3_stmt **st, struct ktune_err *e)
 {
 	const char *dtype = NULL; /* set by ktune__db_check_key; LTO builds cannot see it */
-	char layout[3];
+	char layout[KTUNE_KEY_VARIANT];
 	int ret;
 
 	if ((ret = ktune__db_check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
@@ -1042,7 +1066,7 @@ int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 	sqlite3_stmt *st = NULL;
 	sqlite3_int64 dev = 0;
 	const char *dtype, *field;
-	char layout[3];
+	char layout[KTUNE_KEY_VARIANT];
 	int ret;
 
 	if (!db || !r || ntrials < 0 || (ntrials > 0 && !trials))
@@ -1086,7 +1110,7 @@ int ktune__db_get_result(struct ktune_db *db, const struct ktune_device_id *dev,
 {
 	sqlite3_stmt *st = NULL;
 	const char *dtype;
-	char layout[3];
+	char layout[KTUNE_KEY_VARIANT];
 	int rc, ret;
 
 	if (!db || !dev || !key || !out)
@@ -1167,7 +1191,7 @@ static int bind_filter(struct ktune_db *db, sqlite3_stmt *st, const struct ktune
 {
 	static const struct ktune_filter all;
 	const char *dtype = "";
-	char layout[3] = "";
+	char layout[KTUNE_KEY_VARIANT] = "";
 	size_t n;
 
 	if (!f)
@@ -1176,7 +1200,9 @@ static int bind_filter(struct ktune_db *db, sqlite3_stmt *st, const struct ktune
 		return ktune__fail(e, KTUNE_ERR_INVALID, "query of database '%s' has unknown dtype %d",
 				   db->path, (int)f->dtype);
 	n = strnlen(f->layout, sizeof(f->layout));
-	if (n > 0 && (n != 2 || layout_text(f->layout[0], f->layout[1], layout) != 0))
+	if (n > 0 && strcmp(f->op, "gemm") && f->op[0]) {
+		snprintf(layout, sizeof(layout), "%s", f->layout); /* another op's variant, as given */
+	} else if (n > 0 && (n != 2 || layout_text(f->layout[0], f->layout[1], layout) != 0))
 		return ktune__fail(e, KTUNE_ERR_INVALID,
 				   "query of database '%s' has invalid layout '%.*s'", db->path,
 				   (int)n, f->layout);
@@ -1322,7 +1348,7 @@ static int import_one(struct ktune_db *db, sqlite3_stmt *ins, const struct ktune
 {
 	sqlite3_int64 dev = 0;
 	const char *dtype, *field;
-	char layout[3];
+	char layout[KTUNE_KEY_VARIANT];
 	int ret;
 
 	if ((ret = ktune__db_check_device(db, &r->device, e)) != KTUNE_OK ||

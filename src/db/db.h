@@ -15,7 +15,7 @@
 #include "key.h"
 
 /* The schema version this build writes; older files are migrated, newer refused. */
-#define KTUNE_DB_SCHEMA_VERSION 4
+#define KTUNE_DB_SCHEMA_VERSION 5
 
 struct ktune_db; /* opaque */
 
@@ -77,7 +77,7 @@ struct ktune_filter {
 	char op[16];
 	int has_dtype;
 	ktune_dtype dtype;
-	char layout[3];
+	char layout[KTUNE_KEY_VARIANT]; /* GEMM: "nt"; another op: its variant, exactly */
 	int64_t m, n, k;
 };
 

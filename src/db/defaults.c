@@ -37,8 +37,8 @@ static int same_group(const struct ktune_result *a, const struct ktune_result *b
 {
 	return !strcmp(a->device.arch, b->device.arch) &&
 	       !strcmp(a->template_hash, b->template_hash) && !strcmp(a->key.op, b->key.op) &&
-	       a->key.dtype == b->key.dtype && a->key.trans_a == b->key.trans_a &&
-	       a->key.trans_b == b->key.trans_b && a->key.m == b->key.m && a->key.n == b->key.n &&
+	       a->key.dtype == b->key.dtype && a->key.variant[0] == b->key.variant[0] &&
+	       a->key.variant[1] == b->key.variant[1] && a->key.m == b->key.m && a->key.n == b->key.n &&
 	       a->key.k == b->key.k && a->key.aligned == b->key.aligned;
 }
 
@@ -53,8 +53,8 @@ static int by_group(const void *pa, const void *pb)
 	int c;
 	if ((c = strcmp(a->device.arch, b->device.arch)) || (c = strcmp(a->key.op, b->key.op)) ||
 	    (c = cmp_int64(a->key.dtype, b->key.dtype)) ||
-	    (c = cmp_int64(a->key.trans_a, b->key.trans_a)) ||
-	    (c = cmp_int64(a->key.trans_b, b->key.trans_b)) || (c = cmp_int64(a->key.m, b->key.m)) ||
+	    (c = cmp_int64(a->key.variant[0], b->key.variant[0])) ||
+	    (c = cmp_int64(a->key.variant[1], b->key.variant[1])) || (c = cmp_int64(a->key.m, b->key.m)) ||
 	    (c = cmp_int64(a->key.n, b->key.n)) || (c = cmp_int64(a->key.k, b->key.k)) ||
 	    (c = cmp_int64(a->key.aligned, b->key.aligned)) ||
 	    (c = strcmp(a->template_hash, b->template_hash)) ||

@@ -15,9 +15,9 @@ enum ktune_share_kind {
 	FIELD_INT,    /* an int in lo..hi */
 	FIELD_I64,    /* an int64_t in lo..hi */
 	FIELD_REAL,   /* a finite double in dlo..dhi (dlo excluded if lo_open) */
-	FIELD_DTYPE,  /* "f16" or "bf16" */
-	FIELD_LAYOUT, /* "nn", "nt", "tn" or "tt" */
-	FIELD_CONFIG, /* a config admitted by the template's space */
+	FIELD_DTYPE,  /* "f16", "bf16" or "f32" (the op says which it takes) */
+	FIELD_VARIANT, /* the key's variant: "nt" for a GEMM (written "layout" by format 1) */
+	FIELD_CONFIG, /* a config admitted by the space of the entry's family */
 	FIELD_RATIO,  /* cublas_us / time_us: written, read and range-checked, never stored */
 };
 

@@ -29,6 +29,7 @@ struct reader {
 	size_t len;
 	const char *file;
 	struct ktune_err *e;
+	long version; /* the file's format version */
 };
 
 static unsigned long line_of(const struct reader *r)
@@ -189,15 +190,15 @@ static int read_field(struct reader *rd, const struct ktune_share_field *f,
 		return 0;
 	case FIELD_DTYPE:
 		if (ktune__dtype_parse(s, &res->key.dtype) != 0)
-			return bad(rd, "%s: '%s' is not one of f16, bf16", path,
+			return bad(rd, "%s: '%s' is not one of f16, bf16, f32", path,
 				   ktune__share_quote(s, q, 64));
 		return 0;
-	case FIELD_LAYOUT:
-		if (strlen(s) != 2 || (s[0] != 'n' && s[0] != 't') || (s[1] != 'n' && s[1] != 't'))
-			return bad(rd, "%s: '%s' is not one of nn, nt, tn, tt", path,
-				   ktune__share_quote(s, q, 64));
-		res->key.trans_a = s[0];
-		res->key.trans_b = s[1];
+	case FIELD_VARIANT:
+		if (strlen(s) >= f->cap)
+			return bad(rd, "%s: '%s' is longer than %zu characters", path,
+				   ktune__share_quote(s, q, 40), f->cap - 1);
+		memset(p, 0, f->cap);
+		memcpy(p, s, strlen(s));
 		return 0;
 	}
 	return bad(rd, "%s: unknown field kind", path);
@@ -228,6 +229,8 @@ static int read_mapping(struct reader *rd, const char *prefix, struct ktune_resu
 			break;
 		if (!(key = scalar(rd)))
 			return bad(rd, "%s: expected a key", path);
+		if (rd->version == 1 && !strcmp(prefix, "key.") && !strcmp(key, "layout"))
+			key = "variant"; /* format 1 wrote a GEMM's variant as its layout */
 		for (i = 0; !strchr(key, '.') && i < ktune__share_nfields; i++) {
 			const char *name = ktune__share_fields[i].name;
 			size_t klen = strlen(key);
@@ -350,6 +353,7 @@ static int read_version(struct reader *rd)
 	if (v > KTUNE_SHARE_VERSION)
 		return bad(rd, "version: was written by a newer ktune (format %ld, this ktune reads %d)",
 			   v, KTUNE_SHARE_VERSION);
+	rd->version = v;
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "db/share.h"
+#include "ops/op.h"
 #include "db/share-fields.h"
 #include "ops/gemm.h"
 #include "runtime/templates.h"
@@ -30,7 +31,7 @@
 
 static const char *check_name(const char *s);
 static const char *check_arch(const char *s);
-static const char *check_gemm(const char *s);
+static const char *check_op(const char *s);
 static const char *check_family(const char *s);
 static const char *check_hash(const char *s);
 static const char *check_protocol(const char *s);
@@ -41,12 +42,12 @@ const struct ktune_share_field ktune__share_fields[] = {
 	STR("device.name", device.name, check_name),
 	STR("device.arch", device.arch, check_arch),
 	INT("device.sms", device.sm_count, 1, 1024),
-	STR("key.op", key.op, check_gemm),
+	STR("key.op", key.op, check_op),
 	{ "key.dtype", FIELD_DTYPE, OFF(key.dtype), 0, 0, 0, 0, 0, NULL, NULL },
-	{ "key.layout", FIELD_LAYOUT, OFF(key.trans_a), 0, 0, 0, 0, 0, NULL, NULL },
-	I64("key.m", key.m, 1, 2147483647L),
-	I64("key.n", key.n, 1, 2147483647L),
-	I64("key.k", key.k, 1, 2147483647L),
+	{ "key.variant", FIELD_VARIANT, OFF(key.variant), CAP(key.variant), 0, 0, 0, 0, NULL, NULL },
+	I64("key.m", key.m, 0, 17179869184L), /* an op's sizes: 0 where it has fewer than three */
+	I64("key.n", key.n, 0, 17179869184L),
+	I64("key.k", key.k, 0, 17179869184L),
 	INT("key.aligned", key.aligned, 0, 1),
 	STR("family", family, check_family),
 	{ "config", FIELD_CONFIG, OFF(config), CAP(config), 0, 0, 0, 0, NULL, NULL },
@@ -107,15 +108,17 @@ static const char *check_arch(const char *s)
 	return NULL;
 }
 
-static const char *check_gemm(const char *s)
+static const char *check_op(const char *s)
 {
-	return strcmp(s, "gemm") == 0 ? NULL : "is not a known template family (gemm)";
+	return ktune__op_find(s) ? NULL : "is not a known op";
 }
 
 static const char *check_family(const char *s)
 {
-	return ktune__gemm_family_from_name(s) >= 0
-		       ? NULL : "is not a known template family (gemm, gemm_wgmma)";
+	for (int i = 0; ktune__ops[i]; i++)
+		if (ktune__op_family_index(ktune__ops[i], s) >= 0)
+			return NULL;
+	return "is not a known template family";
 }
 
 static const char *check_hash(const char *s)
@@ -207,16 +210,19 @@ static int check_field(const struct ktune_share_field *f, struct ktune_result *r
 		return ktune__share_check_real(f, *(double *)p, e);
 	case FIELD_DTYPE:
 		if (!ktune__dtype_name(r->key.dtype))
-			return ktune__fail(e, KTUNE_ERR_PARSE, "'%d' is not one of f16, bf16",
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%d' is not one of f16, bf16, f32",
 					   (int)r->key.dtype);
 		return KTUNE_OK;
-	case FIELD_LAYOUT:
-		if ((r->key.trans_a != 'n' && r->key.trans_a != 't') ||
-		    (r->key.trans_b != 'n' && r->key.trans_b != 't'))
-			return ktune__fail(e, KTUNE_ERR_PARSE, "is not one of nn, nt, tn, tt");
-		return KTUNE_OK;
+	case FIELD_VARIANT:
+		if (strnlen(p, f->cap) >= f->cap)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "longer than %zu characters", f->cap - 1);
+		if (!printable(p))
+			return ktune__fail(e, KTUNE_ERR_PARSE,
+					   "'%s' has a character that is not printable ASCII",
+					   ktune__share_quote(p, q, sizeof(q)));
+		return KTUNE_OK; /* its parts are the op's: ktune__share_check checks the whole key */
 	case FIELD_CONFIG: {
-		struct ktune_gemm_config c;
+		struct ktune_config c;
 		struct ktune_err sub;
 
 		if (strnlen(p, f->cap) >= f->cap)
@@ -226,6 +232,13 @@ static int check_field(const struct ktune_share_field *f, struct ktune_result *r
 			return ktune__fail(e, KTUNE_ERR_PARSE,
 					   "'%s' has a character that is not printable ASCII",
 					   ktune__share_quote(p, q, sizeof(q)));
+		const struct ktune_op *op = ktune__op_of(&r->key);
+		if (op && !ktune__op_is_gemm(op)) {
+			if (ktune__op_config_parse(op, r->family, p, &c, &sub) != KTUNE_OK)
+				return ktune__fail(e, KTUNE_ERR_PARSE, "%s", sub.msg);
+			ktune__op_config_format(op, &c, p, f->cap);
+			return KTUNE_OK;
+		}
 		if (ktune__gemm_config_parse(p, &c, &sub) != KTUNE_OK)
 			return ktune__fail(e, KTUNE_ERR_PARSE, "%s", sub.msg);
 		if (!ktune__gemm_config_admitted(&c, &sub))
@@ -271,9 +284,22 @@ int ktune__share_check(struct ktune_result *r, const char **field, struct ktune_
 			return ret;
 		}
 	}
-	/* across fields: the config is of the stated family, and wgmma only serves aligned keys */
-	struct ktune_gemm_config c;
-	if (ktune__gemm_config_parse(r->config, &c, NULL) == KTUNE_OK) {
+	/* across fields: the key is whole for its op (the one validator of keys, op.h) */
+	struct ktune_err sub;
+	if (ktune__op_key_check(&r->key, &sub) != KTUNE_OK) {
+		if (field)
+			*field = "key";
+		return ktune__fail(e, KTUNE_ERR_PARSE, "%s", sub.msg);
+	}
+	/* the config is of the stated family, and wgmma only serves aligned keys */
+	const struct ktune_op *op = ktune__op_of(&r->key);
+	if (ktune__op_family_index(op, r->family) < 0) {
+		if (field)
+			*field = "family";
+		return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not a family of %s", r->family, op->name);
+	}
+	struct ktune_config c;
+	if (ktune__op_is_gemm(op) && ktune__gemm_config_parse(r->config, &c, NULL) == KTUNE_OK) {
 		if (ktune__gemm_family_from_name(r->family) != c.family) {
 			if (field)
 				*field = "config";
@@ -347,10 +373,10 @@ int ktune__share_compare(const struct ktune_result *a, const struct ktune_result
 	if ((c = strcmp(a->key.op, b->key.op)) != 0 ||
 	    (c = strcmp(da ? da : "", db ? db : "")) != 0)
 		return c;
-	if (a->key.trans_a != b->key.trans_a)
-		return a->key.trans_a < b->key.trans_a ? -1 : 1;
-	if (a->key.trans_b != b->key.trans_b)
-		return a->key.trans_b < b->key.trans_b ? -1 : 1;
+	if (a->key.variant[0] != b->key.variant[0])
+		return a->key.variant[0] < b->key.variant[0] ? -1 : 1;
+	if (a->key.variant[1] != b->key.variant[1])
+		return a->key.variant[1] < b->key.variant[1] ? -1 : 1;
 	if (a->key.m != b->key.m)
 		return a->key.m < b->key.m ? -1 : 1;
 	if (a->key.n != b->key.n)
@@ -382,8 +408,8 @@ int ktune__share_finish(struct ktune_share *s, const char *file, const char *wha
 	s->nstale = 0;
 	for (i = 0; i < s->count; i++) {
 		/* each entry against the current source of its own family */
-		s->stale[i] = !ktune__gemm_result_fresh(s->entries[i].family,
-							s->entries[i].template_hash);
+		s->stale[i] = !ktune__result_fresh(&s->entries[i].key, s->entries[i].family,
+						   s->entries[i].template_hash);
 		s->nstale += s->stale[i];
 	}
 	if (s->count < 2)
@@ -437,7 +463,6 @@ static void put_quoted(FILE *f, const char *s, size_t cap)
 static void put_field(FILE *f, const struct ktune_share_field *fd, const struct ktune_result *r)
 {
 	const char *p = (const char *)r + fd->off;
-	char layout[3];
 
 	switch (fd->kind) {
 	case FIELD_STR:
@@ -457,11 +482,8 @@ static void put_field(FILE *f, const struct ktune_share_field *fd, const struct 
 		put_quoted(f, ktune__dtype_name(r->key.dtype) ? ktune__dtype_name(r->key.dtype) : "?",
 			   8);
 		break;
-	case FIELD_LAYOUT:
-		layout[0] = r->key.trans_a;
-		layout[1] = r->key.trans_b;
-		layout[2] = '\0';
-		put_quoted(f, layout, sizeof(layout));
+	case FIELD_VARIANT:
+		put_quoted(f, r->key.variant, sizeof(r->key.variant));
 		break;
 	case FIELD_RATIO:
 		fprintf(f, fd->fmt, r->cublas_us > 0 && r->time_us > 0 ? r->cublas_us / r->time_us : 0.0);

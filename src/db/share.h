@@ -41,7 +41,12 @@
 #include "db/db.h"
 
 #define KTUNE_SHARE_FORMAT "ktune-export"
-#define KTUNE_SHARE_VERSION 1                       /* the format version this build reads and writes */
+/*
+ * The format version this build writes; it reads every version up to it.
+ * 1: GEMM only, the key's variant written as "layout".  2: every op of the
+ * registry (src/ops/op.h), the variant written as "variant".
+ */
+#define KTUNE_SHARE_VERSION 2
 #define KTUNE_SHARE_MAX_BYTES ((size_t)64 << 20)    /* larger files are refused unread */
 #define KTUNE_SHARE_MAX_ENTRIES 1000000L
 

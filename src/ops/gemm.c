@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/gemm.h"
+#include "ops/op.h"
 #include "runtime/templates.h"
 
 struct field {
@@ -15,7 +16,7 @@ struct field {
 	size_t offset;
 };
 
-#define FIELD(name, member) { name, offsetof(struct ktune_gemm_config, member) }
+#define FIELD(name, member) { name, offsetof(struct ktune_config, member) }
 /* Each family's fields in canonical order; the space of the family names the same parameters. */
 static const struct field mma_fields[] = {
 	FIELD("BLOCK_M", block_m),   FIELD("BLOCK_N", block_n), FIELD("BLOCK_K", block_k),
@@ -47,17 +48,17 @@ static const struct family families[KTUNE_GEMM_NFAMILIES] = {
 };
 
 /* The family of a config; an out-of-range value (a corrupt struct) reads as mma.sync. */
-static const struct family *family_of(const struct ktune_gemm_config *c)
+static const struct family *family_of(const struct ktune_config *c)
 {
 	return &families[c->family == KTUNE_GEMM_WGMMA ? KTUNE_GEMM_WGMMA : KTUNE_GEMM_MMA];
 }
 
-static int *field_ptr(struct ktune_gemm_config *c, const struct field *f)
+static int *field_ptr(struct ktune_config *c, const struct field *f)
 {
 	return (int *)((char *)c + f->offset);
 }
 
-static int field_val(const struct ktune_gemm_config *c, const struct field *f)
+static int field_val(const struct ktune_config *c, const struct field *f)
 {
 	return *(const int *)((const char *)c + f->offset);
 }
@@ -120,10 +121,10 @@ const char *ktune__gemm_compile_arch(int family, const char *arch)
 
 const char *ktune__gemm_entry(int family)
 {
-	return family_of(&(struct ktune_gemm_config){ .family = family })->entry;
+	return family_of(&(struct ktune_config){ .family = family })->entry;
 }
 
-void ktune__gemm_config_format(const struct ktune_gemm_config *c, char *buf, size_t len)
+void ktune__gemm_config_format(const struct ktune_config *c, char *buf, size_t len)
 {
 	const struct family *f = family_of(c);
 	size_t used = 0;
@@ -135,7 +136,7 @@ void ktune__gemm_config_format(const struct ktune_gemm_config *c, char *buf, siz
 					 f->fields[i].name, field_val(c, &f->fields[i]));
 }
 
-int ktune__gemm_config_parse(const char *text, struct ktune_gemm_config *c, struct ktune_err *e)
+int ktune__gemm_config_parse(const char *text, struct ktune_config *c, struct ktune_err *e)
 {
 	int seen[NFIELDS_MAX] = { 0 };
 	const char *p = text;
@@ -210,7 +211,7 @@ static int space_family(const struct ktune_space *s, struct ktune_err *e)
 }
 
 int ktune__gemm_config_from_values(const struct ktune_space *s, const long *values,
-				   struct ktune_gemm_config *c, struct ktune_err *e)
+				   struct ktune_config *c, struct ktune_err *e)
 {
 	int f = space_family(s, e);
 	if (f < 0)
@@ -228,7 +229,7 @@ int ktune__gemm_config_from_values(const struct ktune_space *s, const long *valu
 	return KTUNE_OK;
 }
 
-int ktune__gemm_config_to_values(const struct ktune_space *s, const struct ktune_gemm_config *c,
+int ktune__gemm_config_to_values(const struct ktune_space *s, const struct ktune_config *c,
 				 long *values, struct ktune_err *e)
 {
 	const struct family *fam = family_of(c);
@@ -294,7 +295,7 @@ const struct ktune_space *ktune__gemm_space(struct ktune_err *e)
 	return ktune__gemm_family_space(KTUNE_GEMM_MMA, e);
 }
 
-int ktune__gemm_config_admitted(const struct ktune_gemm_config *c, struct ktune_err *e)
+int ktune__gemm_config_admitted(const struct ktune_config *c, struct ktune_err *e)
 {
 	long values[KTUNE_SPACE_MAX_PARAMS];
 	if (c->family != KTUNE_GEMM_MMA && c->family != KTUNE_GEMM_WGMMA) {
@@ -307,7 +308,7 @@ int ktune__gemm_config_admitted(const struct ktune_gemm_config *c, struct ktune_
 	return ktune__space_admits(s, values, e);
 }
 
-int ktune__gemm_same_kernel(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+int ktune__gemm_same_kernel(const struct ktune_config *a, const struct ktune_config *b)
 {
 	return a->family == b->family && a->block_m == b->block_m && a->block_n == b->block_n &&
 	       a->block_k == b->block_k && a->warps_m == b->warps_m &&
@@ -315,7 +316,7 @@ int ktune__gemm_same_kernel(const struct ktune_gemm_config *a, const struct ktun
 	       a->consumers == b->consumers && a->cluster_m == b->cluster_m;
 }
 
-int ktune__gemm_threads(const struct ktune_gemm_config *c)
+int ktune__gemm_threads(const struct ktune_config *c)
 {
 	if (c->family == KTUNE_GEMM_WGMMA)
 		return (c->consumers + 1) * 128; /* a producer warpgroup and the consumers */
@@ -327,14 +328,14 @@ int ktune__gemm_threads(const struct ktune_gemm_config *c)
  * align the ring for the 128-byte swizzle, the stages, two 64 x 64 staging
  * chunks of C per consumer, two mbarriers a stage.
  * mma.sync: tiles keep their contiguous dimension padded by 8 elements (16 bytes): see gemm.cu. */
-size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c)
+size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_config *c)
 {
 	if (c->family == KTUNE_GEMM_WGMMA)
 		return 1024 + (size_t)c->stages * (size_t)(c->block_m + c->block_n) * c->block_k * 2 +
 		       (size_t)c->consumers * 2 * 64 * 64 * 2 + (size_t)c->stages * 16;
-	size_t a = key->trans_a == 't' ? (size_t)c->block_k * (c->block_m + 8)
+	size_t a = key->variant[0] == 't' ? (size_t)c->block_k * (c->block_m + 8)
 				      : (size_t)c->block_m * (c->block_k + 8);
-	size_t b = key->trans_b == 't' ? (size_t)c->block_n * (c->block_k + 8)
+	size_t b = key->variant[1] == 't' ? (size_t)c->block_n * (c->block_k + 8)
 				      : (size_t)c->block_k * (c->block_n + 8);
 	return (size_t)c->stages * (a + b) * 2;
 }
@@ -345,23 +346,23 @@ static int64_t cdiv(int64_t a, int64_t b)
 }
 
 /* Blocks that share a tile: CLUSTER_M for wgmma, else one. */
-static int cluster_size(const struct ktune_gemm_config *c)
+static int cluster_size(const struct ktune_config *c)
 {
 	return c->family == KTUNE_GEMM_WGMMA && c->cluster_m > 1 ? c->cluster_m : 1;
 }
 
 /* Rows of tiles: for wgmma with clusters, of cluster tiles (CLUSTER_M * BLOCK_M rows). */
-static int64_t tile_rows(const struct ktune_key *key, const struct ktune_gemm_config *c)
+static int64_t tile_rows(const struct ktune_key *key, const struct ktune_config *c)
 {
 	return cdiv(key->m, (int64_t)c->block_m * cluster_size(c));
 }
 
-static int64_t tiles(const struct ktune_key *key, const struct ktune_gemm_config *c)
+static int64_t tiles(const struct ktune_key *key, const struct ktune_config *c)
 {
 	return tile_rows(key, c) * cdiv(key->n, c->block_n);
 }
 
-void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
+void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_config *c,
 		      unsigned grid[3])
 {
 	grid[0] = (unsigned)tiles(key, c);
@@ -370,13 +371,13 @@ void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_confi
 }
 
 /* wgmma: the blocks (clusters) of the persistent grid, which walk the units of work together. */
-static int64_t wgmma_walkers(const struct ktune_key *key, const struct ktune_gemm_config *c, int resident)
+static int64_t wgmma_walkers(const struct ktune_key *key, const struct ktune_config *c, int resident)
 {
 	int64_t t = tiles(key, c) * (c->split_k > 1 ? c->split_k : 1);
 	return resident > 0 && t > resident ? resident : t;
 }
 
-void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
+void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_config *c,
 			    int resident, unsigned grid[3])
 {
 	grid[0] = (unsigned)(cluster_size(c) * wgmma_walkers(key, c, resident));
@@ -388,13 +389,13 @@ void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm
  * wgmma: the (cluster) tiles whose K range split-K cuts, those of the last
  * wave: tiles % walkers, i.e. all of them when they are fewer than the walkers.
  */
-static int64_t wgmma_split_tiles(const struct ktune_key *key, const struct ktune_gemm_config *c,
+static int64_t wgmma_split_tiles(const struct ktune_key *key, const struct ktune_config *c,
 				 int resident)
 {
 	return c->split_k > 1 ? tiles(key, c) % wgmma_walkers(key, c, resident) : 0;
 }
 
-size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c,
+size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_config *c,
 				  int resident)
 {
 	if (c->split_k <= 1)
@@ -406,7 +407,7 @@ size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktun
 }
 
 /* wgmma: a counter per block and consumer of each split (cluster) tile, as gemm_wgmma.cu's tile_counters. */
-size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c, int resident)
+size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_config *c, int resident)
 {
 	if (c->split_k <= 1)
 		return 0;
@@ -415,7 +416,7 @@ size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm
 	return (size_t)tiles(key, c);
 }
 
-void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
+void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_config *c,
 			   int *a, int *b)
 {
 	if (c->family == KTUNE_GEMM_WGMMA) {
@@ -426,7 +427,7 @@ void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_
 	*b = key->m > 0 && key->m <= c->block_m;
 }
 
-int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_config *c,
+int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_config *c,
 			char opts[][48], int max)
 {
 	int n = 0, once_a, once_b;
@@ -441,8 +442,8 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_con
 		snprintf(opts[n++], 48, "-DCONSUMERS=%d", c->consumers);
 		snprintf(opts[n++], 48, "-DCLUSTER_M=%d", c->cluster_m);
 		snprintf(opts[n++], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
-		snprintf(opts[n++], 48, "-DTRANS_A=%d", key->trans_a == 't');
-		snprintf(opts[n++], 48, "-DTRANS_B=%d", key->trans_b == 't');
+		snprintf(opts[n++], 48, "-DTRANS_A=%d", key->variant[0] == 't');
+		snprintf(opts[n++], 48, "-DTRANS_B=%d", key->variant[1] == 't');
 		return n;
 	}
 	ktune__gemm_read_once(key, c, &once_a, &once_b);
@@ -453,8 +454,8 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_con
 	snprintf(opts[n++], 48, "-DWARPS_N=%d", c->warps_n);
 	snprintf(opts[n++], 48, "-DSTAGES=%d", c->stages);
 	snprintf(opts[n++], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
-	snprintf(opts[n++], 48, "-DTRANS_A=%d", key->trans_a == 't');
-	snprintf(opts[n++], 48, "-DTRANS_B=%d", key->trans_b == 't');
+	snprintf(opts[n++], 48, "-DTRANS_A=%d", key->variant[0] == 't');
+	snprintf(opts[n++], 48, "-DTRANS_B=%d", key->variant[1] == 't');
 	snprintf(opts[n++], 48, "-DALIGNED=%d", key->aligned ? 1 : 0);
 	snprintf(opts[n++], 48, "-DREAD_ONCE_A=%d", once_a);
 	snprintf(opts[n++], 48, "-DREAD_ONCE_B=%d", once_b);
@@ -475,7 +476,7 @@ static int64_t pow2_ceil(int64_t x)
  * wave, so there it is also worth timing where that wave is short enough
  * for its splits to fill one wave.
  */
-static int prune_split_k(const struct ktune_key *key, const struct ktune_gemm_config *c, int sm_count,
+static int prune_split_k(const struct ktune_key *key, const struct ktune_config *c, int sm_count,
 			 char *why, size_t len)
 {
 	if (c->split_k <= 1)
@@ -511,7 +512,7 @@ static int prune_split_k(const struct ktune_key *key, const struct ktune_gemm_co
  * so a tile count never costs launches; tiles that are mostly padding and
  * clusters or groups with nothing to share are what is worth cutting.
  */
-static int prune_wgmma(const struct ktune_key *key, const struct ktune_gemm_config *c,
+static int prune_wgmma(const struct ktune_key *key, const struct ktune_config *c,
 		       int sm_count, char *why, size_t len)
 {
 	if (c->block_m > 64 && c->block_m >= 2 * pow2_ceil(key->m)) {
@@ -547,7 +548,7 @@ static int prune_wgmma(const struct ktune_key *key, const struct ktune_gemm_conf
 	return prune_split_k(key, c, sm_count, why, len);
 }
 
-int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_config *c,
+int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_config *c,
 		      int sm_count, int smem_limit, char *why, size_t len)
 {
 	size_t smem = ktune__gemm_smem_bytes(key, c);
@@ -586,7 +587,7 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_confi
 	return prune_split_k(key, c, sm_count, why, len);
 }
 
-void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config *c, int sm_count)
+void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_config *c, int sm_count)
 {
 	int wgmma = c->family == KTUNE_GEMM_WGMMA;
 	if (wgmma && c->cluster_m > 1)
@@ -600,7 +601,7 @@ void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config
 	}
 }
 
-int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit)
+int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_config *c, int smem_limit)
 {
 	/* wgmma's space starts at 3 stages; the kernel works from 2 */
 	while (c->stages > 2 && ktune__gemm_smem_bytes(key, c) > (size_t)smem_limit)
@@ -608,15 +609,15 @@ int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *
 	return ktune__gemm_smem_bytes(key, c) <= (size_t)smem_limit ? 0 : -1;
 }
 
-struct ktune_gemm_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count)
+struct ktune_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count)
 {
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	if (key->m <= 16)
-		c = (struct ktune_gemm_config){ 16, 128, 64, 1, 4, 3, 1, 1 };
+		c = (struct ktune_config){ 16, 128, 64, 1, 4, 3, 1, 1 };
 	else if (key->m <= 64)
-		c = (struct ktune_gemm_config){ 64, 128, 32, 2, 2, 4, 1, 1 };
+		c = (struct ktune_config){ 64, 128, 32, 2, 2, 4, 1, 1 };
 	else
-		c = (struct ktune_gemm_config){ 128, 128, 32, 2, 2, 4, 8, 1 };
+		c = (struct ktune_config){ 128, 128, 32, 2, 2, 4, 8, 1 };
 	if (sm_count <= 0)
 		sm_count = 132;
 	/* Too few tiles to fill the GPU: share K between blocks. */
@@ -659,3 +660,44 @@ void ktune__gemm_tolerance(ktune_dtype d, double *fro, double *max)
 		*max = 1e-2;
 	}
 }
+
+/* ------------------------------------------------------------ the op's entry */
+
+static const char *const layout_choices[] = { "nn", "nt", "tn", "tt", NULL };
+
+static const struct ktune_op_field op_fields[] = {
+	{ "layout", "A and B: n (A [M,K], B [K,N]) or t (A [K,M], B [N,K])", KTUNE_ROLE_COMPILED, -1,
+	  layout_choices },
+	{ "m", "rows of C (tuned exactly)", KTUNE_ROLE_TUNED, 0, NULL },
+	{ "n", "columns of C (tuned exactly)", KTUNE_ROLE_TUNED, 1, NULL },
+	{ "k", "the inner dimension (tuned exactly)", KTUNE_ROLE_TUNED, 2, NULL },
+};
+
+static const struct ktune_family op_families[KTUNE_GEMM_NFAMILIES] = {
+	{ "gemm", KTUNE_GEMM_SOURCE, KTUNE_GEMM_SPACE, "gemm_kernel" },
+	{ "gemm_wgmma", KTUNE_GEMM_WGMMA_SOURCE, KTUNE_GEMM_WGMMA_SPACE, "gemm_wgmma_kernel" },
+};
+
+static const ktune_dtype op_dtypes[] = { KTUNE_F16, KTUNE_BF16 };
+
+/* Up to 2^20 a side (the largest a sweep spec takes) and 2^31 elements an operand. */
+static int key_check(const struct ktune_key *key, struct ktune_err *e)
+{
+	if (key->m > (1 << 20) || key->n > (1 << 20) || key->k > (1 << 20))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "gemm: M, N and K are at most %d", 1 << 20);
+	return KTUNE_OK;
+}
+
+const struct ktune_op ktune__op_gemm = {
+	.name = "gemm",
+	.summary = "C = alpha op(A) op(B) + beta C, f16 or bf16 (cuBLAS is the baseline)",
+	.fields = op_fields,
+	.nfields = 4,
+	.families = op_families,
+	.nfamilies = KTUNE_GEMM_NFAMILIES,
+	.dtypes = op_dtypes,
+	.ndtypes = 2,
+	.key_check = key_check,
+	.bytes = ktune__gemm_bytes,
+	.flops = ktune__gemm_flops,
+};

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "key.h"
+#include "ops/config.h"
 #include "search/space.h"
 
 #define KTUNE_GEMM_SOURCE "gemm.cu"
@@ -25,22 +26,6 @@ enum ktune_gemm_family {
 	KTUNE_GEMM_WGMMA = 1, /* gemm_wgmma.cu: TMA + wgmma, family name "gemm_wgmma" */
 };
 #define KTUNE_GEMM_NFAMILIES 2
-
-/*
- * One configuration of either family.  Fields a family does not have are 0
- * (warps_* for wgmma, consumers and cluster_m for mma.sync), so that
- * positional initialisers of mma.sync configs stay valid.
- */
-struct ktune_gemm_config {
-	int block_m, block_n, block_k; /* compiled in; BLOCK_K is 64 for wgmma */
-	int warps_m, warps_n;          /* compiled in; mma.sync only */
-	int stages;                    /* compiled in */
-	int group_size;                /* kernel argument */
-	int split_k;                   /* kernel argument; wgmma splits only the last wave's tiles */
-	int family;                    /* enum ktune_gemm_family */
-	int consumers;                 /* compiled in; wgmma only: consumer warpgroups, 1..3 */
-	int cluster_m;                 /* compiled in; wgmma only: blocks per cluster, 1 or 2 */
-};
 
 /* "gemm" or "gemm_wgmma" (the results' `family` column), NULL for no family. */
 const char *ktune__gemm_family_name(int family);
@@ -79,18 +64,18 @@ const char *ktune__gemm_entry(int family);
  * A text without FAMILY is the mma.sync family: every text written before
  * the wgmma family existed keeps its meaning.
  */
-void ktune__gemm_config_format(const struct ktune_gemm_config *c, char *buf, size_t len);
+void ktune__gemm_config_format(const struct ktune_config *c, char *buf, size_t len);
 /*
  * Parses the canonical text: an optional leading "FAMILY=wgmma", then the
  * family's fields in any order, each once; unknown names (a field of the
  * other family too) are errors.  No range checks.
  */
-int ktune__gemm_config_parse(const char *text, struct ktune_gemm_config *c, struct ktune_err *e);
+int ktune__gemm_config_parse(const char *text, struct ktune_config *c, struct ktune_err *e);
 
 /* Maps between the space's value vector and the config (the space's family decides). */
 int ktune__gemm_config_from_values(const struct ktune_space *s, const long *values,
-				   struct ktune_gemm_config *c, struct ktune_err *e);
-int ktune__gemm_config_to_values(const struct ktune_space *s, const struct ktune_gemm_config *c,
+				   struct ktune_config *c, struct ktune_err *e);
+int ktune__gemm_config_to_values(const struct ktune_space *s, const struct ktune_config *c,
 				 long *values, struct ktune_err *e);
 
 /* The embedded space of a family, parsed once (thread-safe); NULL with e set on failure. */
@@ -99,43 +84,43 @@ const struct ktune_space *ktune__gemm_family_space(int family, struct ktune_err 
 const struct ktune_space *ktune__gemm_space(struct ktune_err *e);
 
 /* 1 if the config is in its family's declared space (values and constraints), else 0 with the reason. */
-int ktune__gemm_config_admitted(const struct ktune_gemm_config *c, struct ktune_err *e);
+int ktune__gemm_config_admitted(const struct ktune_config *c, struct ktune_err *e);
 
 /* Two configs compile to the same kernel: same family and compiled-in fields (not GROUP_SIZE, SPLIT_K). */
-int ktune__gemm_same_kernel(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b);
+int ktune__gemm_same_kernel(const struct ktune_config *a, const struct ktune_config *b);
 
 /* Launch contract (both families; the wgmma header comment is the reference for it). */
-int ktune__gemm_threads(const struct ktune_gemm_config *c);
-size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c);
+int ktune__gemm_threads(const struct ktune_config *c);
+size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_config *c);
 /*
  * mma.sync: one block per tile and split.  wgmma: the persistent grid,
  * CLUSTER_M * min(tiles, resident) blocks, where `resident` is the SM count
  * for CLUSTER_M=1 and the max active clusters for CLUSTER_M=2 (<= 0: as
  * many as there are tiles).
  */
-void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
+void ktune__gemm_grid(const struct ktune_key *key, const struct ktune_config *c,
 		      unsigned grid[3]);
-void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_gemm_config *c,
+void ktune__gemm_wgmma_grid(const struct ktune_key *key, const struct ktune_config *c,
 			    int resident, unsigned grid[3]);
 /*
  * Split-K scratch: fp32 partials and per-tile counters (0 when split_k == 1).
  * wgmma splits the tiles of the persistent grid's last wave only, so its
  * scratch depends on `resident`, as its grid does.
  */
-size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_gemm_config *c,
+size_t ktune__gemm_partials_bytes(const struct ktune_key *key, const struct ktune_config *c,
 				  int resident);
-size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_gemm_config *c, int resident);
+size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_config *c, int resident);
 
 /*
  * Whether one block alone reads each element of A (one column of tiles) and
  * of B (one row of tiles): the kernel then streams that operand through L2.
  * Part of the compiled variant.
  */
-void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_gemm_config *c,
+void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_config *c,
 			   int *a, int *b);
 
 /* NVRTC -D options for the key's variant of the config (by family); writes up to max strings of 48 bytes. */
-int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_config *c,
+int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_config *c,
 			char opts[][48], int max);
 
 /*
@@ -145,24 +130,24 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_gemm_con
  * smem_limit; for wgmma also: an unaligned key, a cluster with one row of
  * tiles, split-K).
  */
-int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_gemm_config *c,
+int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_config *c,
 		      int sm_count, int smem_limit, char *why, size_t len);
 
 /*
  * Lowers SPLIT_K of a config borrowed from another key until its blocks and
  * its fp32 scratch stay reasonable for this key.
  */
-void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_gemm_config *c, int sm_count);
+void ktune__gemm_fit_split(const struct ktune_key *key, struct ktune_config *c, int sm_count);
 
 /*
  * Makes a config borrowed from another key fit this key's shared memory
  * (the layout changes the tile sizes): fewer stages, down to 2; returns 0 if
  * it fits then, -1 if not.
  */
-int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_gemm_config *c, int smem_limit);
+int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_config *c, int smem_limit);
 
 /* The built-in configuration for a key that nobody tuned: always mma.sync (runs everywhere). */
-struct ktune_gemm_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count);
+struct ktune_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count);
 
 /* 1 if pointers and leading dimensions allow the 16-byte (ALIGNED=1) variant. */
 int ktune__gemm_aligned(const void *a, int64_t lda, const void *b, int64_t ldb,

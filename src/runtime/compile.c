@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "compile.h"
+#include "templates.h"
 
 /* Bump when the cache layout or the way options are hashed changes. */
 #define CACHE_FORMAT "ktune-cubin-1"
@@ -94,10 +95,23 @@ static int cache_dir_trusted(const char *dir)
 	return 1;
 }
 
+/*
+ * The embedded prelude if `source` may include it, else NULL.  A mention in
+ * a comment counts too: that only costs a cache entry, where missing a
+ * real include would serve cubins built from an older prelude.
+ */
+static const struct ktune_template_file *prelude_of(const char *source, size_t len)
+{
+	if (!memmem(source, len, KTUNE_PRELUDE, strlen(KTUNE_PRELUDE)))
+		return NULL;
+	return ktune__template_file(KTUNE_PRELUDE);
+}
+
 static void cache_key(const char *source, size_t len, const char *const *options,
 		      int noptions, const char *arch, char out[65])
 {
-	size_t total = len + 256;
+	const struct ktune_template_file *pre = prelude_of(source, len);
+	size_t total = len + (pre ? pre->len : 0) + 256;
 	for (int i = 0; i < noptions; i++)
 		total += strlen(options[i]) + 1;
 	char *buf = malloc(total), *p = buf;
@@ -109,7 +123,12 @@ static void cache_key(const char *source, size_t len, const char *const *options
 	for (int i = 0; i < noptions; i++)
 		p += sprintf(p, "%s\n", options[i]);
 	memcpy(p, source, len);
-	ktune__sha256_hex(buf, (size_t)(p - buf) + len, out);
+	p += len;
+	if (pre) {
+		memcpy(p, pre->text, pre->len);
+		p += pre->len;
+	}
+	ktune__sha256_hex(buf, (size_t)(p - buf), out);
 	free(buf);
 }
 
@@ -187,7 +206,11 @@ int ktune__compile(const char *name, const char *source, size_t len,
 	for (int i = 0; i < noptions; i++)
 		opts[n++] = options[i];
 
-	nvrtcResult r = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+	/* every program may include the prelude; NVRTC reads it only if one does */
+	const struct ktune_template_file *pre = ktune__template_file(KTUNE_PRELUDE);
+	const char *header = pre ? pre->text : NULL, *include_name = KTUNE_PRELUDE;
+	nvrtcResult r = nvrtcCreateProgram(&prog, source, name, pre ? 1 : 0,
+					   pre ? &header : NULL, pre ? &include_name : NULL);
 	if (r != NVRTC_SUCCESS)
 		return ktune__fail(e, KTUNE_ERR_COMPILE, "cannot create NVRTC program '%s': %s",
 				   name, nvrtcGetErrorString(r));

@@ -1,7 +1,16 @@
 /*
  * compile.h - NVRTC compilation of a template to a CUBIN for one arch, with a
  * disk cache content-addressed by sha256(source, options, arch, NVRTC
- * version).  Thread-safe: several threads may compile at once.
+ * version, and the prelude's text if the source includes it).  Thread-safe:
+ * several threads may compile at once.
+ *
+ * The prelude: the elementwise templates share kernels/templates/prelude.cuh
+ * through `#include "prelude.cuh"` (KTUNE_PRELUDE, templates.h).  Every
+ * compile hands NVRTC the embedded file as an in-memory header of that
+ * name, so no include path is needed; a source that mentions "prelude.cuh"
+ * has the header's text in its cache key, so editing the prelude
+ * recompiles.  (Tuned results carry a template hash that changes with the
+ * prelude too: ktune__op_family_hash, src/ops/op.h.)
  */
 #ifndef KTUNE_COMPILE_H
 #define KTUNE_COMPILE_H

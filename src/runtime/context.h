@@ -11,6 +11,7 @@
 #include "common.h"
 #include "db/db.h"
 #include "ops/gemm.h"
+#include "ops/op.h"
 #include "runtime/compile.h"
 #include "runtime/driver.h"
 
@@ -23,11 +24,12 @@ struct ktune_tensor_maps {
 
 /* A compiled and loaded kernel variant: one per (key variant, compiled config). */
 struct ktune_kernel {
+	char op[16];
 	ktune_dtype dtype;
-	char trans_a, trans_b;
+	char variant[KTUNE_KEY_VARIANT];
 	int aligned;
 	int read_once_a, read_once_b;
-	struct ktune_gemm_config cfg; /* group_size and split_k unused */
+	struct ktune_config cfg; /* group_size and split_k unused */
 	CUmodule module;
 	CUfunction fn;
 	size_t smem;
@@ -40,7 +42,7 @@ struct ktune_kernel {
 /* A tuned result loaded from the database or a shipped file. */
 struct ktune_entry {
 	struct ktune_key key;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	int same_device; /* 0: another device of the same arch */
 	int shipped;     /* 1: from a file built into the library, the lowest priority */
 };
@@ -48,7 +50,7 @@ struct ktune_entry {
 /* A key already resolved to a config and a kernel; the hot path's hash table. */
 struct ktune_resolved {
 	struct ktune_key key;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	const char *source; /* "exact", "arch", "nearest", "default" */
 	struct ktune_kernel *kernel;
 	struct ktune_resolved *next;
@@ -88,6 +90,9 @@ struct ktune_ctx {
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
 };
 
+/* What served the last call of this thread (ktune_last_dispatch). */
+extern __thread const char *ktune__last_dispatch;
+
 /* Stores e's message as the context's last error and returns status. */
 int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e);
 
@@ -101,11 +106,11 @@ void ktune__ctx_leave(ktune_ctx *ctx, int pushed);
  * instead of compiling.  Caller holds ctx->lock and has the context current.
  */
 int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
-		      const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+		      const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		      struct ktune_kernel **out, struct ktune_err *e);
 
 /* Compiles (no GPU needed) the key's variant of cfg for arch. */
-int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config *cfg,
 			  const char *arch, const char *cache_dir, struct ktune_cubin *out,
 			  struct ktune_err *e);
 
@@ -117,7 +122,7 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e);
  * Caller holds ctx->lock.  *source is a static string.
  */
 void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
-			    struct ktune_gemm_config *cfg, const char **source);
+			    struct ktune_config *cfg, const char **source);
 
 /*
  * Launches one GEMM with a given kernel and config (split-K scratch from the
@@ -125,9 +130,25 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
  * to find the workspace.
  */
 int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
-		       const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
+		       const struct ktune_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
 		       CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
 		       CUstream stream, struct ktune_err *e);
+
+/*
+ * The resolved entry for a key (exact sizes in, bucketed by its op first),
+ * choosing its config and compiling (or loading) its kernel on first use.
+ * Caller holds ctx->lock and has the context current.
+ */
+int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_resolved **out,
+		   struct ktune_err *e);
+
+/*
+ * Launches one call of an op other than GEMM with a given kernel and config:
+ * the op's geometry and arguments.  Caller has the context current.
+ */
+int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
+		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
+		     struct ktune_err *e);
 
 /* Frees every workspace (the context must be current). */
 void ktune__workspaces_free(ktune_ctx *ctx);

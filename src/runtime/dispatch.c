@@ -13,6 +13,9 @@
  * Entries of the wgmma family count only for aligned keys on sm_90 (TMA and
  * wgmma): for any other key they are skipped as if absent, so such a key
  * falls back to the next source, and in the end to the mma.sync default.
+ *
+ * The other ops' keys (bucketed by their op) go the same way, with the
+ * op's own distance and default (choose_op).
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,16 +42,24 @@ static int add_entry_from(struct load_state *st, const struct ktune_result *r, i
 	ktune_ctx *ctx = st->ctx;
 	struct ktune_entry ent = { .key = r->key, .shipped = shipped };
 
-	/* stale (tuned for another version of its family's template), or another arch */
-	if (!ktune__gemm_result_fresh(r->family, r->template_hash) ||
-	    strcmp(r->device.arch, ctx->id.arch))
+	const struct ktune_op *op = ktune__op_of(&r->key);
+	if (!op || strcmp(r->device.arch, ctx->id.arch))
 		return 0;
-	if (ktune__gemm_config_parse(r->config, &ent.cfg, NULL) ||
-	    !ktune__gemm_config_admitted(&ent.cfg, NULL) ||
-	    ktune__gemm_family_from_name(r->family) != ent.cfg.family)
-		return 0;
-	if (!ktune__gemm_family_runs(ent.cfg.family, ctx->id.arch, 1))
-		return 0; /* a wgmma entry on a device without wgmma: never usable */
+	if (!ktune__op_is_gemm(op)) {
+		/* stale (tuned for another version of its family's template), or not in its space */
+		if (!ktune__op_result_fresh(op, r->family, r->template_hash) ||
+		    ktune__op_config_parse(op, r->family, r->config, &ent.cfg, NULL))
+			return 0;
+	} else {
+		if (!ktune__gemm_result_fresh(r->family, r->template_hash))
+			return 0;
+		if (ktune__gemm_config_parse(r->config, &ent.cfg, NULL) ||
+		    !ktune__gemm_config_admitted(&ent.cfg, NULL) ||
+		    ktune__gemm_family_from_name(r->family) != ent.cfg.family)
+			return 0;
+		if (!ktune__gemm_family_runs(ent.cfg.family, ctx->id.arch, 1))
+			return 0; /* a wgmma entry on a device without wgmma: never usable */
+	}
 	ent.same_device = same_device(&r->device, &ctx->id);
 	if (shipped)
 		ctx->from_shipped++;
@@ -113,7 +124,6 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 		if (rc)
 			return rc;
 		snprintf(f.arch, sizeof(f.arch), "%s", ctx->id.arch);
-		snprintf(f.op, sizeof(f.op), "gemm");
 		rc = ktune__db_query(db, &f, add_entry, &st, e);
 		ktune__db_close(db);
 		if (rc < 0)
@@ -135,14 +145,64 @@ static double log_distance(const struct ktune_key *a, const struct ktune_key *b)
 	return dm * dm + dn * dn + dk * dk + (a->aligned != b->aligned ? 0.01 : 0);
 }
 
-void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
-			    struct ktune_gemm_config *cfg, const char **source)
+/*
+ * An op's key (bucketed): its exact entry, another GPU's, a shipped one, the
+ * nearest by the op's distance (same dtype and variant; the same alignment
+ * class, since an aligned config's vectors do not serve an unaligned call),
+ * or the op's default.
+ */
+static void choose_op(ktune_ctx *ctx, const struct ktune_op *op, const struct ktune_key *key,
+		      struct ktune_config *cfg, const char **source)
 {
-	const struct ktune_entry *arch = NULL, *shipped = NULL, *nearest = NULL;
+	const struct ktune_entry *exact = NULL, *arch = NULL, *shipped = NULL, *nearest = NULL;
 	double best = INFINITY;
 
 	for (int i = 0; i < ctx->nentries; i++) {
 		const struct ktune_entry *ent = &ctx->entries[i];
+		if (strcmp(ent->key.op, key->op) || ent->key.dtype != key->dtype ||
+		    strcmp(ent->key.variant, key->variant) || ent->key.aligned != key->aligned)
+			continue;
+		if (ktune__key_same(&ent->key, key)) {
+			if (ent->shipped)
+				shipped = !shipped || (ent->same_device && !shipped->same_device) ? ent : shipped;
+			else if (ent->same_device)
+				exact = ent;
+			else
+				arch = ent;
+		}
+		double d = op->distance(&ent->key, key) + (ent->same_device ? 0 : 1e-6) +
+			   (ent->shipped ? 2e-6 : 0);
+		if (d < best) {
+			best = d;
+			nearest = ent;
+		}
+	}
+	const struct ktune_entry *pick = exact ? exact : arch ? arch : shipped ? shipped : nearest;
+	*source = exact ? "exact" : arch ? "arch" : shipped ? "shipped" : nearest ? "nearest" : "default";
+	if (pick) {
+		*cfg = pick->cfg;
+	} else {
+		*cfg = op->default_config(key, ctx->id.sm_count);
+	}
+	if (!exact && !arch && !shipped)
+		ctx->misses++;
+}
+
+void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
+			    struct ktune_config *cfg, const char **source)
+{
+	const struct ktune_entry *arch = NULL, *shipped = NULL, *nearest = NULL;
+	const struct ktune_op *op = ktune__op_of(key);
+	double best = INFINITY;
+
+	if (op && !ktune__op_is_gemm(op)) {
+		choose_op(ctx, op, key, cfg, source);
+		return;
+	}
+	for (int i = 0; i < ctx->nentries; i++) {
+		const struct ktune_entry *ent = &ctx->entries[i];
+		if (strcmp(ent->key.op, "gemm"))
+			continue;
 		if (!ktune__gemm_family_runs(ent->cfg.family, ctx->id.arch, key->aligned))
 			continue; /* wgmma for an unaligned key or a device other than sm_90 */
 		if (ktune__key_same(&ent->key, key)) {
@@ -157,8 +217,8 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 				arch = ent;
 			}
 		}
-		if (ent->key.dtype != key->dtype || ent->key.trans_a != key->trans_a ||
-		    ent->key.trans_b != key->trans_b)
+		if (ent->key.dtype != key->dtype || ent->key.variant[0] != key->variant[0] ||
+		    ent->key.variant[1] != key->variant[1])
 			continue;
 		/* at equal distance: this device, then the database, then shipped files */
 		double d = log_distance(&ent->key, key) + (ent->same_device ? 0 : 1e-6) +

@@ -46,6 +46,7 @@
 	X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                            \
 	X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                  \
 	X(cuMemcpyDtoD_v2, (CUdeviceptr, CUdeviceptr, size_t))                             \
+	X(cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream))              \
 	X(cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                             \
 	X(cuMemsetD16_v2, (CUdeviceptr, unsigned short, size_t))                           \
 	X(cuMemsetD32_v2, (CUdeviceptr, unsigned int, size_t))                             \

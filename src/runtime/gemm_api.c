@@ -10,55 +10,12 @@
 
 #include "runtime/context.h"
 
-static __thread const char *last_dispatch = "none";
+__thread const char *ktune__last_dispatch = "none";
 
 const char *ktune_last_dispatch(const ktune_ctx *ctx)
 {
 	(void)ctx;
-	return last_dispatch;
-}
-
-static unsigned key_hash(const struct ktune_key *k)
-{
-	uint64_t h = 1469598103934665603ull;
-	uint64_t parts[5] = { (uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k,
-			      ((uint64_t)k->dtype << 24) | ((uint64_t)(unsigned char)k->trans_a << 16) |
-				      ((uint64_t)(unsigned char)k->trans_b << 8) | (uint64_t)k->aligned,
-			      0 };
-	for (int i = 0; i < 4; i++) {
-		h ^= parts[i];
-		h *= 1099511628211ull;
-		h ^= h >> 29;
-	}
-	return (unsigned)(h % KTUNE_RESOLVED_BUCKETS);
-}
-
-/* The resolved entry for key, resolving (and maybe compiling) it on first use.  Holds ctx->lock. */
-static int resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_resolved **out,
-		   struct ktune_err *e)
-{
-	unsigned h = key_hash(key);
-	struct ktune_resolved *r;
-
-	for (r = ctx->resolved[h]; r; r = r->next)
-		if (ktune__key_same(&r->key, key)) {
-			*out = r;
-			return KTUNE_OK;
-		}
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
-	r->key = *key;
-	ktune__dispatch_choose(ctx, key, &r->cfg, &r->source);
-	int rc = ktune__kernel_get(ctx, key, &r->cfg, NULL, &r->kernel, e);
-	if (rc) {
-		free(r);
-		return rc;
-	}
-	r->next = ctx->resolved[h];
-	ctx->resolved[h] = r;
-	*out = r;
-	return KTUNE_OK;
+	return ktune__last_dispatch;
 }
 
 /* The stream's split-K scratch, grown to fit.  Holds ctx->lock. */
@@ -150,7 +107,7 @@ static int same_operands(const struct ktune_tensor_maps *x, const struct ktune_t
  * Split-K scratch for a launch on `stream`: partials and tile counters (none
  * when split_k is 1); `resident` as for the wgmma grid (ktune__gemm_wgmma_grid).
  */
-static int split_workspace(ktune_ctx *ctx, const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+static int split_workspace(ktune_ctx *ctx, const struct ktune_key *key, const struct ktune_config *cfg,
 			   int resident, CUstream stream, CUdeviceptr *partials, CUdeviceptr *counters,
 			   struct ktune_err *e)
 {
@@ -171,7 +128,7 @@ static int split_workspace(ktune_ctx *ctx, const struct ktune_key *key, const st
 
 /* The wgmma family's launch: three tensor maps, a persistent grid (gemm_wgmma.cu's contract). */
 static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
-			const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
+			const struct ktune_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
 			CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
 			CUstream stream, struct ktune_err *e)
 {
@@ -198,11 +155,11 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	if (!cached) {
-		if ((rc = key->trans_a == 't'
+		if ((rc = key->variant[0] == 't'
 				  ? encode_map(&map_a, key, a, key->m, key->k, lda, 64, bk, e)
 				  : encode_map(&map_a, key, a, key->k, key->m, lda, 64,
 					       (unsigned)cfg->block_m, e)) ||
-		    (rc = key->trans_b == 't'
+		    (rc = key->variant[1] == 't'
 				  ? encode_map(&map_b, key, b, key->k, key->n, ldb, 64,
 					       (unsigned)(cfg->block_n / cfg->cluster_m), e)
 				  : encode_map(&map_b, key, b, key->n, key->k, ldb, 64, bk, e)) ||
@@ -229,7 +186,7 @@ static int launch_wgmma(ktune_ctx *ctx, struct ktune_kernel *kernel, const struc
 }
 
 int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
-		       const struct ktune_gemm_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
+		       const struct ktune_config *cfg, float alpha, CUdeviceptr a, int64_t lda,
 		       CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
 		       CUstream stream, struct ktune_err *e)
 {
@@ -298,8 +255,8 @@ ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b, int64_t m, i
 	if ((rc = check_args(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, dtype, &e)))
 		return ktune__ctx_error(ctx, rc, &e);
 	key.dtype = dtype;
-	key.trans_a = trans_a;
-	key.trans_b = trans_b;
+	key.variant[0] = trans_a;
+	key.variant[1] = trans_b;
 	key.m = m;
 	key.n = n;
 	key.k = k;
@@ -308,10 +265,10 @@ ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b, int64_t m, i
 	if ((rc = ktune__ctx_enter(ctx, &pushed, &e)))
 		return ktune__ctx_error(ctx, rc, &e);
 	pthread_mutex_lock(&ctx->lock);
-	rc = resolve(ctx, &key, &r, &e);
+	rc = ktune__resolve(ctx, &key, &r, &e);
 	pthread_mutex_unlock(&ctx->lock);
 	if (!rc) {
-		last_dispatch = r->source;
+		ktune__last_dispatch = r->source;
 		rc = ktune__gemm_launch(ctx, r->kernel, &key, &r->cfg, alpha, (CUdeviceptr)a, lda,
 					(CUdeviceptr)b, ldb, beta, (CUdeviceptr)c, ldc,
 					(CUstream)stream, &e);

@@ -10,10 +10,37 @@
 #include "runtime/context.h"
 #include "runtime/templates.h"
 
-int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+/* An op's kernel: its family's template with the op's defines, for the device's own arch. */
+static int op_compile(const struct ktune_op *op, const struct ktune_key *key,
+		      const struct ktune_config *cfg, const char *arch, const char *cache_dir,
+		      struct ktune_cubin *out, struct ktune_err *e)
+{
+	char defines[KTUNE_MAX_OPTIONS][48];
+	const char *opts[KTUNE_MAX_OPTIONS];
+	if (cfg->family < 0 || cfg->family >= op->nfamilies)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "%s has no family %d", op->name, cfg->family);
+	const char *name = op->families[cfg->family].source;
+	const struct ktune_template_file *src = ktune__template_file(name);
+	if (!src)
+		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no embedded template '%s'", name);
+	int n = op->defines(key, cfg, defines, KTUNE_MAX_OPTIONS);
+	if (n < 0)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "%s: no defines for this config", op->name);
+	for (int i = 0; i < n; i++)
+		opts[i] = defines[i];
+	return ktune__compile(src->name, src->text, src->len, opts, n, arch, cache_dir, out, e);
+}
+
+int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config *cfg,
 			  const char *arch, const char *cache_dir, struct ktune_cubin *out,
 			  struct ktune_err *e)
 {
+	const struct ktune_op *op = ktune__op_of(key);
+	if (!op)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "op '%.16s' is not one of %s", key->op,
+				   ktune__op_names());
+	if (!ktune__op_is_gemm(op))
+		return op_compile(op, key, cfg, arch, cache_dir, out, e);
 	char defines[KTUNE_MAX_OPTIONS][48];
 	const char *opts[KTUNE_MAX_OPTIONS];
 	const char *name = ktune__gemm_family_source(cfg->family);
@@ -33,18 +60,24 @@ int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_gemm_c
 }
 
 static int same_variant(const struct ktune_kernel *k, const struct ktune_key *key,
-			const struct ktune_gemm_config *cfg)
+			const struct ktune_config *cfg)
 {
 	int once_a, once_b;
+	const struct ktune_op *op = ktune__op_of(key);
+	if (strcmp(k->op, key->op))
+		return 0;
+	if (op && !ktune__op_is_gemm(op))
+		return k->dtype == key->dtype && !strcmp(k->variant, key->variant) &&
+		       k->aligned == key->aligned && op->same_kernel(&k->cfg, cfg);
 	ktune__gemm_read_once(key, cfg, &once_a, &once_b);
-	return k->dtype == key->dtype && k->trans_a == key->trans_a &&
-	       k->trans_b == key->trans_b && k->aligned == key->aligned &&
+	return k->dtype == key->dtype && k->variant[0] == key->variant[0] &&
+	       k->variant[1] == key->variant[1] && k->aligned == key->aligned &&
 	       k->read_once_a == once_a && k->read_once_b == once_b &&
 	       ktune__gemm_same_kernel(&k->cfg, cfg);
 }
 
 int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
-		      const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+		      const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		      struct ktune_kernel **out, struct ktune_err *e)
 {
 	struct ktune_cubin compiled = { 0 };
@@ -66,20 +99,25 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 		goto out;
 	}
+	const struct ktune_op *op = ktune__op_of(key);
+	int gemm = op && ktune__op_is_gemm(op);
+	snprintf(k->op, sizeof(k->op), "%s", key->op);
 	k->dtype = key->dtype;
-	k->trans_a = key->trans_a;
-	k->trans_b = key->trans_b;
+	memcpy(k->variant, key->variant, sizeof(k->variant));
 	k->aligned = key->aligned;
-	ktune__gemm_read_once(key, cfg, &k->read_once_a, &k->read_once_b);
 	k->cfg = *cfg;
 	k->res = cubin->res;
-	k->smem = ktune__gemm_smem_bytes(key, cfg);
+	if (gemm) {
+		ktune__gemm_read_once(key, cfg, &k->read_once_a, &k->read_once_b);
+		k->smem = ktune__gemm_smem_bytes(key, cfg);
+	}
 	CU_GOTO(e, rc, cuModuleLoadData(&k->module, cubin->data));
-	CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module, ktune__gemm_entry(cfg->family)));
+	CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module,
+					   gemm ? ktune__gemm_entry(cfg->family) : op->families[cfg->family].entry));
 	if (k->smem > 48 * 1024)
 		CU_GOTO(e, rc, cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 						  (int)k->smem));
-	if (cfg->family == KTUNE_GEMM_WGMMA && cfg->cluster_m > 1) {
+	if (gemm && cfg->family == KTUNE_GEMM_WGMMA && cfg->cluster_m > 1) {
 		/* the cluster shape is compiled in (__cluster_dims__); ask how many fit at once */
 		CUlaunchConfig lc = { 0 };
 		lc.gridDimX = (unsigned)(cfg->cluster_m * (ctx->id.sm_count > 0 ? ctx->id.sm_count : 1));

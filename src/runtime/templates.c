@@ -7,14 +7,19 @@
 #include "common.h"
 #include "templates.h"
 
-#define MAX_FILES 32
+#include <stdlib.h>
 
 static pthread_once_t hash_once = PTHREAD_ONCE_INIT;
-static char hashes[MAX_FILES][65];
+static char (*hashes)[65]; /* one a file, in table order; NULL if out of memory */
 
 static void hash_all(void)
 {
-	for (int i = 0; ktune__template_files[i].name && i < MAX_FILES; i++)
+	int n = 0;
+	while (ktune__template_files[n].name)
+		n++;
+	if (!(hashes = calloc((size_t)n + 1, sizeof(*hashes))))
+		return;
+	for (int i = 0; i < n; i++)
 		ktune__sha256_hex(ktune__template_files[i].text, ktune__template_files[i].len,
 				  hashes[i]);
 }
@@ -30,7 +35,7 @@ const struct ktune_template_file *ktune__template_file(const char *name)
 const char *ktune__template_hash(const char *name)
 {
 	pthread_once(&hash_once, hash_all);
-	for (int i = 0; ktune__template_files[i].name && i < MAX_FILES; i++)
+	for (int i = 0; hashes && ktune__template_files[i].name; i++)
 		if (!strcmp(ktune__template_files[i].name, name))
 			return hashes[i];
 	return "";

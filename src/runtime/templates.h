@@ -14,6 +14,9 @@ struct ktune_template_file {
 	size_t len;
 };
 
+/* The prelude every non-GEMM template includes, handed to NVRTC as a header (compile.c). */
+#define KTUNE_PRELUDE "prelude.cuh"
+
 /* Every embedded template file; the list ends with a NULL name. */
 extern const struct ktune_template_file ktune__template_files[];
 

@@ -12,6 +12,7 @@
 
 #include <yaml.h>
 
+#include "ops/op.h"
 #include "spec.h"
 #include "space.h" /* the YAML helpers */
 
@@ -46,8 +47,8 @@ static void free_shapes(struct shape *shapes, long n)
 	free(shapes);
 }
 
-/* Reads one dimension value, 1..KTUNE_SPEC_MAX_DIM. */
-static int parse_dim_value(const yaml_node_t *n, long *out, const char *path,
+/* Reads one dimension value, 1..max. */
+static int parse_dim_value(const yaml_node_t *n, long *out, long max, const char *path,
 			   const char *file, struct ktune_err *e)
 {
 	const char *s = ktune__yaml_scalar(n);
@@ -57,9 +58,9 @@ static int parse_dim_value(const yaml_node_t *n, long *out, const char *path,
 		return ktune__yaml_bad(e, file, n, "%s: expected a number", path);
 	if ((rc = ktune__yaml_long(s, out)) == -1)
 		return ktune__yaml_bad(e, file, n, "%s: '%.64s' is not an integer", path, s);
-	if (rc || *out < 1 || *out > KTUNE_SPEC_MAX_DIM)
+	if (rc || *out < 1 || *out > max)
 		return ktune__yaml_bad(e, file, n, "%s: '%.64s' is not between 1 and %ld", path,
-				       s, KTUNE_SPEC_MAX_DIM);
+				       s, max);
 	return 0;
 }
 
@@ -83,7 +84,7 @@ static int parse_stride(const yaml_node_t *n, long min, long *out, const char *p
 	return 0;
 }
 
-static int parse_range(struct dim *d, yaml_document_t *doc, const yaml_node_t *n,
+static int parse_range(struct dim *d, yaml_document_t *doc, const yaml_node_t *n, long max,
 		       const char *path, const char *file, struct ktune_err *e)
 {
 	const yaml_node_t *from = NULL, *to = NULL, *step = NULL, *mul = NULL;
@@ -119,10 +120,10 @@ static int parse_range(struct dim *d, yaml_document_t *doc, const yaml_node_t *n
 		return ktune__yaml_bad(e, file, n, "%s: a range needs one of 'step' and 'mul'",
 				       path);
 	snprintf(sub, sizeof(sub), "%s.from", path);
-	if ((rc = parse_dim_value(from, &d->from, sub, file, e)))
+	if ((rc = parse_dim_value(from, &d->from, max, sub, file, e)))
 		return rc;
 	snprintf(sub, sizeof(sub), "%s.to", path);
-	if ((rc = parse_dim_value(to, &d->to, sub, file, e)))
+	if ((rc = parse_dim_value(to, &d->to, max, sub, file, e)))
 		return rc;
 	if (d->from > d->to)
 		return ktune__yaml_bad(e, file, n, "%s: 'from' (%ld) is greater than 'to' (%ld)",
@@ -136,7 +137,7 @@ static int parse_range(struct dim *d, yaml_document_t *doc, const yaml_node_t *n
 		snprintf(sub, sizeof(sub), "%s.mul", path);
 		if ((rc = parse_stride(mul, 2, &d->mul, sub, file, e)))
 			return rc;
-		/* from, to <= 2^20 and mul <= 2^20: no product overflows */
+		/* to <= KTUNE_SPEC_MAX_OP_DIM and mul <= 2^20: no product overflows */
 		for (d->count = 1, v = d->from; v * d->mul <= d->to; v *= d->mul)
 			d->count++;
 	}
@@ -144,7 +145,7 @@ static int parse_range(struct dim *d, yaml_document_t *doc, const yaml_node_t *n
 }
 
 /* Reads a number, a list of numbers or a range. */
-static int parse_dim(struct dim *d, yaml_document_t *doc, const yaml_node_t *n,
+static int parse_dim(struct dim *d, yaml_document_t *doc, const yaml_node_t *n, long max,
 		     const char *path, const char *file, struct ktune_err *e)
 {
 	yaml_node_item_t *it;
@@ -154,14 +155,14 @@ static int parse_dim(struct dim *d, yaml_document_t *doc, const yaml_node_t *n,
 	memset(d, 0, sizeof(*d));
 	switch (n->type) {
 	case YAML_SCALAR_NODE:
-		if ((rc = parse_dim_value(n, &d->from, path, file, e)))
+		if ((rc = parse_dim_value(n, &d->from, max, path, file, e)))
 			return rc;
 		d->to = d->from;
 		d->step = 1;
 		d->count = 1;
 		return 0;
 	case YAML_MAPPING_NODE:
-		return parse_range(d, doc, n, path, file, e);
+		return parse_range(d, doc, n, max, path, file, e);
 	case YAML_SEQUENCE_NODE:
 		break;
 	default:
@@ -178,7 +179,7 @@ static int parse_dim(struct dim *d, yaml_document_t *doc, const yaml_node_t *n,
 		long i = it - n->data.sequence.items.start;
 
 		snprintf(sub, sizeof(sub), "%s[%ld]", path, i);
-		rc = parse_dim_value(yaml_document_get_node(doc, *it), &d->values[i], sub, file, e);
+		rc = parse_dim_value(yaml_document_get_node(doc, *it), &d->values[i], max, sub, file, e);
 		if (rc)
 			return rc;
 	}
@@ -234,14 +235,14 @@ static int parse_shape(struct shape *sh, yaml_document_t *doc, const yaml_node_t
 		}
 		sh->square = 1;
 		snprintf(sub, sizeof(sub), "%s.mnk", path);
-		return parse_dim(&sh->d[0], doc, dims[3], sub, file, e);
+		return parse_dim(&sh->d[0], doc, dims[3], KTUNE_SPEC_MAX_DIM, sub, file, e);
 	}
 	for (i = 0; i < 3; i++) {
 		if (!dims[i])
 			return ktune__yaml_bad(e, file, n, "%s: missing '%s' (or give 'mnk')", path,
 					       names[i]);
 		snprintf(sub, sizeof(sub), "%s.%s", path, names[i]);
-		if ((rc = parse_dim(&sh->d[i], doc, dims[i], sub, file, e)))
+		if ((rc = parse_dim(&sh->d[i], doc, dims[i], KTUNE_SPEC_MAX_DIM, sub, file, e)))
 			return rc;
 	}
 	return 0;
@@ -494,6 +495,241 @@ out:
 	return rc;
 }
 
+/* Appends n keys to out's. */
+static int append_keys(struct ktune_spec *out, const struct ktune_key *keys, long n, struct ktune_err *e)
+{
+	if (out->nkeys + n > KTUNE_SPEC_MAX_KEYS)
+		return ktune__fail(e, KTUNE_ERR_PARSE, "the spec expands to more than %d keys",
+				   KTUNE_SPEC_MAX_KEYS);
+	struct ktune_key *grown = realloc(out->keys, (size_t)(out->nkeys + n + 1) * sizeof(*grown));
+	if (!grown)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	memcpy(grown + out->nkeys, keys, (size_t)n * sizeof(*keys));
+	out->keys = grown;
+	out->nkeys += (int)n;
+	return 0;
+}
+
+static unsigned long hash_key(const struct ktune_key *k)
+{
+	unsigned long h = 1469598103934665603UL;
+	h = (h ^ (unsigned long)k->m) * 1099511628211UL;
+	h = (h ^ (unsigned long)k->n) * 1099511628211UL;
+	h = (h ^ (unsigned long)k->k) * 1099511628211UL;
+	h = (h ^ (unsigned long)k->dtype) * 1099511628211UL;
+	for (const char *c = k->variant; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211UL;
+	return h ^ (h >> 29);
+}
+
+/* Drops repeated keys (the first stays), in place; returns how many are left. */
+static long unique_keys(struct ktune_key *keys, long n, struct ktune_err *e)
+{
+	long nslots = 1, kept = 0;
+	while (nslots < 2 * n)
+		nslots *= 2;
+	long *slots = malloc((size_t)nslots * sizeof(*slots));
+	if (!slots)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	for (long i = 0; i < nslots; i++)
+		slots[i] = -1;
+	for (long i = 0; i < n; i++) {
+		long j = (long)(hash_key(&keys[i]) & (unsigned long)(nslots - 1));
+		for (; slots[j] >= 0 && !ktune__key_same(&keys[slots[j]], &keys[i]); j = (j + 1) & (nslots - 1))
+			;
+		if (slots[j] < 0) {
+			keys[kept] = keys[i];
+			slots[j] = kept++;
+		}
+	}
+	free(slots);
+	return kept;
+}
+
+/* One shape of an op's section: a value list or range per size field, by field index. */
+struct op_shape {
+	struct dim d[KTUNE_KEY_DIMS];
+	int field[KTUNE_KEY_DIMS];
+	int ndims;
+};
+
+static int parse_op_shape(struct op_shape *sh, const struct ktune_op *op, yaml_document_t *doc,
+			  const yaml_node_t *n, const char *path, const char *file, struct ktune_err *e)
+{
+	char sub[160];
+	int rc;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return ktune__yaml_bad(e, file, n, "%s: expected a mapping of the sizes", path);
+	for (int f = 0; f < op->nfields; f++) {
+		const struct ktune_op_field *fd = &op->fields[f];
+		const yaml_node_t *v = NULL;
+		if (fd->dim < 0)
+			continue;
+		for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
+			const char *key = ktune__yaml_scalar(yaml_document_get_node(doc, pair->key));
+			if (key && !strcmp(key, fd->name)) {
+				if (v)
+					return ktune__yaml_bad(e, file, n, "%s: duplicate key '%s'", path, key);
+				v = yaml_document_get_node(doc, pair->value);
+			}
+		}
+		if (!v)
+			return ktune__yaml_bad(e, file, n, "%s: missing '%s'", path, fd->name);
+		snprintf(sub, sizeof(sub), "%s.%s", path, fd->name);
+		sh->field[sh->ndims] = f;
+		if ((rc = parse_dim(&sh->d[sh->ndims++], doc, v, KTUNE_SPEC_MAX_OP_DIM, sub, file, e)))
+			return rc;
+	}
+	for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
+		const yaml_node_t *k = yaml_document_get_node(doc, pair->key);
+		const char *key = ktune__yaml_scalar(k);
+		int known = 0;
+		for (int f = 0; key && f < op->nfields; f++)
+			known |= op->fields[f].dim >= 0 && !strcmp(op->fields[f].name, key);
+		if (!known)
+			return ktune__yaml_bad(e, file, k, "%s: unknown key '%.64s'", path, key ? key : "?");
+	}
+	return 0;
+}
+
+/*
+ * An op's section (any op of the registry but GEMM):
+ *   dtypes: [bf16]              the op's element types (required)
+ *   FIELD: [choice, ...]        each variant field (omitted: its first choice)
+ *   shapes: [{FIELD: ..., ...}] every size field of the op, as m, n, k are
+ * Keys: dtypes slowest, then the variant fields in order, then the shapes;
+ * bucketed as the op tunes them, repeats dropped.
+ */
+static int parse_op(struct ktune_spec *out, const struct ktune_op *op, yaml_document_t *doc,
+		    const yaml_node_t *n, const char *file, struct ktune_err *e)
+{
+	const char *dtype_names[8];
+	int dtype_idx[8], ndtypes, choice[8][8], nchoice[8] = { 0 }, rc = 0;
+	const yaml_node_t *dtypes = NULL, *shapes = NULL, *variant[8] = { NULL };
+	struct op_shape *sh = NULL;
+	struct ktune_key *keys = NULL;
+	long nshapes = 0, total = 0, nkeys = 0;
+	char path[96];
+
+	if (n->type != YAML_MAPPING_NODE)
+		return ktune__yaml_bad(e, file, n, "%s: expected a mapping with dtypes and shapes", op->name);
+	for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
+		const yaml_node_t *k = yaml_document_get_node(doc, pair->key), **slot = NULL;
+		const char *key = ktune__yaml_scalar(k);
+		if (!key)
+			return ktune__yaml_bad(e, file, k, "%s: expected a key", op->name);
+		if (!strcmp(key, "dtypes"))
+			slot = &dtypes;
+		else if (!strcmp(key, "shapes"))
+			slot = &shapes;
+		for (int f = 0; !slot && f < op->nfields && f < 8; f++)
+			if (op->fields[f].dim < 0 && !strcmp(op->fields[f].name, key))
+				slot = &variant[f];
+		if (!slot)
+			return ktune__yaml_bad(e, file, k, "%s: unknown key '%.64s'", op->name, key);
+		if (*slot)
+			return ktune__yaml_bad(e, file, k, "%s: duplicate key '%s'", op->name, key);
+		*slot = yaml_document_get_node(doc, pair->value);
+	}
+	if (!dtypes || !shapes)
+		return ktune__yaml_bad(e, file, n, "%s: missing '%s'", op->name, dtypes ? "shapes" : "dtypes");
+	for (int i = 0; i < op->ndtypes && i < 8; i++)
+		dtype_names[i] = ktune__dtype_name(op->dtypes[i]);
+	snprintf(path, sizeof(path), "%s.dtypes", op->name);
+	if ((ndtypes = parse_choices(dtype_idx, dtype_names, op->ndtypes, doc, dtypes, path, file, e)) < 0)
+		return ndtypes;
+	long combos = ndtypes;
+	for (int f = 0; f < op->nfields && f < 8; f++) {
+		const struct ktune_op_field *fd = &op->fields[f];
+		int count = 0;
+		if (fd->dim >= 0)
+			continue;
+		while (fd->choices[count])
+			count++;
+		if (!variant[f]) {
+			choice[f][0] = 0;
+			nchoice[f] = 1;
+		} else {
+			snprintf(path, sizeof(path), "%s.%s", op->name, fd->name);
+			if ((nchoice[f] = parse_choices(choice[f], fd->choices, count, doc, variant[f], path, file, e)) < 0)
+				return nchoice[f];
+		}
+		combos *= nchoice[f];
+	}
+	if (shapes->type != YAML_SEQUENCE_NODE || shapes->data.sequence.items.start == shapes->data.sequence.items.top)
+		return ktune__yaml_bad(e, file, shapes, "%s.shapes: expected a list of shapes", op->name);
+	sh = calloc((size_t)(shapes->data.sequence.items.top - shapes->data.sequence.items.start), sizeof(*sh));
+	if (!sh)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	for (yaml_node_item_t *it = shapes->data.sequence.items.start; it < shapes->data.sequence.items.top; it++) {
+		snprintf(path, sizeof(path), "%s.shapes[%ld]", op->name, nshapes);
+		if ((rc = parse_op_shape(&sh[nshapes++], op, doc, yaml_document_get_node(doc, *it), path, file, e)))
+			goto out;
+		long count = 1;
+		for (int d = 0; d < sh[nshapes - 1].ndims; d++)
+			count = mul_capped(count, sh[nshapes - 1].d[d].count);
+		total += count;
+		if (mul_capped(total, combos) > KTUNE_SPEC_MAX_KEYS) {
+			rc = ktune__yaml_bad(e, file, shapes, "%s.shapes: the spec expands to more than %d keys",
+					     op->name, KTUNE_SPEC_MAX_KEYS);
+			goto out;
+		}
+	}
+	if (!(keys = calloc((size_t)(total * combos + 1), sizeof(*keys)))) {
+		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	/* dtype slowest, then each variant field, then each shape's sizes: a mixed-radix count */
+	for (long c = 0; c < combos; c++) {
+		long rest = c;
+		int pick[8] = { 0 };
+		for (int f = op->nfields - 1; f >= 0; f--)
+			if (f < 8 && op->fields[f].dim < 0) {
+				pick[f] = choice[f][rest % nchoice[f]];
+				rest /= nchoice[f];
+			}
+		ktune_dtype dtype = op->dtypes[dtype_idx[rest]];
+		const char *values[8] = { NULL };
+		for (int f = 0; f < op->nfields && f < 8; f++)
+			if (op->fields[f].dim < 0)
+				values[f] = op->fields[f].choices[pick[f]];
+		for (long s = 0; s < nshapes; s++) {
+			long count = 1;
+			for (int d = 0; d < sh[s].ndims; d++)
+				count *= sh[s].d[d].count;
+			for (long i = 0; i < count; i++) {
+				struct ktune_key *k = &keys[nkeys++];
+				long r = i;
+				snprintf(k->op, sizeof(k->op), "%s", op->name);
+				k->dtype = dtype;
+				k->aligned = 1;
+				if ((rc = ktune__op_variant_set(op, k, values, e)))
+					goto out;
+				for (int d = sh[s].ndims - 1; d >= 0; d--) {
+					*ktune__key_dim(k, op->fields[sh[s].field[d]].dim) =
+						dim_value(&sh[s].d[d], r % sh[s].d[d].count);
+					r /= sh[s].d[d].count;
+				}
+				if (op->key_bucket)
+					op->key_bucket(k);
+			}
+		}
+	}
+	if ((nkeys = unique_keys(keys, nkeys, e)) < 0) {
+		rc = (int)nkeys;
+		goto out;
+	}
+	rc = append_keys(out, keys, nkeys, e);
+out:
+	for (long i = 0; sh && i < nshapes; i++)
+		for (int d = 0; d < KTUNE_KEY_DIMS; d++)
+			free(sh[i].d[d].values);
+	free(sh);
+	free(keys);
+	return rc;
+}
+
 static int parse_budget(struct ktune_spec *out, const yaml_node_t *n, const char *file,
 			struct ktune_err *e)
 {
@@ -516,11 +752,11 @@ static int parse_budget(struct ktune_spec *out, const yaml_node_t *n, const char
 int ktune__spec_parse(const char *text, size_t len, const char *filename,
 		      struct ktune_spec *out, struct ktune_err *e)
 {
-	const yaml_node_t *budget = NULL, *gemm = NULL;
+	const yaml_node_t *budget = NULL, *sections[16] = { NULL };
 	yaml_document_t doc;
 	yaml_node_t *root;
 	yaml_node_pair_t *pair;
-	int rc;
+	int rc, nsections = 0;
 
 	memset(out, 0, sizeof(*out));
 	if ((rc = ktune__yaml_load(&doc, text, len, filename, e)))
@@ -531,25 +767,27 @@ int ktune__spec_parse(const char *text, size_t len, const char *filename,
 		goto out;
 	}
 	if (root->type != YAML_MAPPING_NODE) {
-		rc = ktune__yaml_bad(e, filename, root, "expected a mapping with 'gemm' "
-				     "and optionally 'budget'");
+		rc = ktune__yaml_bad(e, filename, root, "expected a mapping of ops (%s) and optionally "
+				     "'budget'", ktune__op_names());
 		goto out;
 	}
 	for (pair = root->data.mapping.pairs.start; pair < root->data.mapping.pairs.top; pair++) {
 		const yaml_node_t *k = yaml_document_get_node(&doc, pair->key);
 		const char *key = ktune__yaml_scalar(k);
-		const yaml_node_t **slot;
+		const yaml_node_t **slot = NULL;
 
 		if (!key) {
 			rc = ktune__yaml_bad(e, filename, k, "expected a key");
 			goto out;
 		}
-		if (!strcmp(key, "budget")) {
+		if (!strcmp(key, "budget"))
 			slot = &budget;
-		} else if (!strcmp(key, "gemm")) {
-			slot = &gemm;
-		} else {
-			rc = ktune__yaml_bad(e, filename, k, "unknown key '%.64s'", key);
+		for (int i = 0; !slot && ktune__ops[i] && i < 16; i++)
+			if (!strcmp(key, ktune__ops[i]->name))
+				slot = &sections[i];
+		if (!slot) {
+			rc = ktune__yaml_bad(e, filename, k, "unknown key '%.64s' (ops: %s)", key,
+					     ktune__op_names());
 			goto out;
 		}
 		if (*slot) {
@@ -557,14 +795,31 @@ int ktune__spec_parse(const char *text, size_t len, const char *filename,
 			goto out;
 		}
 		*slot = yaml_document_get_node(&doc, pair->value);
+		nsections += slot != &budget;
 	}
-	if (!gemm) {
-		rc = ktune__yaml_bad(e, filename, root, "missing 'gemm'");
+	if (!nsections) {
+		rc = ktune__yaml_bad(e, filename, root, "no op to tune: give one of %s", ktune__op_names());
 		goto out;
 	}
 	if (budget && (rc = parse_budget(out, budget, filename, e)))
 		goto out;
-	rc = parse_gemm(out, &doc, gemm, filename, e);
+	/* in table order: gemm first */
+	for (int i = 0; ktune__ops[i] && i < 16; i++) {
+		if (!sections[i])
+			continue;
+		if (ktune__op_is_gemm(ktune__ops[i])) {
+			struct ktune_spec g;
+			memset(&g, 0, sizeof(g));
+			rc = parse_gemm(&g, &doc, sections[i], filename, e);
+			if (!rc)
+				rc = append_keys(out, g.keys, g.nkeys, e);
+			free(g.keys);
+		} else {
+			rc = parse_op(out, ktune__ops[i], &doc, sections[i], filename, e);
+		}
+		if (rc)
+			goto out;
+	}
 out:
 	yaml_document_delete(&doc);
 	if (rc)
@@ -597,6 +852,19 @@ int ktune__spec_default(struct ktune_spec *out, struct ktune_err *e)
 		}
 	}
 	rc = expand(out, dtypes, 2, layouts, 2, t, n, e);
+	/* then every other op's own section, in table order */
+	for (int o = 0; !rc && ktune__ops[o]; o++) {
+		const struct ktune_op *op = ktune__ops[o];
+		yaml_document_t doc;
+		char name[32];
+		if (ktune__op_is_gemm(op) || !op->suite)
+			continue;
+		snprintf(name, sizeof(name), "%s suite", op->name);
+		if ((rc = ktune__yaml_load(&doc, op->suite, strlen(op->suite), name, e)))
+			break;
+		rc = parse_op(out, op, &doc, yaml_document_get_root_node(&doc), name, e);
+		yaml_document_delete(&doc);
+	}
 	if (rc)
 		ktune__spec_free(out);
 	return rc;

@@ -29,8 +29,9 @@
  * are dropped); a typo should not queue a week of tuning.
  */
 #define KTUNE_SPEC_MAX_KEYS 100000
-/* Largest M, N or K accepted in a spec. */
+/* Largest M, N or K accepted in a spec; largest size of another op. */
 #define KTUNE_SPEC_MAX_DIM (1L << 20)
+#define KTUNE_SPEC_MAX_OP_DIM (1L << 32)
 
 struct ktune_spec {
 	int nkeys;
@@ -51,7 +52,9 @@ int ktune__spec_parse(const char *text, size_t len, const char *filename,
  * {512, 1024, 2048, 4096, 8192}, and M in {1, 16, 128, 1024, 4096} x (N, K)
  * in {(6144,4096), (4096,4096), (28672,4096), (4096,14336)}, in that order
  * (M slowest).  4096x4096x4096 is in both sets and is kept once: 2 x 2 x 24
- * = 96 keys, from "f16 nn 512x512x512" to "bf16 nt 4096x4096x14336".
+ * = 96 keys, from "f16 nn 512x512x512" to "bf16 nt 4096x4096x14336"; then
+ * each other op's section of the suite (struct ktune_op's `suite`), in the
+ * registry's order.
  */
 int ktune__spec_default(struct ktune_spec *out, struct ktune_err *e);
 

@@ -11,7 +11,7 @@ struct collect {
 	const struct ktune_space *space;
 	const struct ktune_key *key;
 	int sm_count, smem_limit;
-	struct ktune_gemm_config *cfgs;
+	struct ktune_config *cfgs;
 	int n, cap, pruned, failed;
 	struct ktune_err *e;
 };
@@ -19,7 +19,7 @@ struct collect {
 static int collect(const long *values, void *arg)
 {
 	struct collect *c = arg;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	char why[256];
 
 	if (ktune__gemm_config_from_values(c->space, values, &cfg, c->e)) {
@@ -33,7 +33,7 @@ static int collect(const long *values, void *arg)
 	}
 	if (c->n == c->cap) {
 		int cap = c->cap ? 2 * c->cap : 256;
-		struct ktune_gemm_config *grown = realloc(c->cfgs, (size_t)cap * sizeof(*grown));
+		struct ktune_config *grown = realloc(c->cfgs, (size_t)cap * sizeof(*grown));
 		if (!grown) {
 			ktune__fail(c->e, KTUNE_ERR_NOMEM, "out of memory");
 			c->failed = 1;
@@ -64,7 +64,7 @@ static void sample(struct collect *c, int keep, unsigned seed)
 	unsigned state = seed * 2654435761u + 1;
 	for (int i = 0; i < keep; i++) {
 		int j = i + (int)(next_random(&state) % (unsigned)(c->n - i));
-		struct ktune_gemm_config t = c->cfgs[i];
+		struct ktune_config t = c->cfgs[i];
 		c->cfgs[i] = c->cfgs[j];
 		c->cfgs[j] = t;
 	}
@@ -95,7 +95,7 @@ static int wgmma_share(int budget, int nm, int nw)
 
 int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,
 			   int smem_limit, int budget, unsigned seed,
-			   struct ktune_gemm_config **out, int *n, int *npruned, struct ktune_err *e)
+			   struct ktune_config **out, int *n, int *npruned, struct ktune_err *e)
 {
 	struct collect c[KTUNE_GEMM_NFAMILIES];
 	int nfam = arch && ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, arch, key->aligned) ? 2 : 1;
@@ -126,7 +126,7 @@ int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm
 	}
 	/* mma.sync first, then wgmma, each in space order (or sample order) */
 	if (nfam > 1 && c[1].n) {
-		struct ktune_gemm_config *all = realloc(c[0].cfgs, (size_t)(c[0].n + c[1].n) * sizeof(*all));
+		struct ktune_config *all = realloc(c[0].cfgs, (size_t)(c[0].n + c[1].n) * sizeof(*all));
 		if (!all) {
 			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 			goto out;
@@ -147,14 +147,14 @@ out:
 
 struct kernels {
 	const struct ktune_space *space;
-	struct ktune_gemm_config *cfg;
+	struct ktune_config *cfg;
 	int n, cap, failed;
 };
 
 static int add_kernel(const long *values, void *arg)
 {
 	struct kernels *k = arg;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	if (ktune__gemm_config_from_values(k->space, values, &cfg, NULL))
 		return k->failed = 1;
 	for (int i = 0; i < k->n; i++)
@@ -162,7 +162,7 @@ static int add_kernel(const long *values, void *arg)
 			return 0;
 	if (k->n == k->cap) {
 		int cap = k->cap ? 2 * k->cap : 256;
-		struct ktune_gemm_config *grown = realloc(k->cfg, (size_t)cap * sizeof(*grown));
+		struct ktune_config *grown = realloc(k->cfg, (size_t)cap * sizeof(*grown));
 		if (!grown)
 			return k->failed = 1;
 		k->cfg = grown;
@@ -174,7 +174,7 @@ static int add_kernel(const long *values, void *arg)
 	return 0;
 }
 
-int ktune__gemm_space_kernels(int family, struct ktune_gemm_config **out, int *n,
+int ktune__gemm_space_kernels(int family, struct ktune_config **out, int *n,
 			      struct ktune_err *e)
 {
 	struct kernels k = { 0 };

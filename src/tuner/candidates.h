@@ -20,19 +20,19 @@
  */
 int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,
 			   int smem_limit, int budget, unsigned seed,
-			   struct ktune_gemm_config **out, int *n, int *npruned, struct ktune_err *e);
+			   struct ktune_config **out, int *n, int *npruned, struct ktune_err *e);
 
 /*
  * One config per distinct compiled kernel of a family's space (GROUP_SIZE
  * and SPLIT_K are kernel arguments: set to 1), in space order; malloc'd.
  */
-int ktune__gemm_space_kernels(int family, struct ktune_gemm_config **out, int *n,
+int ktune__gemm_space_kernels(int family, struct ktune_config **out, int *n,
 			      struct ktune_err *e);
 
 /* One compile job: a key variant and a config; filled with the outcome. */
 struct ktune_compile_job {
 	struct ktune_key key;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	struct ktune_cubin cubin; /* on success */
 	int status;               /* ktune_status */
 	int timed_out;            /* status is KTUNE_ERR_COMPILE because NVRTC ran past its deadline */

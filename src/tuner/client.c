@@ -263,7 +263,7 @@ static void set_trial(struct ktune_trial *t, const char *status, const char *fmt
 	va_end(ap);
 }
 
-int ktune__client_run(struct ktune_client *c, int job, const struct ktune_gemm_config *cfg,
+int ktune__client_run(struct ktune_client *c, int job, const struct ktune_config *cfg,
 		      enum ktune_run_mode mode, double timeout_s, struct ktune_trial *trial,
 		      struct ktune_timing *timing, struct ktune_err *e)
 {

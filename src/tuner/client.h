@@ -53,7 +53,7 @@ int ktune__client_compile(struct ktune_client *c, struct ktune_compile_job *jobs
  * it) and "timeout" (killed at the deadline).  Returns non-zero only when
  * no worker can be started or the problem cannot be set again.
  */
-int ktune__client_run(struct ktune_client *c, int job, const struct ktune_gemm_config *cfg,
+int ktune__client_run(struct ktune_client *c, int job, const struct ktune_config *cfg,
 		      enum ktune_run_mode mode, double timeout_s, struct ktune_trial *trial,
 		      struct ktune_timing *timing, struct ktune_err *e);
 

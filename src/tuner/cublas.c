@@ -91,8 +91,8 @@ int ktune__cublas_gemm(struct ktune_cublas *cb, const struct ktune_key *key, flo
 	int type = key->dtype == KTUNE_BF16 ? R_16BF : R_16F;
 	int st = cb->set_stream(cb->handle, stream);
 	if (!st)
-		st = cb->gemm_ex(cb->handle, key->trans_b == 't' ? OP_T : OP_N,
-				 key->trans_a == 't' ? OP_T : OP_N, (int)key->n, (int)key->m,
+		st = cb->gemm_ex(cb->handle, key->variant[1] == 't' ? OP_T : OP_N,
+				 key->variant[0] == 't' ? OP_T : OP_N, (int)key->n, (int)key->m,
 				 (int)key->k, &alpha, (const void *)b, type, (int)ldb,
 				 (const void *)a, type, (int)lda, &beta, (void *)c, type, (int)ldc,
 				 COMPUTE_32F, GEMM_DEFAULT);

@@ -75,7 +75,7 @@ struct ktune_compile_req {
 struct ktune_compile_item {
 	int id; /* the orchestrator's job number; RUN refers to it */
 	struct ktune_key key;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 };
 
 struct ktune_compile_done {
@@ -87,7 +87,7 @@ struct ktune_compile_done {
 
 struct ktune_run_req {
 	int id; /* a compiled job, or -1: compile the config for the current problem */
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	int mode; /* enum ktune_run_mode */
 };
 
@@ -134,10 +134,10 @@ struct ktune_worker_ops {
 	int (*problem)(void *state, const struct ktune_problem *in, struct ktune_problem *out,
 		       struct ktune_err *e);
 	/* Called from several threads at once. */
-	int (*compile)(void *state, const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+	int (*compile)(void *state, const struct ktune_key *key, const struct ktune_config *cfg,
 		       struct ktune_cubin *out, struct ktune_err *e);
 	/* Sets trial->status "crashed" when the CUDA context is lost: the worker then exits. */
-	int (*run)(void *state, const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+	int (*run)(void *state, const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		   enum ktune_run_mode mode, struct ktune_trial *trial, struct ktune_timing *timing,
 		   struct ktune_err *e);
 	int (*cublas)(void *state, struct ktune_check *check, struct ktune_timing *timing,

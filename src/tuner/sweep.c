@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "runtime/templates.h"
+#include "ops/op.h"
 #include "tuner/tuner.h"
 
 /* What happened to a key in this sweep, best first when two threads disagree. */
@@ -232,8 +233,8 @@ static void group_picks(struct sweep *s, int device)
 	}
 	for (int i = 0; i < spec->nkeys; i++) {
 		int n = 0, switched;
-		if (done[i] || s->state[i] != KEY_TUNED)
-			continue;
+		if (done[i] || s->state[i] != KEY_TUNED || strcmp(s->results[i].key.op, "gemm"))
+			continue; /* the group pick weighs GEMM tiles against cuBLAS */
 		for (int j = i; j < spec->nkeys; j++)
 			if (!done[j] && s->state[j] == KEY_TUNED && s->results[j].key.m == s->results[i].key.m &&
 			    !strcmp(s->results[j].key.op, s->results[i].key.op)) {
@@ -264,29 +265,37 @@ out:
 	free(done);
 }
 
+/*
+ * A GEMM's rate is TFLOP/s and its baseline cuBLAS; every other op's rate
+ * is GB/s (its fewest bytes) and its baseline the copy of as many bytes in
+ * the same run, so its ratio is the fraction of the copy bandwidth reached.
+ */
 static void print_header(FILE *out)
 {
-	fprintf(out, "%-6s %-4s %-6s %-20s %10s %9s %9s %7s %9s  %s\n", "op", "type", "layout",
-		"m x n x k", "time_us", "TFLOP/s", "cuBLAS", "ratio", "status", "config");
+	fprintf(out, "%-7s %-4s %-12s %-20s %10s %12s %12s %7s %9s  %s\n", "op", "type", "variant",
+		"shape", "time_us", "rate", "baseline", "ratio", "status", "config");
 }
 
 static void print_row(FILE *out, const struct ktune_key *key, const struct ktune_result *r,
 		      const char *status)
 {
-	char layout[3], shape[64];
-	ktune__layout_name(key, layout);
-	snprintf(shape, sizeof(shape), "%lldx%lldx%lld", (long long)key->m, (long long)key->n,
-		 (long long)key->k);
-	if (!r) {
-		fprintf(out, "%-6s %-4s %-6s %-20s %10s %9s %9s %7s %9s\n", key->op,
-			ktune__dtype_name(key->dtype), layout, shape, "-", "-", "-", "-", status);
+	const struct ktune_op *op = ktune__op_of(key);
+	char shape[64], rate[32], base[32];
+	ktune__key_shape(key, shape, sizeof(shape));
+	if (!r || !op) {
+		fprintf(out, "%-7s %-4s %-12s %-20s %10s %12s %12s %7s %9s\n", key->op,
+			ktune__dtype_name(key->dtype), key->variant, shape, "-", "-", "-", "-", status);
 		return;
 	}
-	double cublas_tflops = r->cublas_us > 0 ? ktune__gemm_flops(key) / r->cublas_us / 1e6 : 0;
+	int gemm = ktune__op_is_gemm(op);
+	double work = gemm ? op->flops(key) / 1e12 : op->bytes(key) / 1e9;
+	snprintf(rate, sizeof(rate), "%.1f %s", work / (r->time_us * 1e-6), gemm ? "TF/s" : "GB/s");
+	snprintf(base, sizeof(base), "%.1f %s", r->cublas_us > 0 ? work / (r->cublas_us * 1e-6) : 0.0,
+		 gemm ? "TF/s" : "GB/s");
 	double ratio = r->cublas_us > 0 ? r->cublas_us / r->time_us : 0;
-	fprintf(out, "%-6s %-4s %-6s %-20s %10.1f %9.1f %9.1f %7.2f %9s  %s%s%s\n", key->op,
-		ktune__dtype_name(key->dtype), layout, shape, r->time_us, r->tflops, cublas_tflops,
-		ratio, status, r->config, r->measure_note[0] ? "  # " : "", r->measure_note);
+	fprintf(out, "%-7s %-4s %-12s %-20s %10.1f %12s %12s %7.2f %9s  %s%s%s\n", key->op,
+		ktune__dtype_name(key->dtype), key->variant, shape, r->time_us, rate, base, ratio,
+		status, r->config, r->measure_note[0] ? "  # " : "", r->measure_note);
 }
 
 int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,

@@ -21,6 +21,62 @@ struct ktune_tuner {
 	int pids_match;          /* NVML lists our worker under its own pid */
 };
 
+/*
+ * What the tune loop asks of a key's op.  GEMM's families, config texts and
+ * cost model predate the op registry (ops/gemm.h); every other op answers
+ * through its struct ktune_op.
+ */
+static const struct ktune_op *other_op(const struct ktune_key *key)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	return op && !ktune__op_is_gemm(op) ? op : NULL;
+}
+
+static const char *family_name(const struct ktune_key *key, int family)
+{
+	const struct ktune_op *op = other_op(key);
+	return op ? op->families[family].name : ktune__gemm_family_name(family);
+}
+
+static const char *family_hash(const struct ktune_key *key, int family)
+{
+	const struct ktune_op *op = other_op(key);
+	return op ? ktune__op_family_hash(op, family) : ktune__gemm_family_hash(family);
+}
+
+static int nfamilies(const struct ktune_key *key)
+{
+	const struct ktune_op *op = other_op(key);
+	return op ? op->nfamilies : KTUNE_GEMM_NFAMILIES;
+}
+
+static void config_text(const struct ktune_key *key, const struct ktune_config *c, char *buf, size_t len)
+{
+	const struct ktune_op *op = other_op(key);
+	if (op)
+		ktune__op_config_format(op, c, buf, len);
+	else
+		ktune__gemm_config_format(c, buf, len);
+}
+
+static int same_kernel(const struct ktune_key *key, const struct ktune_config *a, const struct ktune_config *b)
+{
+	const struct ktune_op *op = other_op(key);
+	return op ? op->same_kernel(a, b) : ktune__gemm_same_kernel(a, b);
+}
+
+static double key_flops(const struct ktune_key *key)
+{
+	const struct ktune_op *op = other_op(key);
+	return op ? op->flops(key) : ktune__gemm_flops(key);
+}
+
+static double key_bytes(const struct ktune_key *key)
+{
+	const struct ktune_op *op = other_op(key);
+	return op ? op->bytes(key) : ktune__gemm_bytes(key);
+}
+
 /* Full measurements repeated while NVML says the GPU was disturbed. */
 #define MEASURE_ATTEMPTS 3
 
@@ -121,14 +177,14 @@ double ktune__run_timeout(const struct ktune_key *key, double override_s)
 {
 	if (override_s > 0)
 		return override_s;
-	double floor_s = ktune__gemm_flops(key) / 800e12, mem_s = ktune__gemm_bytes(key) / 3e12;
+	double floor_s = key_flops(key) / 800e12, mem_s = key_bytes(key) / 3e12;
 	double t = 1000 * (floor_s > mem_s ? floor_s : mem_s);
 	return t < 2 ? 2 : t > 60 ? 60 : t;
 }
 
 /* One candidate's state through screening and measurement. */
 struct candidate {
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	int job;      /* its compile job */
 	struct ktune_trial trial;
 	struct ktune_timing timing;
@@ -253,11 +309,12 @@ static int measure_twice(struct ktune_tuner *t, struct candidate *c, int n, doub
 }
 
 /* Whether two configs differ in more than the order of the tiles (GROUP_SIZE, a kernel argument). */
-static int other_tile(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+static int other_tile(const struct ktune_config *a, const struct ktune_config *b)
 {
-	struct ktune_gemm_config x = *a;
-	x.group_size = b->group_size;
-	return memcmp(&x, b, sizeof(x)) != 0; /* ints only: no padding */
+	return a->block_m != b->block_m || a->block_n != b->block_n || a->block_k != b->block_k ||
+	       a->warps_m != b->warps_m || a->warps_n != b->warps_n || a->stages != b->stages ||
+	       a->split_k != b->split_k || a->family != b->family || a->consumers != b->consumers ||
+	       a->cluster_m != b->cluster_m;
 }
 
 /*
@@ -276,6 +333,8 @@ static int runoff(struct ktune_tuner *t, struct candidate *c, int n, double time
 		  const struct ktune_tune_options *o, struct ktune_err *e)
 {
 	int rival = 1, cublas = 1, rc;
+	if (other_op(&c[0].trial.key))
+		return KTUNE_OK; /* tiles and cuBLAS ratios: GEMM's */
 	while (rival < n &&
 	       (strcmp(c[rival].trial.status, KTUNE_TRIAL_OK) || !other_tile(&c[rival].cfg, &c[0].cfg)))
 		rival++;
@@ -357,7 +416,7 @@ static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key
 	for (int i = 0; i < n; i++) {
 		int j;
 		for (j = 0; j < njobs; j++)
-			if (ktune__gemm_same_kernel(&jobs[j].cfg, &c[i].cfg))
+			if (same_kernel(key, &jobs[j].cfg, &c[i].cfg))
 				break;
 		if (j == njobs) {
 			jobs[njobs].key = *key;
@@ -407,7 +466,7 @@ static int note_bad(const char *config, const char *status, void *arg)
 
 /* Drops the candidates that failed before; returns how many are left. */
 static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
-			  struct ktune_gemm_config *cfgs, int n, int *dropped, struct ktune_err *e)
+			  struct ktune_config *cfgs, int n, int *dropped, struct ktune_err *e)
 {
 	struct known_bad kb = { 0 };
 	char driver[32], text[256];
@@ -419,9 +478,9 @@ static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
 	 * Each family's failures count while its own source is unchanged; the
 	 * texts of the two families differ (FAMILY=), so one list serves both.
 	 */
-	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++) {
+	for (int f = 0; f < nfamilies(key); f++) {
 		int rc = ktune__db_failed_configs(t->db, &ktune__tuner_device(t)->id, key,
-						  ktune__gemm_family_hash(f), ktune__nvrtc_version(),
+						  family_hash(key, f), ktune__nvrtc_version(),
 						  driver, note_bad, &kb, e);
 		if (rc) {
 			free(kb.configs);
@@ -430,7 +489,7 @@ static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
 	}
 	for (int i = 0; i < n; i++) {
 		int bad = 0;
-		ktune__gemm_config_format(&cfgs[i], text, sizeof(text));
+		config_text(key, &cfgs[i], text, sizeof(text));
 		for (int j = 0; j < kb.n && !bad; j++)
 			bad = !strcmp(text, kb.configs[j]);
 		if (bad)
@@ -445,9 +504,9 @@ static int drop_known_bad(struct ktune_tuner *t, const struct ktune_key *key,
 /* Provenance of a result whose winner is of `family`. */
 static void fill_provenance(struct ktune_tuner *t, int family, struct ktune_result *res)
 {
-	snprintf(res->family, sizeof(res->family), "%s", ktune__gemm_family_name(family));
+	snprintf(res->family, sizeof(res->family), "%s", family_name(&res->key, family));
 	snprintf(res->template_hash, sizeof(res->template_hash), "%s",
-		 ktune__gemm_family_hash(family));
+		 family_hash(&res->key, family));
 	snprintf(res->nvrtc_version, sizeof(res->nvrtc_version), "%s", ktune__nvrtc_version());
 	snprintf(res->driver_version, sizeof(res->driver_version), "%s", t->driver);
 	snprintf(res->ktune_version, sizeof(res->ktune_version), "%s", ktune_version());
@@ -463,7 +522,7 @@ static void fill_winner(struct ktune_tuner *t, const struct candidate *c, struct
 	res->time_us = c->timing.median_us;
 	res->p20_us = c->timing.p20_us;
 	res->p80_us = c->timing.p80_us;
-	res->tflops = ktune__gemm_flops(&res->key) / (res->time_us * 1e-6) / 1e12;
+	res->tflops = key_flops(&res->key) / (res->time_us * 1e-6) / 1e12;
 	res->err_fro = c->trial.err_fro;
 	res->err_max = c->trial.err_max;
 }
@@ -472,7 +531,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		    const struct ktune_tune_options *o, struct ktune_tune_report *r,
 		    struct ktune_err *e)
 {
-	struct ktune_gemm_config *cfgs = NULL;
+	struct ktune_config *cfgs = NULL;
 	struct candidate *c = NULL;
 	struct ktune_compile_job *jobs = NULL;
 	struct ktune_trial *trials = NULL;
@@ -491,8 +550,13 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	double timeout = ktune__run_timeout(key, o->timeout_s);
 	ktune__key_format(key, keytext, sizeof(keytext));
 
-	if ((rc = ktune__gemm_candidates(key, dev->id.arch, dev->id.sm_count, dev->smem_optin,
-					 o->budget, o->seed, &cfgs, &n, &r->pruned, e)))
+	if (other_op(key))
+		rc = ktune__op_candidates(other_op(key), key, dev->id.sm_count, o->budget, o->seed, &cfgs, &n,
+					  &r->pruned, e);
+	else
+		rc = ktune__gemm_candidates(key, dev->id.arch, dev->id.sm_count, dev->smem_optin, o->budget,
+					    o->seed, &cfgs, &n, &r->pruned, e);
+	if (rc)
 		goto out;
 	if (!o->retry_failed) {
 		int kept = drop_known_bad(t, key, cfgs, n, &r->known_bad, e);
@@ -526,10 +590,10 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		struct ktune_trial *tr = &c[i].trial;
 		struct ktune_compile_job *job = &jobs[c[i].job];
 		tr->key = *key;
-		snprintf(tr->family, sizeof(tr->family), "%s", ktune__gemm_family_name(c[i].cfg.family));
+		snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, c[i].cfg.family));
 		snprintf(tr->template_hash, sizeof(tr->template_hash), "%s",
-			 ktune__gemm_family_hash(c[i].cfg.family));
-		ktune__gemm_config_format(&c[i].cfg, tr->config, sizeof(tr->config));
+			 family_hash(key, c[i].cfg.family));
+		config_text(key, &c[i].cfg, tr->config, sizeof(tr->config));
 		snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
 		snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
 		if (job->status) {
@@ -624,11 +688,13 @@ out:
 
 /* A stored result's config, and fresh random inputs of its key (and alignment class) set in the worker. */
 static int stored_problem(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
-			  struct ktune_gemm_config *cfg, struct ktune_problem *set, struct ktune_err *e)
+			  struct ktune_config *cfg, struct ktune_problem *set, struct ktune_err *e)
 {
 	struct ktune_problem prob = { .key = r->key, .alpha = 1, .beta = 0, .seed = seed };
+	const struct ktune_op *op = other_op(&r->key);
 	int rc;
-	if ((rc = ktune__gemm_config_parse(r->config, cfg, e)))
+	if ((rc = op ? ktune__op_config_parse(op, r->family, r->config, cfg, e)
+		     : ktune__gemm_config_parse(r->config, cfg, e)))
 		return rc;
 	if (!r->key.aligned)
 		prob.offset = 1; /* reproduce the unaligned class */
@@ -638,7 +704,7 @@ static int stored_problem(struct ktune_tuner *t, const struct ktune_result *r, u
 int ktune__verify_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
 			 struct ktune_check *check, struct ktune_err *e)
 {
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	struct ktune_trial trial = { 0 };
 	struct ktune_timing timing;
 	struct ktune_problem set;
@@ -722,9 +788,9 @@ struct group_member {
  * pick weighs tiles, and a key keeps its own split, which answers its shape
  * (how full its last wave is, how long K is) and not the GPU's regime.
  */
-static int other_group_tile(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+static int other_group_tile(const struct ktune_config *a, const struct ktune_config *b)
 {
-	struct ktune_gemm_config x = *a;
+	struct ktune_config x = *a;
 	x.split_k = b->split_k;
 	return other_tile(&x, b);
 }
@@ -735,7 +801,7 @@ static int other_group_tile(const struct ktune_gemm_config *a, const struct ktun
  */
 static int most_won(const struct ktune_result *r, int n)
 {
-	struct ktune_gemm_config *cfg = calloc((size_t)n, sizeof(*cfg));
+	struct ktune_config *cfg = calloc((size_t)n, sizeof(*cfg));
 	int best = -1, best_count = 1;
 	if (!cfg)
 		return -1;
@@ -763,7 +829,7 @@ static int most_won(const struct ktune_result *r, int n)
  * at 4096x28672x4096 the group's unsplit tile, given to two of the four keys
  * that split their short last wave, read 0.980 and 0.996 fresh (probe 57).
  */
-static int group_prepare(struct ktune_tuner *t, const struct ktune_result *r, const struct ktune_gemm_config *cand,
+static int group_prepare(struct ktune_tuner *t, const struct ktune_result *r, const struct ktune_config *cand,
 			 const struct ktune_tune_options *o, struct group_member *m, struct ktune_err *e)
 {
 	const struct ktune_hello *dev = ktune__tuner_device(t);
@@ -824,7 +890,7 @@ int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, cons
 		      int *switched, struct ktune_err *e)
 {
 	struct group_member *m = NULL;
-	struct ktune_gemm_config cand;
+	struct ktune_config cand;
 	double own_log = 0, cand_log = 0, t0 = ktune__now();
 	int c = most_won(r, n), weighed = 0, rc = KTUNE_OK;
 

@@ -65,14 +65,14 @@ static int gpu_problem(void *state, const struct ktune_problem *in, struct ktune
 	return rc;
 }
 
-static int gpu_compile(void *state, const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+static int gpu_compile(void *state, const struct ktune_key *key, const struct ktune_config *cfg,
 		       struct ktune_cubin *out, struct ktune_err *e)
 {
 	struct gpu_worker *g = state;
 	return ktune__kernel_compile(key, cfg, g->ctx->id.arch, g->ctx->cache_dir, out, e);
 }
 
-static int gpu_run(void *state, const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+static int gpu_run(void *state, const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		   enum ktune_run_mode mode, struct ktune_trial *trial, struct ktune_timing *timing,
 		   struct ktune_err *e)
 {

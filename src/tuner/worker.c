@@ -8,6 +8,7 @@
 
 #include "runtime/templates.h"
 #include "tuner/cublas.h"
+#include "tuner/worker-op.h"
 #include "tuner/worker.h"
 
 struct ktune_worker {
@@ -18,6 +19,7 @@ struct ktune_worker {
 	CUfunction fill, compare, gemm_ref;
 	CUdeviceptr stats; /* double sums[2]; unsigned max_bits; pad; unsigned long long bad */
 	struct ktune_problem p;
+	struct ktune_op_problem *op; /* the problem of an op other than GEMM; NULL for GEMM */
 	CUdeviceptr a, b, c, c_init, ref;
 	size_t a_elems, b_elems, c_elems;
 };
@@ -74,6 +76,8 @@ out:
 
 static void free_problem(struct ktune_worker *w)
 {
+	ktune__op_problem_close(w->op);
+	w->op = NULL;
 	CUdeviceptr *bufs[] = { &w->a, &w->b, &w->c, &w->c_init, &w->ref };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
 		if (*bufs[i])
@@ -141,16 +145,23 @@ int ktune__worker_set_problem(struct ktune_worker *w, const struct ktune_problem
 	int rc = KTUNE_OK;
 
 	free_problem(w);
+	if (strcmp(p.key.op, "gemm")) {
+		if ((rc = ktune__op_problem_open(w->ctx, &p.key, p.seed, p.offset, &w->op, e)))
+			return rc;
+		w->p = p;
+		w->p.key = w->op->key;
+		return KTUNE_OK;
+	}
 	if (!p.lda)
-		p.lda = k->trans_a == 't' ? k->m : k->k;
+		p.lda = k->variant[0] == 't' ? k->m : k->k;
 	if (!p.ldb)
-		p.ldb = k->trans_b == 't' ? k->k : k->n;
+		p.ldb = k->variant[1] == 't' ? k->k : k->n;
 	if (!p.ldc)
 		p.ldc = k->n;
 	if (p.alpha == 0 && p.beta == 0)
 		p.alpha = 1;
-	w->a_elems = (size_t)p.lda * (size_t)(k->trans_a == 't' ? k->k : k->m) + p.offset;
-	w->b_elems = (size_t)p.ldb * (size_t)(k->trans_b == 't' ? k->n : k->k) + p.offset;
+	w->a_elems = (size_t)p.lda * (size_t)(k->variant[0] == 't' ? k->k : k->m) + p.offset;
+	w->b_elems = (size_t)p.ldb * (size_t)(k->variant[1] == 't' ? k->n : k->k) + p.offset;
 	w->c_elems = (size_t)p.ldc * (size_t)k->m + p.offset;
 	w->p = p;
 	CU_TRY(e, cuMemAlloc_v2(&w->a, w->a_elems * 2));
@@ -169,7 +180,7 @@ int ktune__worker_set_problem(struct ktune_worker *w, const struct ktune_problem
 
 	CUdeviceptr a = at(w->a, p.offset), b = at(w->b, p.offset), c = at(w->c_init, p.offset);
 	int m = (int)k->m, n = (int)k->n, kk = (int)k->k;
-	int bf16 = k->dtype == KTUNE_BF16, ta = k->trans_a == 't', tb = k->trans_b == 't';
+	int bf16 = k->dtype == KTUNE_BF16, ta = k->variant[0] == 't', tb = k->variant[1] == 't';
 	long long lda = p.lda, ldb = p.ldb, ldc = p.ldc;
 	void *args[] = { &a, &b, &c, &w->ref, &m, &n, &kk, &lda, &ldb, &ldc,
 			 &w->p.alpha, &w->p.beta, &bf16, &ta, &tb };
@@ -181,6 +192,8 @@ int ktune__worker_set_problem(struct ktune_worker *w, const struct ktune_problem
 
 int ktune__worker_check(struct ktune_worker *w, struct ktune_check *out, struct ktune_err *e)
 {
+	if (w->op)
+		return ktune__op_problem_check(w->op, out, e);
 	struct stats st;
 	const struct ktune_key *k = &w->p.key;
 	CUdeviceptr x = at(w->c, w->p.offset);
@@ -208,6 +221,8 @@ int ktune__worker_check(struct ktune_worker *w, struct ktune_check *out, struct 
 /* NaN in C before a run; with beta != 0 C must hold its initial values instead. */
 static int prepare_c(struct ktune_worker *w, struct ktune_err *e)
 {
+	if (w->op)
+		return ktune__op_problem_poison(w->op, e);
 	if (w->p.beta != 0) {
 		CU_TRY(e, cuMemcpyDtoD_v2(w->c, w->c_init, w->c_elems * 2));
 	} else {
@@ -220,7 +235,7 @@ static int prepare_c(struct ktune_worker *w, struct ktune_err *e)
 struct launch_args {
 	struct ktune_worker *w;
 	struct ktune_kernel *kernel;
-	const struct ktune_gemm_config *cfg;
+	const struct ktune_config *cfg;
 };
 
 static int launch_candidate(void *arg, CUstream stream, struct ktune_err *e)
@@ -228,6 +243,8 @@ static int launch_candidate(void *arg, CUstream stream, struct ktune_err *e)
 	struct launch_args *la = arg;
 	struct ktune_worker *w = la->w;
 	const struct ktune_problem *p = &w->p;
+	if (w->op)
+		return ktune__op_launch(w->ctx, la->kernel, &w->op->key, la->cfg, &w->op->call, stream, e);
 	return ktune__gemm_launch(w->ctx, la->kernel, &p->key, la->cfg, p->alpha,
 				  at(w->a, p->offset), p->lda, at(w->b, p->offset), p->ldb, p->beta,
 				  at(w->c, p->offset), p->ldc, stream, e);
@@ -242,7 +259,7 @@ static int launch_cublas(void *arg, CUstream stream, struct ktune_err *e)
 				  stream, e);
 }
 
-int ktune__worker_run(struct ktune_worker *w, const struct ktune_gemm_config *cfg,
+int ktune__worker_run(struct ktune_worker *w, const struct ktune_config *cfg,
 		      const struct ktune_cubin *cubin, enum ktune_run_mode mode, struct ktune_trial *trial,
 		      struct ktune_timing *timing, struct ktune_err *e)
 {
@@ -303,6 +320,11 @@ int ktune__worker_cublas(struct ktune_worker *w, struct ktune_check *check,
 			 struct ktune_timing *timing, struct ktune_err *e)
 {
 	int rc;
+	if (w->op) { /* an op's baseline: the copy of its bytes, which computes nothing to check */
+		memset(check, 0, sizeof(*check));
+		check->pass = 1;
+		return ktune__bench_time(&w->bench, ktune__op_problem_copy, w->op, 0, timing, e);
+	}
 	if (!w->cublas)
 		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "cuBLAS not available");
 	if ((rc = prepare_c(w, e)) || (rc = launch_cublas(w, NULL, e)))
@@ -319,9 +341,11 @@ int ktune__worker_run_public(struct ktune_worker *w, struct ktune_check *check,
 	const struct ktune_problem *p = &w->p;
 	const struct ktune_key *k = &p->key;
 	int rc;
+	if (w->op)
+		return ktune__fail(e, KTUNE_ERR_UNSUPPORTED, "%s: no public-call test in the worker", k->op);
 	if ((rc = prepare_c(w, e)))
 		return rc;
-	rc = ktune_gemm(w->ctx, k->trans_a, k->trans_b, k->m, k->n, k->k, p->alpha,
+	rc = ktune_gemm(w->ctx, k->variant[0], k->variant[1], k->m, k->n, k->k, p->alpha,
 			(void *)at(w->a, p->offset), p->lda, (void *)at(w->b, p->offset), p->ldb,
 			p->beta, (void *)at(w->c, p->offset), p->ldc, k->dtype, NULL);
 	if (rc)

@@ -55,7 +55,7 @@ enum ktune_run_mode {
  * Returns KTUNE_OK with the outcome in trial->status ("ok", "wrong",
  * "launch_error"); a non-zero return means the worker itself failed.
  */
-int ktune__worker_run(struct ktune_worker *w, const struct ktune_gemm_config *cfg,
+int ktune__worker_run(struct ktune_worker *w, const struct ktune_config *cfg,
 		      const struct ktune_cubin *cubin, enum ktune_run_mode mode, struct ktune_trial *trial,
 		      struct ktune_timing *timing, struct ktune_err *e);
 

@@ -109,9 +109,9 @@ run show --format xml
 expect_rc 2
 err_has "--format 'xml' is not one of table, csv, json, yaml"
 
-run show --dtype f32
+run show --dtype f64
 expect_rc 2
-err_has "--dtype 'f32'"
+err_has "--dtype 'f64'"
 
 run show --layout nx
 expect_rc 2
@@ -188,7 +188,24 @@ no_db
 # tune's own argument errors come before the GPU check
 run tune gemm -n 4096 -k 4096
 expect_rc 2
-err_has "-m, -n and -k are required"
+err_has "gemm needs --m"
+
+run tune gelu --approx fast --n 1024
+expect_rc 2
+err_has "gelu: approx 'fast' is not one of erf, tanh"
+
+run tune glu --rows 8
+expect_rc 2
+err_has "glu needs --cols"
+
+run tune add --n 1024 --rows 8
+expect_rc 2
+err_has "unknown option '--rows'"
+
+run help tune
+expect_rc 0
+out_has "--direction  fwd: y = gelu"
+out_has "glu .*SwiGLU"
 
 run tune
 expect_rc 2
@@ -204,7 +221,11 @@ err_has "unexpected argument 'extra'"
 
 run tune gemm -m 16 -n 4096 -k 4096 --dtype f32
 expect_rc 2
-err_has "--dtype 'f32'"
+err_has "gemm: dtype 'f32' is not supported"
+
+run tune add --n 1024 --dtype f64
+expect_rc 2
+err_has "--dtype 'f64' is not one of f16, bf16, f32"
 
 run tune gemm -m 16 -n 4096 -k 4096 --budget -1
 expect_rc 2
@@ -393,7 +414,7 @@ expect_rc 2
 err_has "--arch 'sm_9x' is not like sm_90"
 out_empty
 
-for args in "--arch 90" "--arch sm_" "--arch sm_90b" "--dtype f32" "--layout xx" "--aligned 2" \
+for args in "--arch 90" "--arch sm_" "--arch sm_90b" "--dtype f64" "--layout xx" "--aligned 2" \
 	"--jobs 0" "--jobs many" "--format json" "extra"; do
 	run compile $args
 	expect_rc 2

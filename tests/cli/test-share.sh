@@ -181,11 +181,11 @@ expect_refused() { # FILE MESSAGE
 	same before.yaml after.yaml
 }
 sed 's/m: 2,/m: 0,/' a.yaml >bad-m.yaml
-expect_refused bad-m.yaml "bad-m.yaml:25: entries\[1\].key.m: '0' is not in 1..2147483647"
+expect_refused bad-m.yaml "entries\[1\].key: gemm: m = 0 is not in 1.."
 sed 's/BLOCK_M=16,/BLOCK_M=48,/' a.yaml >bad-config.yaml
 expect_refused bad-config.yaml "bad-config.yaml:8: entries\[0\].config: 'BLOCK_M=48"
-sed 's/version: 1/version: 2/' a.yaml >newer.yaml
-expect_refused newer.yaml "newer.yaml:2: version: was written by a newer ktune (format 2, this ktune reads 1)"
+sed 's/version: 1/version: 3/' a.yaml >newer.yaml
+expect_refused newer.yaml "newer.yaml:2: version: was written by a newer ktune (format 3, this ktune reads 2)"
 head -c 900 a.yaml >truncated.yaml
 expect_refused truncated.yaml "truncated.yaml:"
 head -c 5000 /dev/urandom >binary.yaml

@@ -42,13 +42,13 @@ static const char planted_source[] =
 
 static char arch[16];
 
-static int plant_mode(const struct ktune_gemm_config *cfg)
+static int plant_mode(const struct ktune_config *cfg)
 {
 	static const char *names[] = { "oob", "spin", "compile_error", "wrong" };
 	const char *plan = getenv("KTUNE_PLANT");
 	for (const char *p = plan ? plan : ""; *p;) {
 		const char *eq = strchr(p, '='), *end = strchr(p, ';');
-		struct ktune_gemm_config c;
+		struct ktune_config c;
 		char text[256];
 		if (!end)
 			end = p + strlen(p);
@@ -75,7 +75,7 @@ static int planted_hello(void *state, const struct ktune_hello_req *req, struct 
 }
 
 static int planted_compile(void *state, const struct ktune_key *key,
-			   const struct ktune_gemm_config *cfg, struct ktune_cubin *out,
+			   const struct ktune_config *cfg, struct ktune_cubin *out,
 			   struct ktune_err *e)
 {
 	int mode = plant_mode(cfg);

@@ -21,9 +21,9 @@
 static char db_path[4200];
 
 static const struct ktune_key tuned[] = {
-	{ "gemm", KTUNE_F16, 'n', 't', 16, 4096, 4096, 1 },
-	{ "gemm", KTUNE_BF16, 'n', 'n', 128, 1024, 512, 1 },
-	{ "gemm", KTUNE_F16, 't', 'n', 33, 100, 200, 0 }, /* ldb = 100: the unaligned class */
+	{ "gemm", KTUNE_F16, "nt", 16, 4096, 4096, 1 },
+	{ "gemm", KTUNE_BF16, "nn", 128, 1024, 512, 1 },
+	{ "gemm", KTUNE_F16, "tn", 33, 100, 200, 0 }, /* ldb = 100: the unaligned class */
 };
 #define NTUNED (int)(sizeof(tuned) / sizeof(tuned[0]))
 
@@ -71,10 +71,10 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 		{ tuned[0], "exact" },
 		{ tuned[1], "exact" },
 		{ tuned[2], "exact" },
-		{ { "gemm", KTUNE_F16, 'n', 't', 20, 4000, 4096, 1 }, "nearest" },
-		{ { "gemm", KTUNE_BF16, 'n', 'n', 100, 1000, 500, 1 }, "nearest" },
-		{ { "gemm", KTUNE_BF16, 't', 't', 50, 60, 70, 1 }, "default" },
-		{ { "gemm", KTUNE_BF16, 't', 'n', 1, 1, 1, 1 }, "default" }, /* nothing tuned or shipped for bf16 tn */
+		{ { "gemm", KTUNE_F16, "nt", 20, 4000, 4096, 1 }, "nearest" },
+		{ { "gemm", KTUNE_BF16, "nn", 100, 1000, 500, 1 }, "nearest" },
+		{ { "gemm", KTUNE_BF16, "tt", 50, 60, 70, 1 }, "default" },
+		{ { "gemm", KTUNE_BF16, "tn", 1, 1, 1, 1 }, "default" }, /* nothing tuned or shipped for bf16 tn */
 	};
 	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
 		struct ktune_problem p = { .key = calls[i].key, .alpha = 1, .beta = i % 2 ? 0.5f : 0,
@@ -138,7 +138,7 @@ static void *thread_main(void *p)
 		return NULL;
 	}
 	for (int i = 0; i < ta->calls; i++) {
-		int rc = ktune_gemm(ta->ctx, ta->key.trans_a, ta->key.trans_b, ta->key.m, ta->key.n,
+		int rc = ktune_gemm(ta->ctx, ta->key.variant[0], ta->key.variant[1], ta->key.m, ta->key.n,
 				    ta->key.k, 1.0f, (void *)ta->a, ta->lda, (void *)ta->b, ta->ldb, 0.0f,
 				    (void *)ta->c, ta->ldc, ta->key.dtype, stream);
 		if (rc) {
@@ -167,7 +167,7 @@ static void test_dispatch__concurrent_calls_from_threads(void **state)
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
 	/* the tuned split-K key and an untuned one */
-	struct ktune_key keys[2] = { tuned[0], { "gemm", KTUNE_F16, 'n', 't', 8, 4096, 4096, 1 } };
+	struct ktune_key keys[2] = { tuned[0], { "gemm", KTUNE_F16, "nt", 8, 4096, 4096, 1 } };
 	for (int kk = 0; kk < 2; kk++) {
 		struct ktune_problem p = { .key = keys[kk], .alpha = 1, .seed = 77 };
 		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
@@ -229,8 +229,8 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
 	static const struct ktune_key keys[] = {
-		{ "gemm", KTUNE_F16, 'n', 't', 16, 4096, 4096, 1 },
-		{ "gemm", KTUNE_BF16, 'n', 'n', 4096, 4096, 4096, 1 },
+		{ "gemm", KTUNE_F16, "nt", 16, 4096, 4096, 1 },
+		{ "gemm", KTUNE_BF16, "nn", 4096, 4096, 4096, 1 },
 	};
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		struct ktune_problem p = { .key = keys[i], .alpha = 1, .seed = (unsigned)(90 + i) };
@@ -241,7 +241,7 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 			fail_msg("key %zu: %s", i, e.msg);
 		if (!check.pass || strcmp(source, "shipped"))
 			fail_msg("key %zu: pass %d, served by '%s'", i, check.pass, source);
-		struct ktune_gemm_config cfg;
+		struct ktune_config cfg;
 		char served[256], own[256];
 		ktune__dispatch_choose(ctx, &keys[i], &cfg, &source);
 		ktune__gemm_config_format(&cfg, served, sizeof(served));
@@ -265,8 +265,8 @@ static void test_dispatch__negative_cache_skips_failed_configs(void **state)
 	struct ktune_err e;
 	struct ktune_tune_report r;
 	struct ktune_tune_options o = { .budget = 12, .seed = 5, .finalists = 2 };
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 't', 64, 512, 1024, 1 };
-	struct ktune_gemm_config *cfgs;
+	struct ktune_key key = { "gemm", KTUNE_F16, "nt", 64, 512, 1024, 1 };
+	struct ktune_config *cfgs;
 	struct ktune_trial bad = { .key = key };
 	int n, pruned;
 	(void)state;

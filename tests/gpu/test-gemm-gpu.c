@@ -58,7 +58,7 @@ static void test_gpu__reference_matches_float64(void **state)
 		for (int v = 0; v < 8; v++) {
 			struct ktune_problem p = {
 				.key = { .op = "gemm", .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16,
-					 .trans_a = v & 2 ? 't' : 'n', .trans_b = v & 4 ? 't' : 'n',
+					 .variant[0] = v & 2 ? 't' : 'n', .variant[1] = v & 4 ? 't' : 'n',
 					 .m = shapes[s][0], .n = shapes[s][1], .k = shapes[s][2] },
 				.alpha = 0.75f, .beta = v % 3 ? 0.5f : 0.0f, .seed = (unsigned)(s * 8 + v),
 				.offset = (int)(s % 2),
@@ -69,8 +69,8 @@ static void test_gpu__reference_matches_float64(void **state)
 			const struct ktune_key *k = &q->key;
 			CUdeviceptr a, b, c_init, c, ref;
 			ktune__worker_buffers(worker, &a, &b, &c_init, &c, &ref);
-			size_t na = (size_t)q->lda * (size_t)(k->trans_a == 't' ? k->k : k->m);
-			size_t nb = (size_t)q->ldb * (size_t)(k->trans_b == 't' ? k->n : k->k);
+			size_t na = (size_t)q->lda * (size_t)(k->variant[0] == 't' ? k->k : k->m);
+			size_t nb = (size_t)q->ldb * (size_t)(k->variant[1] == 't' ? k->n : k->k);
 			size_t nc = (size_t)q->ldc * (size_t)k->m;
 			unsigned short *ha = malloc(na * 2), *hb = malloc(nb * 2), *hc = malloc(nc * 2);
 			float *hr = malloc((size_t)(k->m * k->n) * sizeof(float));
@@ -84,8 +84,8 @@ static void test_gpu__reference_matches_float64(void **state)
 				for (int64_t j = 0; j < k->n; j++) {
 					double acc = 0, mag = 0;
 					for (int64_t l = 0; l < k->k; l++) {
-						size_t ia = k->trans_a == 't' ? l * q->lda + i : i * q->lda + l;
-						size_t ib = k->trans_b == 't' ? j * q->ldb + l : l * q->ldb + j;
+						size_t ia = k->variant[0] == 't' ? l * q->lda + i : i * q->lda + l;
+						size_t ib = k->variant[1] == 't' ? j * q->ldb + l : l * q->ldb + j;
 						double x = gpu_test_half_to_double(ha[ia], bf16) *
 							   gpu_test_half_to_double(hb[ib], bf16);
 						acc += x;
@@ -121,7 +121,7 @@ static const int awkward[] = { 1, 7, 33, 127, 1000 };
  * returns 1 if right, else 0 with the case on stderr.  The worker must see
  * the problem in the alignment class the kernel was compiled for.
  */
-static int verify_one(const struct ktune_problem *p, const struct ktune_gemm_config *cfg,
+static int verify_one(const struct ktune_problem *p, const struct ktune_config *cfg,
 		      const struct ktune_cubin *cubin, int aligned)
 {
 	struct ktune_trial t = { 0 };
@@ -147,9 +147,9 @@ static int verify_one(const struct ktune_problem *p, const struct ktune_gemm_con
 static void test_gpu__every_config_on_awkward_shapes(void **state)
 {
 	static const int splits[] = { 1, 2, 3, 4, 8, 16 };
-	struct ktune_key key = { .op = "gemm", .trans_a = 'n', .trans_b = 'n', .m = 1000, .n = 1000,
+	struct ktune_key key = { .op = "gemm", .variant = "nn", .m = 1000, .n = 1000,
 				 .k = 1000 };
-	struct ktune_gemm_config *cfgs;
+	struct ktune_config *cfgs;
 	int n, pruned, failures = 0, runs = 0;
 	struct ktune_err e;
 	(void)state;
@@ -176,13 +176,13 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 		   the streaming hint is only a cache policy, right for any shape */
 		int stream = (i / 16) % 3;
 		jobs[i].key = (struct ktune_key){ .op = "gemm", .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16,
-						  .trans_a = v & 2 ? 't' : 'n', .trans_b = v & 4 ? 't' : 'n',
+						  .variant[0] = v & 2 ? 't' : 'n', .variant[1] = v & 4 ? 't' : 'n',
 						  .m = stream == 1 ? 1 : 0, .n = stream == 2 ? 1 : 0,
 						  .aligned = !(v & 8) };
 		jobs[i].cfg = cfgs[i];
 		/* candidates were pruned for nn; in another layout a tile may outgrow shared memory */
 		if (ktune__gemm_smem_bytes(&jobs[i].key, &cfgs[i]) > (size_t)ctx->smem_optin)
-			jobs[i].key.trans_a = jobs[i].key.trans_b = 'n';
+			jobs[i].key.variant[0] = jobs[i].key.variant[1] = 'n';
 	}
 	ktune__compile_jobs(jobs, nk, ctx->id.arch, ctx->cache_dir, 0);
 
@@ -194,7 +194,7 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 		}
 		for (int s = 0; s < 3; s++) {
 			int idx = (7 * i + 41 * s) % 125;
-			struct ktune_gemm_config cfg = cfgs[i];
+			struct ktune_config cfg = cfgs[i];
 			cfg.group_size = (i + s) % 2 ? 8 : 1;
 			cfg.split_k = splits[(i + s) % 6];
 			struct ktune_problem p = {
@@ -206,14 +206,14 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 			p.key.k = awkward[idx % 5];
 			if (!jobs[i].key.aligned) {
 				/* odd leading dimensions and a misaligned base */
-				p.lda = (p.key.trans_a == 't' ? p.key.m : p.key.k) + 3;
-				p.ldb = (p.key.trans_b == 't' ? p.key.k : p.key.n) + 1;
+				p.lda = (p.key.variant[0] == 't' ? p.key.m : p.key.k) + 3;
+				p.ldb = (p.key.variant[1] == 't' ? p.key.k : p.key.n) + 1;
 				p.ldc = p.key.n + 5;
 				p.offset = 1;
 			} else {
 				/* padded but aligned leading dimensions */
-				p.lda = ((p.key.trans_a == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + 8;
-				p.ldb = ((p.key.trans_b == 't' ? p.key.k : p.key.n) + 7) / 8 * 8;
+				p.lda = ((p.key.variant[0] == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + 8;
+				p.ldb = ((p.key.variant[1] == 't' ? p.key.k : p.key.n) + 7) / 8 * 8;
 				p.ldc = (p.key.n + 7) / 8 * 8 + 16;
 			}
 			failures += !verify_one(&p, &cfg, &jobs[i].cubin, jobs[i].key.aligned);
@@ -237,7 +237,7 @@ static void test_gpu__every_config_on_awkward_shapes(void **state)
 static void test_gpu__every_wgmma_kernel(void **state)
 {
 	static const int large[][3] = { { 1999, 3001, 4097 }, { 4096, 520, 73 }, { 3000, 129, 65 } };
-	struct ktune_gemm_config *cfgs;
+	struct ktune_config *cfgs;
 	int nk, failures = 0, runs = 0;
 	struct ktune_err e;
 	(void)state;
@@ -255,8 +255,8 @@ static void test_gpu__every_wgmma_kernel(void **state)
 		int kernel = i / 4, layout = i % 4;
 		jobs[i].key = (struct ktune_key){ .op = "gemm",
 						  .dtype = (kernel + layout) % 2 ? KTUNE_BF16 : KTUNE_F16,
-						  .trans_a = layout & 1 ? 't' : 'n',
-						  .trans_b = layout & 2 ? 't' : 'n', .aligned = 1 };
+						  .variant[0] = layout & 1 ? 't' : 'n',
+						  .variant[1] = layout & 2 ? 't' : 'n', .aligned = 1 };
 		jobs[i].cfg = cfgs[kernel];
 	}
 	ktune__compile_jobs(jobs, njobs, ctx->id.arch, ctx->cache_dir, 0);
@@ -273,7 +273,7 @@ static void test_gpu__every_wgmma_kernel(void **state)
 		}
 		for (int s = 0; s < 5; s++) {
 			int idx = (7 * i + 41 * s) % 125;
-			struct ktune_gemm_config cfg = jobs[i].cfg;
+			struct ktune_config cfg = jobs[i].cfg;
 			cfg.group_size = (i + s) % 2 ? 8 : 1;
 			cfg.split_k = 1 + (i + 2 * s) % 3;
 			struct ktune_problem p = {
@@ -291,8 +291,8 @@ static void test_gpu__every_wgmma_kernel(void **state)
 			}
 			/* aligned leading dimensions: rounded up to 8, padded by 8 on every other run */
 			int pad = (i + s) % 2 ? 8 : 0;
-			p.lda = ((p.key.trans_a == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + pad;
-			p.ldb = ((p.key.trans_b == 't' ? p.key.k : p.key.n) + 7) / 8 * 8 + pad;
+			p.lda = ((p.key.variant[0] == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + pad;
+			p.ldb = ((p.key.variant[1] == 't' ? p.key.k : p.key.n) + 7) / 8 * 8 + pad;
 			p.ldc = (p.key.n + 7) / 8 * 8 + pad;
 			failures += !verify_one(&p, &cfg, &jobs[i].cubin, 1);
 			runs++;
@@ -311,7 +311,7 @@ static void test_gpu__large_and_split_k_with_beta(void **state)
 	static const struct {
 		int m, n, k, split;
 		float beta;
-		struct ktune_gemm_config cfg;
+		struct ktune_config cfg;
 	} cases[] = {
 		{ 2048, 2048, 2048, 1, 0.0f, { 128, 128, 32, 2, 2, 4, 8, 1 } },
 		{ 1000, 4096, 1024, 1, 0.5f, { 128, 256, 32, 2, 4, 3, 8, 1 } },
@@ -327,12 +327,12 @@ static void test_gpu__large_and_split_k_with_beta(void **state)
 		for (int v = 0; v < 4; v++) {
 			struct ktune_problem p = {
 				.key = { .op = "gemm", .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16,
-					 .trans_a = v & 2 ? 't' : 'n', .trans_b = 't',
+					 .variant[0] = v & 2 ? 't' : 'n', .variant[1] = 't',
 					 .m = cases[i].m, .n = cases[i].n, .k = cases[i].k },
 				.alpha = 1.25f, .beta = cases[i].beta, .seed = (unsigned)(100 + i * 4 + v),
 			};
 			if (v == 3)
-				p.key.trans_b = 'n';
+				p.key.variant[1] = 'n';
 			struct ktune_trial t = { 0 };
 			struct ktune_timing tm;
 			assert_int_equal(ktune__worker_set_problem(worker, &p, &e), KTUNE_OK);
@@ -353,8 +353,8 @@ static void test_gpu__poison_catches_unwritten_output(void **state)
 {
 	struct ktune_err e;
 	struct ktune_check check;
-	struct ktune_problem p = { .key = { .op = "gemm", .dtype = KTUNE_F16, .trans_a = 'n',
-					    .trans_b = 't', .m = 64, .n = 64, .k = 64 },
+	struct ktune_problem p = { .key = { .op = "gemm", .dtype = KTUNE_F16, .variant[0] = 'n',
+					    .variant[1] = 't', .m = 64, .n = 64, .k = 64 },
 				   .alpha = 1, .seed = 9 };
 	(void)state;
 	assert_int_equal(ktune__worker_set_problem(worker, &p, &e), KTUNE_OK);

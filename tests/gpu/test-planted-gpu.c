@@ -34,9 +34,9 @@ static void test_planted__sweep_survives_bad_candidates(void **state)
 	static const char *actions[] = { "oob", "spin", "compile_error", "wrong" };
 	static const char *expect[] = { "crashed", "timeout", "compile_error", "wrong" };
 	enum { NPLANT = 4 };
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 't', 512, 512, 512, 1 };
+	struct ktune_key key = { "gemm", KTUNE_F16, "nt", 512, 512, 512, 1 };
 	struct ktune_tune_options o = { .budget = 24, .seed = 4, .finalists = 3 };
-	struct ktune_gemm_config *cfgs;
+	struct ktune_config *cfgs;
 	struct ktune_tuner *t;
 	struct ktune_tune_report r;
 	struct ktune_err e;

@@ -35,9 +35,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/op.h"
 #include "tuner/protocol.h"
 
 static struct ktune_problem problem;
+
+/* A config's canonical text for the current problem's op (GEMM's or the registry's). */
+static void config_text(const struct ktune_config *cfg, char *buf, size_t len)
+{
+	const struct ktune_op *op = ktune__op_of(&problem.key);
+	if (op && !ktune__op_is_gemm(op))
+		ktune__op_config_format(op, cfg, buf, len);
+	else
+		ktune__gemm_config_format(cfg, buf, len);
+}
 static int hot; /* screened since the last compile (KTUNE_FAKE_HOT) */
 
 /* The slow-down of the next measurement under KTUNE_FAKE_DRIFT, counting it. */
@@ -55,13 +66,13 @@ static double heat(void)
  * Whether environment variable `var`, "CONFIG@N[,N...][@F]", names cfg and
  * the problem's N; *rest then points after the N list (at "@F" or "").
  */
-static int config_at(const char *var, const struct ktune_gemm_config *cfg, const char **rest)
+static int config_at(const char *var, const struct ktune_config *cfg, const char **rest)
 {
 	const char *h = getenv(var), *at = h ? strchr(h, '@') : NULL;
 	char text[256];
 	if (!at)
 		return 0;
-	ktune__gemm_config_format(cfg, text, sizeof(text));
+	config_text(cfg, text, sizeof(text));
 	if (strlen(text) != (size_t)(at - h) || strncmp(text, h, (size_t)(at - h)))
 		return 0;
 	*rest = at + 1 + strcspn(at + 1, "@");
@@ -72,28 +83,28 @@ static int config_at(const char *var, const struct ktune_gemm_config *cfg, const
 }
 
 /* Whether cfg is KTUNE_FAKE_HOT's config and the problem has one of its N. */
-static int hot_config(const struct ktune_gemm_config *cfg)
+static int hot_config(const struct ktune_config *cfg)
 {
 	const char *rest;
 	return config_at("KTUNE_FAKE_HOT", cfg, &rest);
 }
 
 /* KTUNE_FAKE_FASTER's factor for cfg at this problem: F where it is that config at that N, else 1. */
-static double faster(const struct ktune_gemm_config *cfg)
+static double faster(const struct ktune_config *cfg)
 {
 	const char *rest;
 	return config_at("KTUNE_FAKE_FASTER", cfg, &rest) && *rest == '@' ? atof(rest + 1) : 1;
 }
 
 /* The planted action for a config, or NULL. */
-static const char *planted(const struct ktune_gemm_config *cfg)
+static const char *planted(const struct ktune_config *cfg)
 {
 	static char action[32];
 	const char *plan = getenv("KTUNE_FAKE_PLAN");
 	char text[256];
 	if (!plan)
 		return NULL;
-	ktune__gemm_config_format(cfg, text, sizeof(text));
+	config_text(cfg, text, sizeof(text));
 	for (const char *p = plan; *p;) {
 		const char *eq = strchr(p, '='), *end = strchr(p, ';');
 		if (!end)
@@ -112,11 +123,11 @@ static const char *planted(const struct ktune_gemm_config *cfg)
 }
 
 /* Same compiled kernel: a compile action applies to every config that shares it. */
-static const char *planted_kernel(const struct ktune_gemm_config *cfg)
+static const char *planted_kernel(const struct ktune_config *cfg)
 {
 	for (int g = 1; g <= 8; g *= 8)
 		for (int s = 1; s <= 16; s *= 2) {
-			struct ktune_gemm_config c = *cfg;
+			struct ktune_config c = *cfg;
 			c.group_size = g;
 			c.split_k = s;
 			const char *a = planted(&c);
@@ -155,10 +166,15 @@ static int fake_problem(void *state, const struct ktune_problem *in, struct ktun
 	(void)e;
 	*out = *in;
 	const struct ktune_key *k = &in->key;
+	if (strcmp(k->op, "gemm")) { /* another op: packed buffers, aligned unless offset */
+		out->key.aligned = in->offset == 0;
+		problem = *out;
+		return KTUNE_OK;
+	}
 	if (!out->lda)
-		out->lda = k->trans_a == 't' ? k->m : k->k;
+		out->lda = k->variant[0] == 't' ? k->m : k->k;
 	if (!out->ldb)
-		out->ldb = k->trans_b == 't' ? k->k : k->n;
+		out->ldb = k->variant[1] == 't' ? k->k : k->n;
 	if (!out->ldc)
 		out->ldc = k->n;
 	out->key.aligned = in->offset == 0 && out->lda % 8 == 0 && out->ldb % 8 == 0 &&
@@ -167,7 +183,7 @@ static int fake_problem(void *state, const struct ktune_problem *in, struct ktun
 	return KTUNE_OK;
 }
 
-static int fake_compile(void *state, const struct ktune_key *key, const struct ktune_gemm_config *cfg,
+static int fake_compile(void *state, const struct ktune_key *key, const struct ktune_config *cfg,
 			struct ktune_cubin *out, struct ktune_err *e)
 {
 	const char *a = planted_kernel(cfg);
@@ -187,13 +203,13 @@ static int fake_compile(void *state, const struct ktune_key *key, const struct k
 }
 
 /* die_once: has this config killed a worker before? */
-static int died_before(const struct ktune_gemm_config *cfg)
+static int died_before(const struct ktune_config *cfg)
 {
 	const char *dir = getenv("KTUNE_FAKE_STATE");
 	char text[256], hash[65], path[4200];
 	if (!dir)
 		return 0;
-	ktune__gemm_config_format(cfg, text, sizeof(text));
+	config_text(cfg, text, sizeof(text));
 	ktune__sha256_hex(text, strlen(text), hash);
 	snprintf(path, sizeof(path), "%s/%s", dir, hash);
 	if (access(path, F_OK) == 0)
@@ -204,7 +220,7 @@ static int died_before(const struct ktune_gemm_config *cfg)
 	return 0;
 }
 
-static int fake_run(void *state, const struct ktune_gemm_config *cfg, const struct ktune_cubin *cubin,
+static int fake_run(void *state, const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		    enum ktune_run_mode mode, struct ktune_trial *trial, struct ktune_timing *timing,
 		    struct ktune_err *e)
 {
@@ -235,8 +251,10 @@ static int fake_run(void *state, const struct ktune_gemm_config *cfg, const stru
 	trial->err_fro = 1e-4;
 	if (mode != KTUNE_RUN_VERIFY) {
 		/* a made-up but stable time: bigger tiles are faster, split-K costs a little */
-		double t = 1000.0 / (cfg->block_m * cfg->block_n / 256.0 + cfg->stages) + cfg->split_k +
-			   (double)(problem.key.m * problem.key.n) * 1e-6;
+		double t = strcmp(problem.key.op, "gemm")
+				   ? 50.0 / (1 + cfg->v[0]) + cfg->v[1] + (double)problem.key.m * 1e-6
+				   : 1000.0 / (cfg->block_m * cfg->block_n / 256.0 + cfg->stages) + cfg->split_k +
+					     (double)(problem.key.m * problem.key.n) * 1e-6;
 		if (mode == KTUNE_RUN_SCREEN)
 			__atomic_store_n(&hot, 1, __ATOMIC_RELAXED);
 		if (__atomic_load_n(&hot, __ATOMIC_RELAXED) && hot_config(cfg))

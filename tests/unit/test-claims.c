@@ -57,8 +57,8 @@ static void sample_key(struct ktune_key *key, int64_t m)
 	memset(key, 0, sizeof(*key));
 	strcpy(key->op, "gemm");
 	key->dtype = KTUNE_F16;
-	key->trans_a = 'n';
-	key->trans_b = 't';
+	key->variant[0] = 'n';
+	key->variant[1] = 't';
 	key->m = m;
 	key->n = 4096;
 	key->k = 4096;
@@ -356,7 +356,7 @@ static void test_claims__bad_arguments(void **state)
 	assert_int_equal(ktune__db_claim_key(db, &dev, &key, hash_a, longer, 0, &e),
 			 KTUNE_ERR_INVALID);
 	assert_int_equal(ktune__db_heartbeat(db, "", &e), KTUNE_ERR_INVALID);
-	key.trans_b = 'x';
+	key.variant[1] = 'x';
 	assert_int_equal(ktune__db_claim_key(db, &dev, &key, hash_a, a, 0, &e), KTUNE_ERR_INVALID);
 	assert_int_equal(ktune__db_release_key(db, &dev, &key, a, &e), KTUNE_ERR_INVALID);
 	sample_key(&key, 16);

@@ -112,7 +112,7 @@ static struct ktune_key variant(int i)
 
 static void test_compile__every_gemm_kernel_then_cache(void **state)
 {
-	struct ktune_gemm_config *kernels;
+	struct ktune_config *kernels;
 	int nkernels;
 	struct ktune_compile_job *jobs, *again;
 	struct ktune_err e;
@@ -193,7 +193,7 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
  */
 static void test_compile__every_wgmma_kernel(void **state)
 {
-	struct ktune_gemm_config *kernels;
+	struct ktune_config *kernels;
 	int nkernels, nspill = 0;
 	struct ktune_err e;
 	char cache[4200];
@@ -232,7 +232,7 @@ static void test_compile__every_wgmma_kernel(void **state)
 
 	/* "sm_90" compiles as sm_90a; an arch without wgmma is refused before NVRTC */
 	struct ktune_cubin cubin = { 0 };
-	struct ktune_key key = { .op = "gemm", .dtype = KTUNE_F16, .trans_a = 'n', .trans_b = 't',
+	struct ktune_key key = { .op = "gemm", .dtype = KTUNE_F16, .variant = "nt",
 				 .m = 64, .n = 64, .k = 64, .aligned = 1 };
 	assert_int_equal(ktune__kernel_compile(&key, &kernels[0], "sm_90", cache, &cubin, &e), KTUNE_OK);
 	assert_true(is_cubin_with(&cubin, "gemm_wgmma_kernel"));
@@ -247,7 +247,7 @@ static void test_compile__every_wgmma_kernel(void **state)
 /* One variant's options differ from another's: the cache must not confuse them. */
 static void test_compile__cache_keys_on_options(void **state)
 {
-	struct ktune_gemm_config cfg = { 64, 128, 32, 2, 2, 3, 1, 1 };
+	struct ktune_config cfg = { 64, 128, 32, 2, 2, 3, 1, 1 };
 	struct ktune_key f16 = variant(2), bf16 = variant(3); /* f16/bf16, nn, aligned */
 	struct ktune_cubin a, b, a2;
 	struct ktune_err e;

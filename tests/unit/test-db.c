@@ -105,8 +105,8 @@ static void sample_result(struct ktune_result *r)
 	memset(r, 0, sizeof(*r));
 	strcpy(r->key.op, "gemm");
 	r->key.dtype = KTUNE_BF16;
-	r->key.trans_a = 'n';
-	r->key.trans_b = 't';
+	r->key.variant[0] = 'n';
+	r->key.variant[1] = 't';
 	r->key.m = 16;
 	r->key.n = 4096;
 	r->key.k = 14336;
@@ -174,8 +174,8 @@ static void assert_same_result(const struct ktune_result *a, const struct ktune_
 {
 	assert_string_equal(a->key.op, b->key.op);
 	assert_int_equal(a->key.dtype, b->key.dtype);
-	assert_int_equal(a->key.trans_a, b->key.trans_a);
-	assert_int_equal(a->key.trans_b, b->key.trans_b);
+	assert_int_equal(a->key.variant[0], b->key.variant[0]);
+	assert_int_equal(a->key.variant[1], b->key.variant[1]);
 	assert_int_equal(a->key.m, b->key.m);
 	assert_int_equal(a->key.n, b->key.n);
 	assert_int_equal(a->key.k, b->key.k);
@@ -357,7 +357,7 @@ static void test_db__trials_are_stored_with_the_result(void **state)
 	tr[1].err_max = INFINITY;
 	strcpy(tr[1].message, "relative Frobenius error nan > 0.01");
 	sample_trial(&tr[2], &r, KTUNE_TRIAL_COMPILE_ERROR, "BLOCK_M=256,STAGES=8");
-	tr[2].key.trans_a = 'T'; /* either case is accepted and stored lowercase */
+	tr[2].key.variant[0] = 'T'; /* either case is accepted and stored lowercase */
 	strcpy(tr[2].message, "ptxas error: entry function uses too much shared data");
 
 	db = open_db(t->db);
@@ -456,7 +456,7 @@ static void test_db__get_missing_returns_zero(void **state)
 	assert_int_equal(ktune__db_get_result(db, &r.device, &r.key, &out, &e), 0);
 
 	/* A key that cannot exist is an error, not a miss. */
-	r.key.trans_b = 'x';
+	r.key.variant[1] = 'x';
 	assert_int_equal(ktune__db_get_result(db, &r.device, &r.key, &out, &e), KTUNE_ERR_INVALID);
 	ktune__db_close(db);
 }
@@ -476,8 +476,8 @@ static void test_db__key_fields_tell_results_apart(void **state)
 		r = base;
 		switch (i) {
 		case 1: r.key.dtype = KTUNE_F16; break;
-		case 2: r.key.trans_a = 't'; break;
-		case 3: r.key.trans_b = 'n'; break;
+		case 2: r.key.variant[0] = 't'; break;
+		case 3: r.key.variant[1] = 'n'; break;
 		case 4: r.key.m = 17; break;
 		case 5: r.key.n = 4097; break;
 		case 6: r.key.k = 14337; break;
@@ -543,8 +543,8 @@ static void put_labelled(struct ktune_db *db, const char *label, const char *nam
 	strcpy(r.device.arch, arch);
 	r.device.sm_count = sms;
 	r.key.dtype = dtype;
-	r.key.trans_a = layout[0];
-	r.key.trans_b = layout[1];
+	r.key.variant[0] = layout[0];
+	r.key.variant[1] = layout[1];
 	r.key.m = m;
 	r.key.n = n;
 	r.key.k = 4096;
@@ -719,8 +719,13 @@ static void test_db__sql_strings_round_trip_verbatim(void **state)
 	strcpy(r.family, "gemm\"; DELETE FROM devices; --");
 	strcpy(r.device.name, "O'Brien GPU'; DROP TABLE devices;--");
 	strcpy(r.protocol, "%s%n %d ? :name ?1 \\ \xc3\xa9");
-	strcpy(r.key.op, "gemm'--");
 	sample_trial(&tr, &r, KTUNE_TRIAL_WRONG, "'); DROP TABLE trials;--");
+	/* the op is one of the registry's, not free text */
+	strcpy(r.key.op, "gemm'--");
+	assert_int_equal(ktune__db_put_result(db, &r, &tr, 1, &e), KTUNE_ERR_INVALID);
+	assert_non_null(strstr(e.msg, "gemm'--"));
+	strcpy(r.key.op, "gemm");
+	strcpy(tr.key.op, "gemm");
 	strcpy(tr.message, "it said \"'\" and then ';'");
 	assert_int_equal(ktune__db_put_result(db, &r, &tr, 1, &e), KTUNE_OK);
 
@@ -728,7 +733,7 @@ static void test_db__sql_strings_round_trip_verbatim(void **state)
 	assert_same_result(&r, &out);
 	memset(&f, 0, sizeof(f));
 	strcpy(f.device, "O'Brien");
-	strcpy(f.op, "gemm'--");
+	strcpy(f.op, "gemm");
 	assert_string_equal(run_query(db, &f, &s), r.config);
 	assert_int_equal(ktune__db_count(db, &results, &trials, &e), KTUNE_OK);
 	assert_int_equal(results, 1);
@@ -964,7 +969,7 @@ static void test_db__open_rejects_newer_schema(void **state)
 	raw_exec(t->db, v1_schema);
 	raw_exec(t->db, "PRAGMA user_version = 7;");
 	assert_refused_untouched(t, t->db,
-				 "has schema version 7, newer than this ktune (4): upgrade ktune");
+				 "has schema version 7, newer than this ktune (5): upgrade ktune");
 }
 
 static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
@@ -972,8 +977,8 @@ static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
 	struct test_scratch *t = *state;
 
 	make_db(t->db, 2);
-	raw_exec(t->db, "PRAGMA user_version = 5;");
-	assert_refused_untouched(t, t->db, "schema version 5, newer than this ktune (4)");
+	raw_exec(t->db, "PRAGMA user_version = 6;");
+	assert_refused_untouched(t, t->db, "schema version 6, newer than this ktune (5)");
 }
 
 static void test_db__open_rejects_random_bytes(void **state)
@@ -1060,19 +1065,19 @@ static void test_db__unknown_dtype_in_row_is_an_error(void **state)
 	struct ktune_db *db;
 
 	make_db(t->db, 1);
-	raw_exec(t->db, "UPDATE results SET dtype = 'f32'");
+	raw_exec(t->db, "UPDATE results SET dtype = 'f64'");
 	db = open_db(t->db);
 	memset(&s, 0, sizeof(s));
 	assert_int_equal(ktune__db_query(db, NULL, collect, &s, &e), KTUNE_ERR_DB);
 	assert_int_equal(s.calls, 0);
-	if (!strstr(e.msg, t->db) || !strstr(e.msg, "results row has unknown dtype 'f32'"))
+	if (!strstr(e.msg, t->db) || !strstr(e.msg, "results row has unknown dtype 'f64'"))
 		fail_msg("message: %s", e.msg);
 	ktune__db_close(db);
 
 	raw_exec(t->db, "UPDATE results SET dtype = 'f16', layout = 'ntx'");
 	db = open_db(t->db);
 	assert_int_equal(ktune__db_query(db, NULL, collect, &s, &e), KTUNE_ERR_DB);
-	assert_non_null(strstr(e.msg, "unknown layout 'ntx'"));
+	assert_non_null(strstr(e.msg, "unknown variant 'ntx'"));
 	ktune__db_close(db);
 
 	/* Text longer than its field is refused rather than cut. */

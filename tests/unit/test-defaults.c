@@ -22,7 +22,7 @@
 
 static struct ktune_key key_of(int64_t m)
 {
-	struct ktune_key k = { .op = "gemm", .dtype = KTUNE_F16, .trans_a = 'n', .trans_b = 't',
+	struct ktune_key k = { .op = "gemm", .dtype = KTUNE_F16, .variant = "nt",
 			       .m = m, .n = 4096, .k = 4096, .aligned = 1 };
 	return k;
 }
@@ -71,7 +71,7 @@ static int collect(const struct ktune_result *r, void *arg)
 
 static void test_defaults__best_on_average_across_gpus(void **state)
 {
-	char dir[PATH_MAX], path[TEST_PATH_MAX], wal[TEST_PATH_MAX];
+	char dir[PATH_MAX], path[TEST_PATH_MAX], wal[TEST_PATH_MAX + 8];
 	struct ktune_db *db;
 	struct ktune_err e;
 	struct all all = { .n = 0 };

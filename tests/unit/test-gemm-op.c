@@ -34,7 +34,7 @@ static struct ktune_key make_key(ktune_dtype dtype, const char *layout, int64_t 
 	return key;
 }
 
-static int config_equal(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+static int config_equal(const struct ktune_config *a, const struct ktune_config *b)
 {
 	return a->block_m == b->block_m && a->block_n == b->block_n && a->block_k == b->block_k &&
 	       a->warps_m == b->warps_m && a->warps_n == b->warps_n && a->stages == b->stages &&
@@ -42,7 +42,7 @@ static int config_equal(const struct ktune_gemm_config *a, const struct ktune_ge
 	       a->family == b->family && a->consumers == b->consumers && a->cluster_m == b->cluster_m;
 }
 
-static void assert_config_equal(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b)
+static void assert_config_equal(const struct ktune_config *a, const struct ktune_config *b)
 {
 	char ta[256], tb[256];
 	if (config_equal(a, b))
@@ -54,14 +54,14 @@ static void assert_config_equal(const struct ktune_gemm_config *a, const struct 
 
 /* Every admitted configuration of the space, in space order. */
 struct all_configs {
-	struct ktune_gemm_config *cfg;
+	struct ktune_config *cfg;
 	int n, cap;
 };
 
 static int collect_config(const long *values, void *arg)
 {
 	struct all_configs *a = arg;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	struct ktune_err e;
 	if (ktune__gemm_config_from_values(ktune__gemm_space(NULL), values, &cfg, &e))
 		fail_msg("from_values: %s", e.msg);
@@ -97,7 +97,7 @@ static void test_gemm_op__config_text_round_trip(void **state)
 	(void)state;
 
 	for (int i = 0; i < a.n; i++) {
-		struct ktune_gemm_config back;
+		struct ktune_config back;
 		ktune__gemm_config_format(&a.cfg[i], text, sizeof(text));
 		if (ktune__gemm_config_parse(text, &back, &e))
 			fail_msg("'%s': %s", text, e.msg);
@@ -105,7 +105,7 @@ static void test_gemm_op__config_text_round_trip(void **state)
 	}
 	free(a.cfg);
 
-	struct ktune_gemm_config c = { 128, 256, 32, 2, 4, 3, 8, 16 }, back;
+	struct ktune_config c = { 128, 256, 32, 2, 4, 3, 8, 16 }, back;
 	ktune__gemm_config_format(&c, text, sizeof(text));
 	assert_string_equal(text, "BLOCK_M=128,BLOCK_N=256,BLOCK_K=32,WARPS_M=2,WARPS_N=4,"
 				  "STAGES=3,GROUP_SIZE=8,SPLIT_K=16");
@@ -127,7 +127,7 @@ static void test_gemm_op__config_text_round_trip(void **state)
 static const char *parse_error(const char *text)
 {
 	static struct ktune_err e;
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	e.msg[0] = 0;
 	int rc = ktune__gemm_config_parse(text, &c, &e);
 	if (rc != KTUNE_ERR_PARSE)
@@ -146,7 +146,7 @@ static void assert_contains(const char *msg, const char *part)
 
 static void test_gemm_op__config_parse_errors(void **state)
 {
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	struct ktune_err e;
 	(void)state;
 
@@ -186,7 +186,7 @@ static void test_gemm_op__config_parse_errors(void **state)
 
 static void test_gemm_op__config_admitted(void **state)
 {
-	struct ktune_gemm_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
+	struct ktune_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
 	struct ktune_err e;
 	(void)state;
 
@@ -203,17 +203,17 @@ static void test_gemm_op__config_admitted(void **state)
 	assert_contains(e.msg, "SPLIT_K=3");
 
 	/* each value in its list, but a warp would hold half an m16 tile */
-	struct ktune_gemm_config v = { 16, 128, 32, 2, 2, 3, 1, 1 };
+	struct ktune_config v = { 16, 128, 32, 2, 2, 3, 1, 1 };
 	assert_int_equal(ktune__gemm_config_admitted(&v, &e), 0);
 	assert_contains(e.msg, "violates 'BLOCK_M % (WARPS_M * 16) == 0 && BLOCK_N % (WARPS_N * 16) == 0'");
 
 	/* BLOCK_K=64 only with up to 3 stages, unless the tile is a small-M one */
-	struct ktune_gemm_config deep = { 64, 128, 64, 2, 2, 4, 1, 1 };
+	struct ktune_config deep = { 64, 128, 64, 2, 2, 4, 1, 1 };
 	assert_int_equal(ktune__gemm_config_admitted(&deep, &e), 0);
 	assert_contains(e.msg, "violates 'BLOCK_K == 32 || STAGES <= 3 || BLOCK_M <= 32'");
 	deep.stages = 3;
 	assert_int_equal(ktune__gemm_config_admitted(&deep, &e), 1);
-	struct ktune_gemm_config small = { 16, 128, 64, 1, 4, 6, 1, 4 };
+	struct ktune_config small = { 16, 128, 64, 1, 4, 6, 1, 4 };
 	assert_int_equal(ktune__gemm_config_admitted(&small, &e), 1);
 	small.block_m = 64;
 	small.warps_m = 1;
@@ -228,7 +228,7 @@ static void test_gemm_op__config_admitted(void **state)
  *   A_TILE = TRANS_A ? BLOCK_K * (BLOCK_M + 8) : BLOCK_M * (BLOCK_K + 8)
  *   B_TILE = TRANS_B ? BLOCK_N * (BLOCK_K + 8) : BLOCK_K * (BLOCK_N + 8)
  */
-static size_t header_smem(int trans_a, int trans_b, const struct ktune_gemm_config *c)
+static size_t header_smem(int trans_a, int trans_b, const struct ktune_config *c)
 {
 	long bm = c->block_m, bn = c->block_n, bk = c->block_k;
 	long a_rows = trans_a ? bk : bm, a_cols = trans_a ? bm : bk;
@@ -239,7 +239,7 @@ static size_t header_smem(int trans_a, int trans_b, const struct ktune_gemm_conf
 
 static void test_gemm_op__smem_bytes_per_layout(void **state)
 {
-	struct ktune_gemm_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
+	struct ktune_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
 	(void)state;
 
 	/* the formula is still the one in gemm.cu's header */
@@ -278,7 +278,7 @@ static void test_gemm_op__smem_bytes_per_layout(void **state)
 
 static void test_gemm_op__launch_contract(void **state)
 {
-	struct ktune_gemm_config c = { 128, 64, 32, 2, 2, 4, 8, 4 };
+	struct ktune_config c = { 128, 64, 32, 2, 2, 4, 8, 4 };
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 300, 130, 1000);
 	unsigned grid[3];
 	(void)state;
@@ -318,7 +318,7 @@ static void test_gemm_op__launch_contract(void **state)
 	assert_true(once_b);
 
 	/* GROUP_SIZE and SPLIT_K are kernel arguments: they do not change the kernel */
-	struct ktune_gemm_config d = c;
+	struct ktune_config d = c;
 	d.group_size = 1;
 	d.split_k = 16;
 	assert_true(ktune__gemm_same_kernel(&c, &d));
@@ -328,7 +328,7 @@ static void test_gemm_op__launch_contract(void **state)
 
 /* ---------------------------------------------------------------- pruning */
 
-static int prune(const struct ktune_key *key, const struct ktune_gemm_config *c, int smem_limit,
+static int prune(const struct ktune_key *key, const struct ktune_config *c, int smem_limit,
 		 char *why, size_t len)
 {
 	why[0] = 0;
@@ -338,7 +338,7 @@ static int prune(const struct ktune_key *key, const struct ktune_gemm_config *c,
 static void test_gemm_op__prune(void **state)
 {
 	struct ktune_key big = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
-	struct ktune_gemm_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
+	struct ktune_config c = { 128, 128, 32, 2, 2, 4, 8, 1 };
 	char why[256];
 	(void)state;
 
@@ -357,29 +357,29 @@ static void test_gemm_op__prune(void **state)
 	assert_int_equal(prune(&m16, &c, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "BLOCK_M=128");
 	assert_contains(why, "M=16");
-	struct ktune_gemm_config m32 = { 32, 128, 32, 2, 2, 4, 1, 1 };
+	struct ktune_config m32 = { 32, 128, 32, 2, 2, 4, 1, 1 };
 	assert_int_equal(prune(&m16, &m32, SMEM_LIMIT, why, sizeof(why)), 1);
 	struct ktune_key m17 = make_key(KTUNE_F16, "nt", 17, 4096, 4096);
 	assert_int_equal(prune(&m17, &m32, SMEM_LIMIT, why, sizeof(why)), 0);
-	struct ktune_gemm_config m16c = { 16, 128, 64, 1, 4, 3, 1, 1 };
+	struct ktune_config m16c = { 16, 128, 64, 1, 4, 3, 1, 1 };
 	struct ktune_key m1 = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
 	assert_int_equal(prune(&m1, &m16c, SMEM_LIMIT, why, sizeof(why)), 0); /* the smallest tile stays */
 
 	/* BLOCK_N far above N */
 	struct ktune_key n32 = make_key(KTUNE_F16, "nt", 4096, 32, 4096);
-	struct ktune_gemm_config n128 = { 128, 128, 32, 2, 2, 4, 1, 1 };
+	struct ktune_config n128 = { 128, 128, 32, 2, 2, 4, 1, 1 };
 	assert_int_equal(prune(&n32, &n128, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "BLOCK_N=128");
 
 	/* split-K where 32 x 32 = 1024 tiles already fill 132 SMs */
-	struct ktune_gemm_config split = c;
+	struct ktune_config split = c;
 	split.split_k = 2;
 	assert_int_equal(prune(&big, &split, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "SPLIT_K=2");
 	assert_contains(why, "1024 tiles");
 
 	/* split-K that helps: 32 tiles for M=16, 64 K tiles, 4 splits */
-	struct ktune_gemm_config skinny = { 16, 128, 64, 1, 4, 3, 1, 4 };
+	struct ktune_config skinny = { 16, 128, 64, 1, 4, 3, 1, 4 };
 	assert_int_equal(prune(&m16, &skinny, SMEM_LIMIT, why, sizeof(why)), 0);
 	/* ... but not so many splits that each gets under two K tiles */
 	struct ktune_key shortk = make_key(KTUNE_F16, "nt", 16, 4096, 256); /* 4 K tiles */
@@ -387,14 +387,14 @@ static void test_gemm_op__prune(void **state)
 	assert_contains(why, "under two K tiles");
 	/* ... nor more than 8 blocks per SM: 127 tiles x 16 splits = 2032 > 8 x 132 */
 	struct ktune_key wide = make_key(KTUNE_F16, "nt", 16, 4 * 4096 - 128, 65536); /* 127 tiles */
-	struct ktune_gemm_config s16 = skinny;
+	struct ktune_config s16 = skinny;
 	s16.split_k = 16;
 	assert_int_equal(prune(&wide, &s16, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "blocks for 132 SMs");
 
 	/* small tiles on a big problem: 64x64 on 8192^3 is 16384 tiles, over 32 per SM */
 	struct ktune_key huge = make_key(KTUNE_F16, "nt", 8192, 8192, 8192);
-	struct ktune_gemm_config small_tile = { 64, 64, 32, 2, 1, 4, 8, 1 };
+	struct ktune_config small_tile = { 64, 64, 32, 2, 1, 4, 8, 1 };
 	assert_int_equal(prune(&huge, &small_tile, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "too small");
 	assert_int_equal(prune(&big, &small_tile, SMEM_LIMIT, why, sizeof(why)), 0); /* 4096 tiles */
@@ -402,7 +402,7 @@ static void test_gemm_op__prune(void **state)
 
 	/* GROUP_SIZE with one row of tiles */
 	struct ktune_key m64 = make_key(KTUNE_F16, "nt", 64, 4096, 4096);
-	struct ktune_gemm_config grouped = { 64, 128, 32, 2, 2, 4, 8, 1 };
+	struct ktune_config grouped = { 64, 128, 32, 2, 2, 4, 8, 1 };
 	assert_int_equal(prune(&m64, &grouped, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_contains(why, "GROUP_SIZE=8");
 	grouped.group_size = 1;
@@ -431,7 +431,7 @@ static void test_gemm_op__default_config_admitted(void **state)
 				for (size_t s = 0; s < sizeof(sms) / sizeof(sms[0]); s++) {
 					struct ktune_key key = make_key(KTUNE_F16, layouts[(a + b + c) % 4],
 									ms[a], ns[b], ks[c]);
-					struct ktune_gemm_config cfg =
+					struct ktune_config cfg =
 						ktune__gemm_default_config(&key, sms[s]);
 					int sm = sms[s] > 0 ? sms[s] : SMS;
 					unsigned grid[3];
@@ -452,7 +452,7 @@ static void test_gemm_op__default_config_admitted(void **state)
 
 	/* a decode GEMV-like key: 32 tiles cannot fill 132 SMs, so K is split */
 	struct ktune_key gemv = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
-	struct ktune_gemm_config cfg = ktune__gemm_default_config(&gemv, SMS);
+	struct ktune_config cfg = ktune__gemm_default_config(&gemv, SMS);
 	assert_int_equal(cfg.block_m, 16);
 	assert_true(cfg.split_k > 1);
 	char why[256] = "";
@@ -467,7 +467,7 @@ static void test_gemm_op__default_config_admitted(void **state)
 
 static void test_gemm_op__fit_split(void **state)
 {
-	struct ktune_gemm_config cfg = { 16, 128, 64, 1, 4, 3, 1, 16 }; /* tuned for M=1 */
+	struct ktune_config cfg = { 16, 128, 64, 1, 4, 3, 1, 16 }; /* tuned for M=1 */
 	(void)state;
 
 	/* 512 x 64 tiles: 16 splits would make 524288 blocks */
@@ -488,7 +488,7 @@ static void test_gemm_op__fit_split(void **state)
 	assert_int_equal(cfg.split_k, 8);
 
 	/* fp32 scratch over 256 MiB is lowered too, even when the block count is fine */
-	struct ktune_gemm_config tall = { 256, 256, 32, 4, 2, 3, 1, 16 };
+	struct ktune_config tall = { 256, 256, 32, 4, 2, 3, 1, 16 };
 	struct ktune_key square = make_key(KTUNE_F16, "nn", 4096, 4096, 1 << 20);
 	ktune__gemm_fit_split(&square, &tall, 1000); /* 256 tiles: the block limit allows 16 */
 	assert_true(ktune__gemm_partials_bytes(&square, &tall, 1000) <= (256u << 20));
@@ -532,7 +532,7 @@ static void test_gemm_op__counts_and_tolerance(void **state)
 
 /* ------------------------------------------------------------- candidates */
 
-static int same_list(const struct ktune_gemm_config *a, const struct ktune_gemm_config *b, int n)
+static int same_list(const struct ktune_config *a, const struct ktune_config *b, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (!config_equal(&a[i], &b[i]))
@@ -543,7 +543,7 @@ static int same_list(const struct ktune_gemm_config *a, const struct ktune_gemm_
 static void test_gemm_op__candidates(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
-	struct ktune_gemm_config *all, *s1, *s1again, *s2;
+	struct ktune_config *all, *s1, *s1again, *s2;
 	int nall, n1, n1again, n2, pall, p1, p1again, p2;
 	struct ktune_err e;
 	char why[256];
@@ -592,7 +592,7 @@ static void test_gemm_op__candidates(void **state)
 	}
 
 	/* a budget at or above the count returns everything, in space order */
-	struct ktune_gemm_config *big;
+	struct ktune_config *big;
 	int nbig, pbig;
 	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, nall, 7, &big, &nbig, &pbig, &e),
 			 KTUNE_OK);
@@ -601,7 +601,7 @@ static void test_gemm_op__candidates(void **state)
 
 	/* a skinny key keeps split-K candidates; npruned may be NULL */
 	struct ktune_key gemv = make_key(KTUNE_BF16, "nn", 1, 4096, 4096);
-	struct ktune_gemm_config *sk;
+	struct ktune_config *sk;
 	int nsk, splits = 0;
 	assert_int_equal(ktune__gemm_candidates(&gemv, NULL, SMS, SMEM_LIMIT, 0, 1, &sk, &nsk, NULL, &e),
 			 KTUNE_OK);
@@ -623,12 +623,12 @@ static void test_gemm_op__candidates(void **state)
 
 /* --------------------------------------------------------------- dispatch */
 
-static const struct ktune_gemm_config cfg_a = { 128, 128, 32, 2, 2, 4, 8, 1 };
-static const struct ktune_gemm_config cfg_b = { 64, 128, 32, 2, 2, 4, 1, 1 };
-static const struct ktune_gemm_config cfg_c = { 128, 256, 32, 2, 4, 3, 8, 1 };
-static const struct ktune_gemm_config cfg_d = { 256, 128, 32, 4, 2, 3, 8, 1 };
-static const struct ktune_gemm_config cfg_e = { 32, 128, 32, 2, 2, 4, 1, 1 };
-static const struct ktune_gemm_config cfg_split = { 16, 128, 64, 1, 4, 3, 1, 16 };
+static const struct ktune_config cfg_a = { 128, 128, 32, 2, 2, 4, 8, 1 };
+static const struct ktune_config cfg_b = { 64, 128, 32, 2, 2, 4, 1, 1 };
+static const struct ktune_config cfg_c = { 128, 256, 32, 2, 4, 3, 8, 1 };
+static const struct ktune_config cfg_d = { 256, 128, 32, 4, 2, 3, 8, 1 };
+static const struct ktune_config cfg_e = { 32, 128, 32, 2, 2, 4, 1, 1 };
+static const struct ktune_config cfg_split = { 16, 128, 64, 1, 4, 3, 1, 16 };
 
 static ktune_ctx *make_ctx(const struct ktune_entry *entries, int n)
 {
@@ -653,7 +653,7 @@ static void free_ctx(ktune_ctx *ctx)
 	free(ctx);
 }
 
-static const char *choose(ktune_ctx *ctx, struct ktune_key key, struct ktune_gemm_config *cfg)
+static const char *choose(ktune_ctx *ctx, struct ktune_key key, struct ktune_config *cfg)
 {
 	const char *source = NULL;
 	memset(cfg, 0, sizeof(*cfg));
@@ -662,7 +662,7 @@ static const char *choose(ktune_ctx *ctx, struct ktune_key key, struct ktune_gem
 	return source;
 }
 
-static struct ktune_entry entry(struct ktune_key key, struct ktune_gemm_config cfg, int same)
+static struct ktune_entry entry(struct ktune_key key, struct ktune_config cfg, int same)
 {
 	struct ktune_entry e = { .key = key, .cfg = cfg, .same_device = same };
 	return e;
@@ -671,7 +671,7 @@ static struct ktune_entry entry(struct ktune_key key, struct ktune_gemm_config c
 static void test_gemm_op__dispatch_exact_beats_arch(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	/* the other device's entry first, so order does not decide */
@@ -693,7 +693,7 @@ static void test_gemm_op__dispatch_arch(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
 	struct ktune_key near = make_key(KTUNE_F16, "nt", 17, 4096, 4096);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	/* another device's exact key beats this device's nearby key */
@@ -715,7 +715,7 @@ static void test_gemm_op__dispatch_arch(void **state)
 static void test_gemm_op__dispatch_fits_shared_memory(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nn", 4096, 4096, 4096);
-	struct ktune_gemm_config cfg, big = { 128, 256, 32, 2, 4, 4, 8, 1 };
+	struct ktune_config cfg, big = { 128, 256, 32, 2, 4, 4, 8, 1 };
 	(void)state;
 
 	struct ktune_entry ents[] = { entry(key, big, 0) };
@@ -738,7 +738,7 @@ static void test_gemm_op__dispatch_shipped_is_lowest(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
 	struct ktune_key near = make_key(KTUNE_F16, "nt", 20, 4096, 4096);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	struct ktune_entry shipped = entry(key, cfg_split, 1);
@@ -772,7 +772,7 @@ static void test_gemm_op__dispatch_shipped_prefers_this_gpu(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
 	struct ktune_key near = make_key(KTUNE_F16, "nt", 4000, 4096, 4096);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	struct ktune_entry other = entry(key, cfg_a, 0), mine = entry(key, cfg_b, 1);
@@ -792,7 +792,7 @@ static void test_gemm_op__dispatch_shipped_prefers_this_gpu(void **state)
 static void test_gemm_op__dispatch_nearest(void **state)
 {
 	struct ktune_key query = make_key(KTUNE_F16, "nt", 1500, 4096, 4096);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	struct ktune_entry ents[] = {
@@ -841,7 +841,7 @@ static void test_gemm_op__dispatch_nearest_prefers_this_device(void **state)
 {
 	struct ktune_key tuned = make_key(KTUNE_BF16, "nn", 1024, 1024, 1024);
 	struct ktune_key query = make_key(KTUNE_BF16, "nn", 512, 1024, 1024);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	/* the same key tuned on both devices: this device's wins the tie, in either order */
@@ -883,13 +883,13 @@ static void test_gemm_op__dispatch_nearest_prefers_this_device(void **state)
 static void test_gemm_op__dispatch_default(void **state)
 {
 	struct ktune_key query = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 
 	/* no entries at all */
 	ktune_ctx *ctx = make_ctx(NULL, 0);
 	assert_string_equal(choose(ctx, query, &cfg), "default");
-	struct ktune_gemm_config want = ktune__gemm_default_config(&query, SMS);
+	struct ktune_config want = ktune__gemm_default_config(&query, SMS);
 	assert_config_equal(&cfg, &want);
 	assert_true(cfg.split_k > 1);
 	assert_int_equal(ctx->misses, 1);
@@ -920,13 +920,13 @@ static void test_gemm_op__dispatch_default(void **state)
 /* ----------------------------------------------------------- wgmma family */
 
 /* 128x256, 4 stages, 2 consumers: the family's best on large H100 keys. */
-static const struct ktune_gemm_config wg_a = { .block_m = 128, .block_n = 256, .block_k = 64,
+static const struct ktune_config wg_a = { .block_m = 128, .block_n = 256, .block_k = 64,
 					       .stages = 4, .group_size = 8, .split_k = 1,
 					       .family = KTUNE_GEMM_WGMMA, .consumers = 2, .cluster_m = 2 };
 
 static void test_gemm_op__wgmma_text_round_trip(void **state)
 {
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	char text[256];
 	struct ktune_err e;
 	(void)state;
@@ -952,7 +952,7 @@ static void test_gemm_op__wgmma_text_round_trip(void **state)
 	assert_null(strstr(text, "FAMILY"));
 
 	/* every admitted wgmma config round-trips */
-	struct ktune_gemm_config *k;
+	struct ktune_config *k;
 	int n;
 	assert_int_equal(ktune__gemm_space_kernels(KTUNE_GEMM_WGMMA, &k, &n, &e), KTUNE_OK);
 	assert_int_equal(n, 34);
@@ -967,7 +967,7 @@ static void test_gemm_op__wgmma_text_round_trip(void **state)
 		assert_true(c.block_m % (64 * c.consumers) == 0);
 		assert_true(c.block_m / c.consumers / 64 * c.block_n / 2 <= (c.consumers == 3 ? 96 : 128));
 		/* each tile with the deepest ring that fits */
-		struct ktune_gemm_config deeper = c;
+		struct ktune_config deeper = c;
 		deeper.stages++;
 		assert_true(c.stages == 16 || ktune__gemm_smem_bytes(NULL, &deeper) > 232448);
 		if (c.block_m == 64 && c.block_n == 64)
@@ -998,7 +998,7 @@ static void test_gemm_op__wgmma_parse_is_strict(void **state)
 		{ "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,"
 		  "GROUP_SIZE=8,SPLIT_K=1,", "trailing ','" },
 	};
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	struct ktune_err e;
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -1034,7 +1034,7 @@ static void test_gemm_op__wgmma_parse_is_strict(void **state)
 
 static void test_gemm_op__wgmma_same_kernel_and_contract(void **state)
 {
-	struct ktune_gemm_config b = wg_a;
+	struct ktune_config b = wg_a;
 	struct ktune_key key = make_key(KTUNE_BF16, "nt", 1000, 3000, 4096);
 	unsigned grid[3];
 	(void)state;
@@ -1047,7 +1047,7 @@ static void test_gemm_op__wgmma_same_kernel_and_contract(void **state)
 	b.consumers = 1;
 	assert_false(ktune__gemm_same_kernel(&wg_a, &b));
 	/* the same tile numbers in the other family are another kernel */
-	struct ktune_gemm_config mma = { 128, 256, 64, 0, 0, 4, 8, 1 };
+	struct ktune_config mma = { 128, 256, 64, 0, 0, 4, 8, 1 };
 	b = wg_a;
 	b.consumers = b.cluster_m = 0;
 	assert_false(ktune__gemm_same_kernel(&mma, &b));
@@ -1101,7 +1101,7 @@ static void test_gemm_op__wgmma_same_kernel_and_contract(void **state)
 static void test_gemm_op__wgmma_prune(void **state)
 {
 	char why[256];
-	struct ktune_gemm_config c = wg_a;
+	struct ktune_config c = wg_a;
 	(void)state;
 
 	struct ktune_key key = make_key(KTUNE_F16, "nn", 4096, 4096, 4096);
@@ -1121,7 +1121,7 @@ static void test_gemm_op__wgmma_prune(void **state)
 	assert_int_equal(ktune__gemm_prune(&small_n, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_non_null(strstr(why, "BLOCK_N"));
 	/* a 64-row tile stays for M = 1 (nothing smaller exists), without a cluster */
-	struct ktune_gemm_config small = { .block_m = 64, .block_n = 128, .block_k = 64, .stages = 7,
+	struct ktune_config small = { .block_m = 64, .block_n = 128, .block_k = 64, .stages = 7,
 					   .group_size = 1, .split_k = 1, .family = KTUNE_GEMM_WGMMA,
 					   .consumers = 1, .cluster_m = 1 };
 	struct ktune_key gemv = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
@@ -1133,7 +1133,7 @@ static void test_gemm_op__wgmma_prune(void **state)
 	/* split-K: where 32 tiles leave SMs idle, not where 1024 fill them */
 	small.split_k = 4;
 	assert_int_equal(ktune__gemm_prune(&gemv, &small, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
-	struct ktune_gemm_config split_big = c;
+	struct ktune_config split_big = c;
 	split_big.split_k = 2;
 	split_big.cluster_m = 1; /* 512 tiles of 128 x 256: a last wave of 116 is no use split */
 	assert_int_equal(ktune__gemm_prune(&key, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
@@ -1165,7 +1165,7 @@ static void test_gemm_op__wgmma_prune(void **state)
 	assert_int_equal(ktune__gemm_prune(&even, &split_big, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
 	assert_non_null(strstr(why, "0 in the last wave"));
 	assert_int_equal(ktune__gemm_partials_bytes(&even, &split_big, SMS), 0);
-	struct ktune_gemm_config two = wg_a; /* 128 x 256, 2 consumers, clusters of 2 */
+	struct ktune_config two = wg_a; /* 128 x 256, 2 consumers, clusters of 2 */
 	two.split_k = 2;
 	struct ktune_key m1k = make_key(KTUNE_F16, "nt", 1000, 1000, 4096);
 	/* 4 x 4 cluster tiles of 256 x 256 rows */
@@ -1186,7 +1186,7 @@ static void test_gemm_op__wgmma_prune(void **state)
 	assert_int_equal(small.split_k, 8);
 	small.split_k = 1;
 	/* candidates: wgmma ones only for aligned keys on sm_90, after the mma.sync ones */
-	struct ktune_gemm_config *cfgs;
+	struct ktune_config *cfgs;
 	int n, nmma, pruned;
 	struct ktune_err e;
 	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 0, 1, &cfgs, &nmma,
@@ -1226,7 +1226,7 @@ static void test_gemm_op__dispatch_never_wgmma_for_unaligned(void **state)
 {
 	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
 	struct ktune_key unaligned = key;
-	struct ktune_gemm_config cfg;
+	struct ktune_config cfg;
 	(void)state;
 	unaligned.aligned = 0;
 

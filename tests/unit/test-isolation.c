@@ -41,12 +41,12 @@ static void test_isolation__planted_candidates(void **state)
 	static const char *actions[] = { "crash", "hang", "compile_error", "wrong",
 					 "compile_hang", "die_once", "die", "compile_die" };
 	enum { NPLANT = sizeof(actions) / sizeof(actions[0]) };
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 't', 256, 256, 256, 1 };
+	struct ktune_key key = { "gemm", KTUNE_F16, "nt", 256, 256, 256, 1 };
 	struct ktune_tune_options o = { .budget = 40, .seed = 9, .finalists = 4, .jobs = 2,
 					.timeout_s = 0.5, .compile_timeout_s = 1.5, .progress = NULL };
 	if (getenv("KTUNE_TEST_VERBOSE"))
 		o.progress = stderr;
-	struct ktune_gemm_config *cfgs;
+	struct ktune_config *cfgs;
 	struct ktune_tuner *t;
 	struct ktune_tune_report r;
 	struct ktune_err e;
@@ -72,7 +72,7 @@ static void test_isolation__planted_candidates(void **state)
 	struct test_failures f = { .n = 0 };
 	char driver[] = "13.0";
 	/* the planted configs are the first of the list: mma.sync's, stored under gemm.cu's hash */
-	struct ktune_gemm_config last;
+	struct ktune_config last;
 	assert_int_equal(ktune__gemm_config_parse(text[NPLANT - 1], &last, &e), KTUNE_OK);
 	assert_int_equal(last.family, KTUNE_GEMM_MMA);
 	assert_int_equal(ktune__db_failed_configs(ktune__tuner_db(t), &ktune__tuner_device(t)->id,
@@ -117,9 +117,9 @@ static void test_isolation__missing_worker_is_a_clear_error(void **state)
 
 static void test_isolation__run_timeout_is_derived_from_the_key(void **state)
 {
-	struct ktune_key small = { "gemm", KTUNE_F16, 'n', 't', 64, 64, 64, 1 };
-	struct ktune_key big = { "gemm", KTUNE_F16, 'n', 'n', 65536, 65536, 65536, 1 };
-	struct ktune_key mid = { "gemm", KTUNE_F16, 'n', 'n', 16384, 16384, 16384, 1 };
+	struct ktune_key small = { "gemm", KTUNE_F16, "nt", 64, 64, 64, 1 };
+	struct ktune_key big = { "gemm", KTUNE_F16, "nn", 65536, 65536, 65536, 1 };
+	struct ktune_key mid = { "gemm", KTUNE_F16, "nn", 16384, 16384, 16384, 1 };
 	(void)state;
 	assert_true(ktune__run_timeout(&small, 0) == 2);  /* the floor */
 	assert_true(ktune__run_timeout(&big, 0) == 60);   /* the cap */
@@ -158,7 +158,7 @@ static void tune_fake(const struct ktune_key *key, const struct ktune_tune_optio
  */
 static double tuned_ratio(const char *drift)
 {
-	struct ktune_key key = { "gemm", KTUNE_BF16, 'n', 'n', 512, 512, 512, 1 };
+	struct ktune_key key = { "gemm", KTUNE_BF16, "nn", 512, 512, 512, 1 };
 	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 4, .jobs = 2, .timeout_s = 2,
 					.compile_timeout_s = 5, .progress = NULL };
 	struct ktune_tune_report r;
@@ -180,7 +180,7 @@ static void test_isolation__ratio_survives_a_heating_gpu(void **state)
 /* 4096^3 on the fake GPU with `var` set to `value` wins with the config it wins with on a steady one. */
 static void same_winner_as_steady(const char *var, const char *value)
 {
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 4096, 4096, 4096, 1 };
+	struct ktune_key key = { "gemm", KTUNE_F16, "nn", 4096, 4096, 4096, 1 };
 	struct ktune_tune_options o = { .budget = 48, .seed = 11, .finalists = 4, .jobs = 2, .timeout_s = 2,
 					.compile_timeout_s = 5, .progress = NULL };
 	struct ktune_tune_report steady, disturbed;
@@ -242,7 +242,7 @@ static void sweep_group(int group_pick, struct ktune_result *stored)
 	ktune__spec_free(&spec);
 	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
 	for (int i = 0; i < GROUP_KEYS; i++) {
-		struct ktune_key key = { "gemm", KTUNE_BF16, 'n', 't', 256, group_n[i], 256, 1 };
+		struct ktune_key key = { "gemm", KTUNE_BF16, "nt", 256, group_n[i], 256, 1 };
 		assert_int_equal(ktune__db_get_result(ktune__tuner_db(t), &ktune__tuner_device(t)->id, &key,
 						      &stored[i], &e), 1);
 	}
@@ -252,7 +252,7 @@ static void sweep_group(int group_pick, struct ktune_result *stored)
 /* A config text without its GROUP_SIZE: "BMxBN family cluster split stages consumers". */
 static void tiling(const char *config, char *out, size_t len)
 {
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	struct ktune_err e;
 	assert_int_equal(ktune__gemm_config_parse(config, &c, &e), KTUNE_OK);
 	snprintf(out, len, "%dx%d f%d c%d s%d st%d w%d", c.block_m, c.block_n, c.family, c.cluster_m, c.split_k,
@@ -261,7 +261,7 @@ static void tiling(const char *config, char *out, size_t len)
 
 /* The fastest config by trial time whose tile (BLOCK_M x BLOCK_N) is not `winner`'s. */
 struct runner_up {
-	struct ktune_gemm_config winner;
+	struct ktune_config winner;
 	char config[256];
 	double time_us;
 };
@@ -269,7 +269,7 @@ struct runner_up {
 static int note_runner_up(const char *config, double time_us, double err_fro, double err_max, void *arg)
 {
 	struct runner_up *u = arg;
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	struct ktune_err e;
 	(void)err_fro;
 	(void)err_max;
@@ -292,7 +292,7 @@ static void runner_up(char *group, size_t len, int split, char *out, size_t out_
 {
 	struct ktune_result steady[GROUP_KEYS];
 	struct runner_up u = { .config = "" };
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 	struct ktune_tuner *t;
 	struct ktune_err e;
 	char b[64];
@@ -405,7 +405,7 @@ static void test_isolation__group_pick_keeps_a_clear_winner(void **state)
 static void test_isolation__group_pick_keeps_a_keys_split(void **state)
 {
 	struct ktune_result hot[GROUP_KEYS], picked[GROUP_KEYS];
-	struct ktune_gemm_config want, got;
+	struct ktune_config want, got;
 	struct ktune_err e;
 	char group[64], hot_config[256];
 	(void)state;
@@ -428,7 +428,7 @@ static void test_isolation__group_pick_keeps_a_keys_split(void **state)
  */
 static void test_isolation__bench_times_a_stored_result_again(void **state)
 {
-	struct ktune_key key = { "gemm", KTUNE_F16, 'n', 'n', 384, 256, 512, 1 };
+	struct ktune_key key = { "gemm", KTUNE_F16, "nn", 384, 256, 512, 1 };
 	struct ktune_tune_options o = { .budget = 16, .seed = 5, .finalists = 3, .jobs = 2, .timeout_s = 2,
 					.compile_timeout_s = 5, .progress = NULL };
 	struct ktune_tuner *t;

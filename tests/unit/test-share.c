@@ -43,7 +43,7 @@ static int setup_tmp(void **state)
 static struct ktune_result make_result(int i)
 {
 	struct ktune_result r;
-	struct ktune_gemm_config c;
+	struct ktune_config c;
 
 	memset(&r, 0, sizeof(r));
 	snprintf(r.device.name, sizeof(r.device.name), "NVIDIA H100 80GB HBM3");
@@ -51,8 +51,8 @@ static struct ktune_result make_result(int i)
 	r.device.sm_count = 132;
 	snprintf(r.key.op, sizeof(r.key.op), "gemm");
 	r.key.dtype = i % 2 ? KTUNE_BF16 : KTUNE_F16;
-	r.key.trans_a = 'n';
-	r.key.trans_b = 't';
+	r.key.variant[0] = 'n';
+	r.key.variant[1] = 't';
 	r.key.m = i + 1;
 	r.key.n = 4096;
 	r.key.k = 4096;
@@ -258,7 +258,7 @@ static void test_share__standalone_sqlite_round_trip(void **state)
 static void test_share__sqlite_rows_are_checked(void **state)
 {
 	static const char *const cases[][2] = {
-		{ "UPDATE results SET m = 0", "row 1: key.m: '0' is not in 1..2147483647" },
+		{ "UPDATE results SET m = 0", "row 1: key: gemm: m = 0 is not in 1.." },
 		{ "UPDATE results SET config = 'BLOCK_M=48'", "row 1: config:" },
 		{ "UPDATE results SET family = 'evil'", "row 1: family: 'evil' is not a known" },
 		{ "UPDATE devices SET name = 'a' || char(27) || '[2J'",
@@ -389,11 +389,11 @@ static void test_share__stale_entries_are_skipped(void **state)
 
 static void test_share__rejects_newer_format(void **state)
 {
-	char *text = make_text(1), *newer = replace(text, "version: 1\n", "version: 2\n");
+	char *text = make_text(1), *newer = replace(text, "version: 2\n", "version: 3\n");
 
 	(void)state;
 	expect_refused(newer, strlen(newer),
-		       "t.yaml:3: version: was written by a newer ktune (format 2, this ktune reads 1)");
+		       "t.yaml:3: version: was written by a newer ktune (format 3, this ktune reads 2)");
 	free(newer);
 	free(text);
 }
@@ -468,16 +468,18 @@ static void test_share__rejects_huge_and_nested(void **state)
 static void test_share__rejects_values_outside_the_space(void **state)
 {
 	static const char *const cases[][3] = {
-		{ "m: 1\n", "m: 0\n", "t.yaml:14: entries[0].key.m: '0' is not in 1..2147483647" },
-		{ "m: 1\n", "m: 2147483648\n", "entries[0].key.m: '2147483648' is not in" },
+		{ "m: 1\n", "m: 0\n", "t.yaml:6: entries[0].key: gemm: m = 0 is not in 1.." },
+		{ "m: 1\n", "m: 2147483648\n", "entries[0].key: gemm: M, N and K are at most 1048576" },
+		{ "m: 1\n", "m: 17179869185\n", "entries[0].key.m: '17179869185' is not in" },
 		{ "m: 1\n", "m: 1.5\n", "entries[0].key.m: '1.5' is not an integer" },
 		{ "m: 1\n", "m: [1]\n", "entries[0].key.m: expected a scalar" },
 		{ "aligned: 1", "aligned: 2", "key.aligned: '2' is not in 0..1" },
 		{ "sms: 132", "sms: 0", "device.sms: '0' is not in 1..1024" },
 		{ "arch: \"sm_90\"", "arch: \"sm_9\"", "device.arch: 'sm_9' is not an arch" },
-		{ "dtype: \"f16\"", "dtype: \"f32\"", "key.dtype: 'f32' is not one of f16, bf16" },
-		{ "layout: \"nt\"", "layout: \"xt\"", "key.layout: 'xt' is not one of nn" },
-		{ "op: \"gemm\"", "op: \"conv\"", "key.op: 'conv' is not a known template family" },
+		{ "dtype: \"f16\"", "dtype: \"f32\"", "entries[0].key: gemm: dtype 'f32' is not supported" },
+		{ "variant: \"nt\"", "variant: \"xt\"", "key: gemm: layout in variant 'xt' is not one of nn, nt" },
+		{ "variant: \"nt\"", "variant: \"nt,x\"", "key: gemm: variant 'nt,x' has 2 parts, not 1" },
+		{ "op: \"gemm\"", "op: \"conv\"", "key.op: 'conv' is not a known op" },
 		{ "family: \"gemm\"", "family: \"evil\"", "family: 'evil' is not a known template family" },
 		{ "BLOCK_M=16,", "BLOCK_M=48,", "config: 'BLOCK_M=48,BLOCK_N=128" },
 		{ "BLOCK_M=16,", "BLOCK_M=16,EVIL=1,", "unknown parameter 'EVIL'" },
@@ -629,7 +631,7 @@ static void test_share__import_killed_midway_changes_nothing(void **state)
 	struct test_scratch *t = *state;
 	const long n = 60000;
 	struct ktune_result *rs = malloc((size_t)n * sizeof(*rs));
-	char wal[TEST_PATH_MAX], *before, *after;
+	char wal[TEST_PATH_MAX + 8], *before, *after;
 	long i;
 	int round, killed = 0;
 

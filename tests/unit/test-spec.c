@@ -176,10 +176,12 @@ static void test_spec__default_suite(void **state)
 	(void)state;
 	assert_int_equal(ktune__spec_default(&s, &e), 0);
 	/*
-	 * 2 dtypes x 2 layouts x 25 shapes, less the repeat of 4096^3: it is
-	 * both a square and M=4096 with (N, K) = (4096, 4096).
+	 * GEMM: 2 dtypes x 2 layouts x 25 shapes, less the repeat of 4096^3: it
+	 * is both a square and M=4096 with (N, K) = (4096, 4096).  Then add (3
+	 * dtypes x 3 sizes), gelu (2 x 2 variants x 3 sizes), glu (6 variants
+	 * x 3 shapes) and dropout (3 sizes).
 	 */
-	assert_int_equal(s.nkeys, 2 * 2 * 24);
+	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3);
 	assert_int_equal(s.budget, 0);
 	assert_string_equal(fmt(&s.keys[0]), "gemm f16 nn 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[4]), "gemm f16 nn 8192x8192x8192 aligned");
@@ -188,6 +190,10 @@ static void test_spec__default_suite(void **state)
 	assert_string_equal(fmt(&s.keys[24]), "gemm f16 nt 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[48]), "gemm bf16 nn 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[95]), "gemm bf16 nt 4096x4096x14336 aligned");
+	assert_string_equal(fmt(&s.keys[96]), "add f32 1048576 aligned");
+	assert_string_equal(fmt(&s.keys[105]), "gelu bf16 erf,fwd 1048576 aligned");
+	assert_string_equal(fmt(&s.keys[118]), "glu bf16 swiglu,fwd 4096x16384 aligned"); /* 14336 -> its bucket */
+	assert_string_equal(fmt(&s.keys[137]), "dropout bf16 67108864 aligned");
 	for (i = 0; i < s.nkeys; i++) {
 		for (j = 0; j < i; j++)
 			assert_string_not_equal(fmt(&s.keys[i]), fmt(&s.keys[j]));
@@ -329,8 +335,8 @@ static void test_spec__rejects_bad_structure(void **state)
 		     "spec.yaml:3: gemm: missing 'shapes'");
 	expect_error("gemm:\n  dtypes: [f16]\n  layouts: [nn]\n  shapes: []\n",
 		     "spec.yaml:4: gemm.shapes: empty list");
-	expect_error("budget: 8\n", "spec.yaml:1: missing 'gemm'");
-	expect_error("budget: 8\nconv: {}\n", "spec.yaml:2: unknown key 'conv'");
+	expect_error("budget: 8\n", "spec.yaml:1: no op to tune: give one of gemm, add, gelu, glu, dropout");
+	expect_error("budget: 8\nconv: {}\n", "spec.yaml:2: unknown key 'conv' (ops: gemm, add, gelu, glu, dropout)");
 	expect_error("budget: -1\ngemm: {}\n", "spec.yaml:1: budget: '-1' is negative");
 	expect_error("budget: lots\ngemm: {}\n", "spec.yaml:1: budget: 'lots' is not an integer");
 	expect_error("gemm:\n  dtypes: [f16]\n  layouts: [nn]\n  shapes:\n"
@@ -358,7 +364,7 @@ static void test_spec__rejects_garbage(void **state)
 
 	(void)state;
 	expect_error("", "spec.yaml: empty document");
-	expect_error("42\n", "spec.yaml:1: expected a mapping with 'gemm' and optionally 'budget'");
+	expect_error("42\n", "spec.yaml:1: expected a mapping of ops (gemm, add, gelu, glu, dropout) and optionally 'budget'");
 	expect_error("x: &a [1]\ny: *a\n", "spec.yaml:2: aliases are not supported");
 	expect_error("gemm: {}\n...\n---\ngemm: {}\n", "spec.yaml:3: more than one document");
 	expect_error("gemm: {dtypes: [f16\n", "spec.yaml:2: did not find expected ',' or ']'");
@@ -426,7 +432,7 @@ static void test_spec__survives_mutations(void **state)
 
 static void test_spec__key_helpers(void **state)
 {
-	struct ktune_key k = { "gemm", KTUNE_BF16, 'n', 'n', 16, 4096, 4096, 0 };
+	struct ktune_key k = { "gemm", KTUNE_BF16, "nn", 16, 4096, 4096, 0 };
 	ktune_dtype d = KTUNE_F16;
 	char layout[3], buf[64];
 
@@ -436,17 +442,19 @@ static void test_spec__key_helpers(void **state)
 	assert_null(ktune__dtype_name((ktune_dtype)7));
 	assert_int_equal(ktune__dtype_parse("bf16", &d), 0);
 	assert_int_equal(d, KTUNE_BF16);
-	assert_int_equal(ktune__dtype_parse("f32", &d), -1);
+	assert_int_equal(ktune__dtype_parse("f32", &d), 0);
+	assert_int_equal(d, KTUNE_F32);
+	assert_int_equal(ktune__dtype_parse("f64", &d), -1);
 	assert_int_equal(ktune__dtype_parse("F16", &d), -1);
 	assert_int_equal(ktune__dtype_size(KTUNE_F16), 2);
 	assert_int_equal(ktune__dtype_size(KTUNE_BF16), 2);
 	assert_int_equal(ktune__layout_parse("tn", &k), 0);
-	assert_int_equal(k.trans_a, 't');
-	assert_int_equal(k.trans_b, 'n');
+	assert_int_equal(k.variant[0], 't');
+	assert_int_equal(k.variant[1], 'n');
 	assert_int_equal(ktune__layout_parse("nx", &k), -1);
 	assert_int_equal(ktune__layout_parse("n", &k), -1);
 	assert_int_equal(ktune__layout_parse("ntt", &k), -1);
-	assert_int_equal(k.trans_b, 'n'); /* unchanged by a failed parse */
+	assert_int_equal(k.variant[1], 'n'); /* unchanged by a failed parse */
 	ktune__layout_name(&k, layout);
 	assert_string_equal(layout, "tn");
 	ktune__key_format(&k, buf, sizeof(buf));

@@ -1,0 +1,65 @@
+/*
+ * elementwise.h - what the elementwise ops (add.c, gelu.c, glu.c,
+ * dropout.c) share: their tunables, defines, launch geometry, pruning,
+ * default config, key bucketing and tolerances.
+ *
+ * Every elementwise space has the parameters VEC (elements per vector
+ * access), UNROLL (vectors in flight per thread), THREADS (per block),
+ * CACHE (0: plain loads and stores; 1: streaming hints) and BLOCKS_PER_SM
+ * (a launch parameter: the grid is at most SMs x BLOCKS_PER_SM blocks
+ * walking the data, 0: as many blocks as cover it once).  The element type
+ * and the alignment class are compiled in (DTYPE, ALIGNED).
+ */
+#ifndef KTUNE_ELEMENTWISE_H
+#define KTUNE_ELEMENTWISE_H
+
+#include "ops/op.h"
+
+/* The tuned size of a call: the next power of two (sizes within a factor of two share a tuning). */
+int64_t ktune__ew_bucket(int64_t n);
+/* Every size field of the key to its bucket. */
+void ktune__ew_key_bucket(struct ktune_key *key);
+
+/* -DDTYPE, -DALIGNED and the space's compiled parameters (all but BLOCKS_PER_SM). */
+int ktune__ew_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max);
+/* Configs that differ only in BLOCKS_PER_SM compile to the same kernel. */
+int ktune__ew_same_kernel(const struct ktune_op *op, const struct ktune_config *a,
+			  const struct ktune_config *b);
+
+/* The elements one vector access moves for this key and config: VEC if aligned, else 1. */
+int ktune__ew_vec(const struct ktune_key *key, const struct ktune_config *c);
+/*
+ * The launch of a kernel walking `nvec` vectors with THREADS x UNROLL per
+ * block and step: ceil(nvec / (THREADS * UNROLL)) blocks, at most SMs x
+ * BLOCKS_PER_SM of them when that is set; at least one.
+ */
+void ktune__ew_geometry(const struct ktune_config *c, int64_t nvec, int sm_count,
+			struct ktune_op_launch *out, const struct ktune_op *op);
+
+/*
+ * Vectors wider than 16 bytes, or wider than one element for the unaligned
+ * class (its kernels only take the scalar path); more threads per step than
+ * the key has vectors, beyond the smallest block.
+ */
+int ktune__ew_prune(const struct ktune_key *key, const struct ktune_config *c, int64_t nvec,
+		    char *why, size_t len);
+
+/* 16-byte vectors, 2 in flight, 256 threads, streaming, one pass (the space's nearest values). */
+struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct ktune_key *key);
+
+/* Squared distance of the keys' sizes in log space (same op, dtype and variant assumed). */
+double ktune__ew_distance(const struct ktune_key *a, const struct ktune_key *b);
+
+/* Accepted error relative to max(1, |reference|): the dtype's rounding, a few ulps of fp32 math. */
+double ktune__ew_tolerance(ktune_dtype dtype);
+
+/* The kernel argument slots: a device pointer, a 64-bit integer, a float. */
+void ktune__ew_arg_ptr(struct ktune_op_args *a, uint64_t p);
+void ktune__ew_arg_i64(struct ktune_op_args *a, int64_t v);
+void ktune__ew_arg_f32(struct ktune_op_args *a, float v);
+void ktune__ew_arg_u64(struct ktune_op_args *a, uint64_t v);
+
+/* The element types every elementwise op takes. */
+extern const ktune_dtype ktune__ew_dtypes[3];
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * op.h - the op registry.  Every op ktune tunes is one struct ktune_op,
+ * filled by its own src/ops/<op>.c and listed in src/ops/ops.c's table (as
+ * git lists its builtins).  Keys, the database, export and import, sweep
+ * specs, the CLI and the tuner know an op through this struct: its key
+ * fields and their roles, its template families, how a key's problem is
+ * laid out (buffers, kernel arguments, launch geometry), its float64
+ * reference, tolerances, bytes and FLOPs, and the default for a key that
+ * nobody tuned.
+ *
+ * Every field of a key has one role (ktune_field_role): compiled in (a
+ * variant part or the dtype: a define), tuned (a size, stored in the key
+ * after its bucketing rule) or runtime (a kernel argument, never in the
+ * key).  Mixing them is the commonest tuner bug: a flag missing from the
+ * key, or a length in the key that re-tunes mid-training.
+ *
+ * Ops other than GEMM are pure: no CUDA here.  Their buffers are described
+ * as data, their reference runs on the host, and the worker
+ * (src/tuner/worker-op.c) and the runtime (src/runtime/op_api.c) do the GPU
+ * calls.  GEMM's two families, its cuBLAS baseline and its tuner predate
+ * the registry: its entry names its fields and families, and the tuner and
+ * runtime still take its own path (src/ops/gemm.c).
+ */
+#ifndef KTUNE_OP_H
+#define KTUNE_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "key.h"
+#include "ops/config.h"
+#include "search/space.h"
+
+enum ktune_field_role {
+	KTUNE_ROLE_COMPILED, /* in the key and compiled in: a part of the variant */
+	KTUNE_ROLE_TUNED,    /* in the key after bucketing: one size tuned for a range of sizes */
+	KTUNE_ROLE_RUNTIME,  /* a kernel argument, never in the key (the caller's exact sizes) */
+};
+
+/* A field of an op's key as the CLI (--NAME), sweep specs and export files name it. */
+struct ktune_op_field {
+	const char *name;           /* "n", "rows", "approx" */
+	const char *help;           /* "elements (tuned in powers of two)" */
+	enum ktune_field_role role;
+	int dim;                    /* a size: 0, 1, 2 (the key's m, n, k); -1: a part of the variant */
+	const char *const *choices; /* a variant part: its values, NULL-terminated; the first is the default */
+};
+
+/* A template family: kernels/templates/<source> with its search space <space>. */
+struct ktune_family {
+	const char *name;   /* the results' family column and the space's `family:` */
+	const char *source; /* "add.cu" */
+	const char *space;  /* "add.yaml" */
+	const char *entry;  /* the kernel's extern "C" name */
+};
+
+#define KTUNE_OP_MAX_BUFS 6
+
+/* One buffer of an op's problem. */
+struct ktune_op_buf {
+	const char *name; /* "x", "dy" */
+	int output;       /* 1: written by the kernel (poisoned before each run, checked after) */
+	int64_t elems;    /* elements of the key's dtype, row stride included */
+	int64_t ld;       /* its row stride in the tuner's packed layout; 0: one-dimensional */
+};
+
+/* The buffers of a key's problem as the tuner lays them out (packed, aligned). */
+struct ktune_op_layout {
+	int nbufs;
+	struct ktune_op_buf bufs[KTUNE_OP_MAX_BUFS];
+};
+
+/*
+ * One call of an op: its device buffers (in the op's buffer order), the
+ * caller's exact sizes, row strides in elements, and the op's scalars.
+ */
+struct ktune_op_call {
+	uint64_t buf[KTUNE_OP_MAX_BUFS];
+	int64_t size[KTUNE_KEY_DIMS]; /* as the key's m, n, k, before bucketing */
+	int64_t ld[KTUNE_OP_MAX_BUFS]; /* 0 where the op has no strides */
+	float p;                       /* dropout's probability */
+	uint64_t seed, offset;         /* dropout's Philox key and counter offset */
+};
+
+/* Kernel arguments as cuLaunchKernel takes them: argv[i] points into slot[i]. */
+struct ktune_op_args {
+	int n;
+	void *argv[16];
+	unsigned char slot[16][8];
+};
+
+/* A launch: the kernel's grid, block and dynamic shared memory. */
+struct ktune_op_launch {
+	unsigned grid[3], block[3];
+	unsigned smem;
+};
+
+struct ktune_op {
+	const char *name;    /* "gemm", "add", ...: the key's op */
+	const char *summary; /* one line for 'ktune help tune' */
+	const struct ktune_op_field *fields;
+	int nfields;
+	const struct ktune_family *families;
+	int nfamilies;
+	const ktune_dtype *dtypes; /* the element types it takes */
+	int ndtypes;
+	/* Its section of the built-in default suite, as a sweep spec writes it (YAML); NULL: none. */
+	const char *suite;
+
+	/* The key.  NULL key_check: every size >= 1 and <= KTUNE_OP_MAX_SIZE. */
+	int (*key_check)(const struct ktune_key *key, struct ktune_err *e);
+	/* A call's exact sizes to the key tuned for them (the bucketing of tuned fields). */
+	void (*key_bucket)(struct ktune_key *key);
+	double (*bytes)(const struct ktune_key *key); /* fewest bytes moved */
+	double (*flops)(const struct ktune_key *key);
+
+	/* Everything below is NULL for GEMM (src/ops/gemm.c has its own). */
+
+	/* The buffers of the key's problem (packed rows: the tuner's layout). */
+	void (*layout)(const struct ktune_key *key, struct ktune_op_layout *out);
+	/*
+	 * Inputs for the tuner and the tests: input buffer i's values, uniform
+	 * in [lo, hi) (they are rounded to the dtype).
+	 */
+	void (*input_range)(const struct ktune_key *key, int buf, double *lo, double *hi);
+	/*
+	 * The float64 reference on the host: reads the input buffers of `bufs`
+	 * (layout order, packed as layout() says), writes the output ones.
+	 */
+	void (*reference)(const struct ktune_key *key, const struct ktune_op_call *call,
+			  double *const *bufs);
+	/* Largest accepted error of output buffer `buf`, relative to max(1, |reference|). */
+	double (*tolerance)(const struct ktune_key *key, int buf);
+	/* 0 if the config is worth timing for the key, else 1 with the reason. */
+	int (*prune)(const struct ktune_key *key, const struct ktune_config *c, int sm_count,
+		     char *why, size_t len);
+	/* NVRTC -D options for the key's variant of the config; at most max strings of 48 bytes. */
+	int (*defines)(const struct ktune_key *key, const struct ktune_config *c, char opts[][48],
+		       int max);
+	/* Two configs compile to the same kernel (they differ only in launch parameters). */
+	int (*same_kernel)(const struct ktune_config *a, const struct ktune_config *b);
+	/* Grid and block for a call on a device of sm_count SMs. */
+	void (*geometry)(const struct ktune_key *key, const struct ktune_config *c,
+			 const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out);
+	/* The kernel's arguments for a call. */
+	void (*args)(const struct ktune_key *key, const struct ktune_op_call *call,
+		     struct ktune_op_args *out);
+	/* The config for a key nobody tuned, from what is known of the device. */
+	struct ktune_config (*default_config)(const struct ktune_key *key, int sm_count);
+	/* How far apart two keys of the same op, dtype and variant are, for "nearest". */
+	double (*distance)(const struct ktune_key *a, const struct ktune_key *b);
+};
+
+/* Largest size of any op's key field. */
+#define KTUNE_OP_MAX_SIZE (INT64_C(1) << 34)
+
+/* Every op, in table order (gemm first); the list ends with NULL. */
+extern const struct ktune_op *const ktune__ops[];
+
+/* The op called `name`, or NULL. */
+const struct ktune_op *ktune__op_find(const char *name);
+/* The op of a key; NULL for a key of no known op. */
+const struct ktune_op *ktune__op_of(const struct ktune_key *key);
+/* "gemm, add, gelu, glu, dropout": for messages. */
+const char *ktune__op_names(void);
+/* Whether the op is GEMM (its own tuner and runtime path). */
+int ktune__op_is_gemm(const struct ktune_op *op);
+
+/*
+ * Checks a whole key: a known op, a dtype it takes, a variant made of its
+ * fields' choices, sizes in range, and the op's own check.  0 or
+ * KTUNE_ERR_INVALID with the reason ("gelu: approx 'fast' is not one of
+ * erf, tanh").
+ */
+int ktune__op_key_check(const struct ktune_key *key, struct ktune_err *e);
+
+/* The key's variant part called `field` ("approx" of "tanh,bwd"), into buf; -1 if none. */
+int ktune__op_variant_get(const struct ktune_op *op, const struct ktune_key *key,
+			  const char *field, char *buf, size_t len);
+/* Index of a variant part's value among its field's choices, or -1. */
+int ktune__op_variant_index(const struct ktune_op *op, const struct ktune_key *key, const char *field);
+/*
+ * Builds a key's variant from one value per variant field (NULL: the
+ * field's default), in field order, joined by ','.  -1 if a value is not
+ * among its field's choices (the message names the field).
+ */
+int ktune__op_variant_set(const struct ktune_op *op, struct ktune_key *key, const char *const *values,
+			  struct ktune_err *e);
+
+/* The embedded space of an op's family, parsed once (thread-safe); NULL with e set. */
+const struct ktune_space *ktune__op_space(const struct ktune_op *op, int family, struct ktune_err *e);
+/* The family called `name` among the op's, or -1. */
+int ktune__op_family_index(const struct ktune_op *op, const char *name);
+/* sha256 of a family's source (and the prelude it includes): its results' template hash. */
+const char *ktune__op_family_hash(const struct ktune_op *op, int family);
+/* 1 if a result of that family with this template hash was tuned with the current source. */
+int ktune__op_result_fresh(const struct ktune_op *op, const char *family, const char *template_hash);
+
+/*
+ * 1 if a result of the key's op, of that family with this template hash,
+ * was tuned with the current source of its family (GEMM's families too).
+ */
+int ktune__result_fresh(const struct ktune_key *key, const char *family, const char *template_hash);
+
+/* "VEC=8,UNROLL=2,THREADS=256": the config's parameters by its family's space, in order. */
+int ktune__op_config_format(const struct ktune_op *op, const struct ktune_config *c, char *buf,
+			    size_t len);
+/*
+ * Parses a config text of the named family: every parameter of its space
+ * once, in any order, each among its values, the space's constraints held.
+ */
+int ktune__op_config_parse(const struct ktune_op *op, const char *family, const char *text,
+			   struct ktune_config *c, struct ktune_err *e);
+/* A parameter of a config by name (its family's space), or `otherwise`. */
+long ktune__op_param(const struct ktune_op *op, const struct ktune_config *c, const char *name,
+		     long otherwise);
+
+/*
+ * Every admitted config of the op's families that prune keeps for the key;
+ * with budget > 0, a seeded random sample of that many.  malloc'd.
+ */
+int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key, int sm_count,
+			 int budget, unsigned seed, struct ktune_config **out, int *n, int *npruned,
+			 struct ktune_err *e);
+
+/* A call's alignment class: every buffer 16-byte aligned, every row stride a multiple of 16 bytes. */
+int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call);
+
+/* A size field's value from a key, or a variant field's index. */
+int64_t ktune__op_field_value(const struct ktune_op *op, const struct ktune_key *key, int field);
+
+#endif

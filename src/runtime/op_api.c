@@ -1,0 +1,85 @@
+/*
+ * op_api.c - running a call of an op other than GEMM: the key from the
+ * call, its resolved kernel, the launch (ops' public functions call
+ * ktune__op_run; ktune_gemm has its own, gemm_api.c).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/context.h"
+#include "runtime/op_run.h"
+
+int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
+		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
+		     struct ktune_err *e)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_op_launch l;
+	struct ktune_op_args a = { 0 };
+
+	if (!op || ktune__op_is_gemm(op))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "op '%.16s' has no generic launch", key->op);
+	op->geometry(key, cfg, call, ctx->id.sm_count, &l);
+	op->args(key, call, &a);
+	CU_TRY(e, cuLaunchKernel(kernel->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+				 l.block[2], l.smem, stream, a.argv, NULL));
+	return KTUNE_OK;
+}
+
+ktune_status ktune__op_run(ktune_ctx *ctx, struct ktune_key *key, struct ktune_op_call *call,
+			   void *stream)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_resolved *r = NULL;
+	struct ktune_key tuned;
+	struct ktune_err e;
+	int pushed, rc;
+
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	if (!op)
+		return ktune__ctx_error(ctx, ktune__fail(&e, KTUNE_ERR_INVALID, "unknown op"), &e);
+	for (int i = 0; i < KTUNE_KEY_DIMS; i++) {
+		call->size[i] = *ktune__key_dim(key, i);
+		if (call->size[i] < 0)
+			return ktune__ctx_error(ctx, ktune__fail(&e, KTUNE_ERR_INVALID, "%s: size %lld is negative",
+								 op->name, (long long)call->size[i]), &e);
+	}
+	/* no elements: nothing to launch (a size an op does not use is 0 too) */
+	for (int f = 0; f < op->nfields; f++)
+		if (op->fields[f].dim >= 0 && call->size[op->fields[f].dim] == 0)
+			return KTUNE_OK;
+	key->aligned = ktune__op_call_aligned(key, call);
+	if ((rc = ktune__op_key_check(key, &e)))
+		return ktune__ctx_error(ctx, rc, &e);
+	struct ktune_op_layout layout;
+	op->layout(key, &layout);
+	for (int i = 0; i < layout.nbufs; i++)
+		if (!call->buf[i])
+			return ktune__op_invalid(ctx, "%s: %s is NULL", op->name, layout.bufs[i].name);
+	tuned = *key;
+	op->key_bucket(&tuned);
+
+	if ((rc = ktune__ctx_enter(ctx, &pushed, &e)))
+		return ktune__ctx_error(ctx, rc, &e);
+	pthread_mutex_lock(&ctx->lock);
+	rc = ktune__resolve(ctx, &tuned, &r, &e);
+	pthread_mutex_unlock(&ctx->lock);
+	if (!rc) {
+		ktune__last_dispatch = r->source;
+		rc = ktune__op_launch(ctx, r->kernel, &tuned, &r->cfg, call, (CUstream)stream, &e);
+	}
+	ktune__ctx_leave(ctx, pushed);
+	return rc ? ktune__ctx_error(ctx, rc, &e) : KTUNE_OK;
+}
+
+ktune_status ktune__op_invalid(ktune_ctx *ctx, const char *fmt, ...)
+{
+	struct ktune_err e;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	return ctx ? ktune__ctx_error(ctx, KTUNE_ERR_INVALID, &e) : KTUNE_ERR_INVALID;
+}

@@ -1,0 +1,56 @@
+/*
+ * resolve.c - a key to its config and loaded kernel, once: the runtime's
+ * hash table of resolved keys, which every call of every op looks up.
+ *
+ * The hot path for a key seen before is one hash and one comparison under
+ * the context's lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/context.h"
+
+static unsigned key_hash(const struct ktune_key *k)
+{
+	uint64_t h = 1469598103934665603ull;
+	uint64_t parts[4] = { (uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k,
+			      ((uint64_t)k->dtype << 8) | (uint64_t)k->aligned };
+	for (int i = 0; i < 4; i++) {
+		h ^= parts[i];
+		h *= 1099511628211ull;
+		h ^= h >> 29;
+	}
+	/* the op and the variant: a GeLU and an add of the same n are different keys */
+	for (const char *s = k->op; *s && s < k->op + sizeof(k->op); s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	for (const char *s = k->variant; *s && s < k->variant + sizeof(k->variant); s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return (unsigned)(h % KTUNE_RESOLVED_BUCKETS);
+}
+
+int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_resolved **out,
+		   struct ktune_err *e)
+{
+	unsigned h = key_hash(key);
+	struct ktune_resolved *r;
+
+	for (r = ctx->resolved[h]; r; r = r->next)
+		if (ktune__key_same(&r->key, key)) {
+			*out = r;
+			return KTUNE_OK;
+		}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	r->key = *key;
+	ktune__dispatch_choose(ctx, key, &r->cfg, &r->source);
+	int rc = ktune__kernel_get(ctx, key, &r->cfg, NULL, &r->kernel, e);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	r->next = ctx->resolved[h];
+	ctx->resolved[h] = r;
+	*out = r;
+	return KTUNE_OK;
+}

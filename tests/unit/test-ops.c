@@ -1,0 +1,452 @@
+/*
+ * test-ops.c - the op registry without a GPU: the table, every op's key
+ * through check, the database, export and import and back; bad keys and
+ * bad spec sections refused with clear messages and nothing written;
+ * config texts; candidates and defaults; a key of an op tuned end to end
+ * through the fake worker.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "db/share.h"
+#include "ops/op.h"
+#include "runtime/templates.h"
+#include "search/spec.h"
+#include "test_util.h"
+#include "tuner/tuner.h"
+
+static int setup(void **state)
+{
+	return test_scratch_setup(state, "ktune-test-ops");
+}
+
+/* One key of each op but GEMM, with its variant's last values (not the defaults). */
+static struct ktune_key sample_key(const struct ktune_op *op)
+{
+	struct ktune_key key = { .dtype = op->dtypes[op->ndtypes - 1], .aligned = 1 };
+	const char *values[16] = { NULL };
+	snprintf(key.op, sizeof(key.op), "%s", op->name);
+	for (int f = 0; f < op->nfields; f++) {
+		const struct ktune_op_field *fd = &op->fields[f];
+		if (fd->dim >= 0) {
+			*ktune__key_dim(&key, fd->dim) = 4096 + 1024 * fd->dim;
+		} else {
+			int last = 0;
+			while (fd->choices[last + 1])
+				last++;
+			values[f] = fd->choices[last];
+		}
+	}
+	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), KTUNE_OK);
+	return key;
+}
+
+/* A stored result for key: its op's default config, as a sweep would store it. */
+static struct ktune_result sample_result(const struct ktune_op *op, const struct ktune_key *key)
+{
+	struct ktune_result r;
+	memset(&r, 0, sizeof(r));
+	r.key = *key;
+	snprintf(r.device.name, sizeof(r.device.name), "Test GPU");
+	snprintf(r.device.arch, sizeof(r.device.arch), "sm_90");
+	r.device.sm_count = 132;
+	struct ktune_config c = op->default_config(key, 132);
+	snprintf(r.family, sizeof(r.family), "%s", op->families[c.family].name);
+	assert_int_equal(ktune__op_config_format(op, &c, r.config, sizeof(r.config)), 0);
+	snprintf(r.template_hash, sizeof(r.template_hash), "%s", ktune__op_family_hash(op, c.family));
+	snprintf(r.protocol, sizeof(r.protocol), "events");
+	snprintf(r.nvrtc_version, sizeof(r.nvrtc_version), "13.0");
+	snprintf(r.driver_version, sizeof(r.driver_version), "13.0");
+	snprintf(r.ktune_version, sizeof(r.ktune_version), "0.1.0");
+	snprintf(r.created_at, sizeof(r.created_at), "2026-11-26T00:00:00Z");
+	r.time_us = 12.5;
+	r.p20_us = 12;
+	r.p80_us = 13;
+	r.cublas_us = 11;
+	r.candidates = 10;
+	r.tune_s = 1;
+	return r;
+}
+
+static void test_ops__table(void **state)
+{
+	struct ktune_err e;
+	(void)state;
+	assert_string_equal(ktune__op_names(), "gemm, add, gelu, glu, dropout");
+	assert_true(ktune__op_is_gemm(ktune__op_find("gemm")));
+	assert_null(ktune__op_find("conv"));
+	assert_null(ktune__op_find(NULL));
+	for (int i = 0; ktune__ops[i]; i++) {
+		const struct ktune_op *op = ktune__ops[i];
+		assert_non_null(op->summary);
+		assert_true(op->nfields > 0 && op->nfamilies > 0 && op->ndtypes > 0);
+		for (int f = 0; f < op->nfamilies; f++) {
+			if (!ktune__op_space(op, f, &e))
+				fail_msg("%s: %s", op->name, e.msg);
+			assert_non_null(ktune__template_file(op->families[f].source));
+			assert_int_equal(strlen(ktune__op_family_hash(op, f)), 64);
+		}
+		if (ktune__op_is_gemm(op))
+			continue;
+		/* everything the generic tuner and runtime call is there */
+		assert_non_null(op->layout);
+		assert_non_null(op->reference);
+		assert_non_null(op->defines);
+		assert_non_null(op->geometry);
+		assert_non_null(op->args);
+		assert_non_null(op->default_config);
+		assert_non_null(op->distance);
+		assert_non_null(op->suite);
+	}
+}
+
+/* Every op's key: check, the database, export, import, and back, unchanged. */
+static void test_ops__key_round_trip(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_db *db, *db2;
+	struct ktune_err e;
+
+	assert_int_equal(ktune__db_open(t->db, 1, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_open(t->db2, 1, &db2, &e), KTUNE_OK);
+	for (int i = 0; ktune__ops[i]; i++) {
+		const struct ktune_op *op = ktune__ops[i];
+		struct ktune_result r, got;
+		struct ktune_share share;
+		char *text;
+		size_t len;
+		if (ktune__op_is_gemm(op))
+			continue;
+		struct ktune_key key = sample_key(op);
+		if (ktune__op_key_check(&key, &e))
+			fail_msg("%s", e.msg);
+		r = sample_result(op, &key);
+		if (ktune__db_put_result(db, &r, NULL, 0, &e))
+			fail_msg("%s: %s", op->name, e.msg);
+		assert_int_equal(ktune__db_get_result(db, &r.device, &key, &got, &e), 1);
+		assert_true(ktune__key_same(&got.key, &key));
+		assert_string_equal(got.config, r.config);
+
+		/* export, parse, import into another database */
+		assert_int_equal(ktune__share_write(&r, 1, &text, &len, &e), KTUNE_OK);
+		assert_non_null(strstr(text, "version: 2\n"));
+		assert_non_null(strstr(text, "variant: "));
+		if (ktune__share_parse(text, len, "t.yaml", &share, &e))
+			fail_msg("%s: %s\n%s", op->name, e.msg, text);
+		assert_int_equal(share.count, 1);
+		assert_int_equal(share.stale[0], 0);
+		assert_true(ktune__key_same(&share.entries[0].key, &key));
+		assert_string_equal(share.entries[0].config, r.config);
+		ktune__share_free(&share);
+		free(text);
+		struct ktune_import_counts counts;
+		struct ktune_import_item item;
+		unsigned char stale = 0;
+		if (ktune__db_import(db2, &r, &stale, 1, KTUNE_POLICY_FASTER, 0, &item, &counts, &e))
+			fail_msg("%s: %s", op->name, e.msg);
+		assert_int_equal(ktune__db_get_result(db2, &r.device, &key, &got, &e), 1);
+		assert_string_equal(got.config, r.config);
+
+		/* a key differing only in its op is another key */
+		struct ktune_key other = key;
+		snprintf(other.op, sizeof(other.op), "%s", i > 1 ? "add" : "dropout");
+		assert_false(ktune__key_same(&other, &key));
+	}
+	struct ktune_filter f = { 0 };
+	snprintf(f.op, sizeof(f.op), "glu");
+	long results, trials;
+	assert_int_equal(ktune__db_count(db2, &results, &trials, &e), KTUNE_OK);
+	assert_int_equal(results, 4);
+	ktune__db_close(db);
+	ktune__db_close(db2);
+}
+
+static void expect_bad_key(struct ktune_key key, const char *want)
+{
+	struct ktune_err e = { "" };
+	assert_int_equal(ktune__op_key_check(&key, &e), KTUNE_ERR_INVALID);
+	if (!strstr(e.msg, want))
+		fail_msg("message '%s' lacks '%s'", e.msg, want);
+}
+
+static void test_ops__bad_keys_are_refused(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_key good = { .op = "gelu", .dtype = KTUNE_BF16, .variant = "tanh,bwd", .m = 1024, .aligned = 1 };
+	struct ktune_key k;
+	(void)state;
+
+	assert_int_equal(ktune__op_key_check(&good, NULL), KTUNE_OK);
+	k = good, snprintf(k.op, sizeof(k.op), "conv");
+	expect_bad_key(k, "op 'conv' is not one of gemm, add, gelu, glu, dropout");
+	k = good, snprintf(k.variant, sizeof(k.variant), "fast,bwd");
+	expect_bad_key(k, "gelu: approx in variant 'fast,bwd' is not one of erf, tanh");
+	k = good, snprintf(k.variant, sizeof(k.variant), "tanh");
+	expect_bad_key(k, "gelu: direction in variant 'tanh' is not one of fwd, bwd");
+	k = good, snprintf(k.variant, sizeof(k.variant), "tanh,bwd,x");
+	expect_bad_key(k, "variant 'tanh,bwd,x' has 3 parts, not 2");
+	k = good, k.m = 0;
+	expect_bad_key(k, "gelu: n = 0 is not in 1..");
+	k = good, k.m = KTUNE_OP_MAX_SIZE + 1;
+	expect_bad_key(k, "gelu: n = 17179869185 is not in 1..");
+	k = good, k.n = 5;
+	expect_bad_key(k, "gelu: size 1 is not one of its fields");
+	k = good, k.dtype = (ktune_dtype)9;
+	expect_bad_key(k, "gelu: dtype '?' is not supported");
+	k = good, k.aligned = 2;
+	expect_bad_key(k, "aligned is 2");
+	k = (struct ktune_key){ .op = "gemm", .dtype = KTUNE_F32, .variant = "nt", .m = 1, .n = 1, .k = 1 };
+	expect_bad_key(k, "gemm: dtype 'f32' is not supported");
+	k = (struct ktune_key){ .op = "add", .dtype = KTUNE_F32, .variant = "x", .m = 1 };
+	expect_bad_key(k, "add: variant 'x' has 1 parts, not 0");
+
+	/* the database refuses them and writes nothing */
+	struct ktune_db *db;
+	struct ktune_err e;
+	long results, trials;
+	assert_int_equal(ktune__db_open(t->db, 1, &db, &e), KTUNE_OK);
+	struct ktune_result r = sample_result(ktune__op_find("gelu"), &good);
+	r.key.m = 0;
+	assert_int_equal(ktune__db_put_result(db, &r, NULL, 0, &e), KTUNE_ERR_INVALID);
+	assert_non_null(strstr(e.msg, "gelu: n = 0"));
+	assert_int_equal(ktune__db_count(db, &results, &trials, &e), KTUNE_OK);
+	assert_int_equal(results, 0);
+	ktune__db_close(db);
+}
+
+/* An export entry of an op that is wrong in one field: refused, naming the entry's key. */
+static void test_ops__bad_export_entries_are_refused(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("glu");
+	struct ktune_key key = sample_key(op);
+	struct ktune_result r = sample_result(op, &key);
+	struct ktune_share share;
+	struct ktune_err e;
+	char *text;
+	size_t len;
+	static const char *const cases[][3] = {
+		{ "variant: \"geglu_tanh,bwd\"", "variant: \"geglu_tanh,up\"",
+		  "entries[0].key: glu: direction in variant 'geglu_tanh,up' is not one of fwd, bwd" },
+		{ "k: 0\n", "k: 7\n", "entries[0].key: glu: size 2 is not one of its fields" },
+		{ "VEC=", "VECTOR=", "'VECTOR' is not a parameter of glu" },
+		{ "VEC=8", "VEC=3", "is not in glu's space: VEC=3 is not one of 1, 2, 4, 8" },
+		{ "family: \"glu\"", "family: \"gelu\"", "entries[0].config: glu has no family 'gelu'" },
+		{ "dtype: \"bf16\"", "dtype: \"f64\"", "key.dtype: 'f64' is not one of f16, bf16, f32" },
+	};
+	(void)state;
+	r.key.dtype = KTUNE_BF16;
+	r = sample_result(op, &r.key);
+	assert_int_equal(ktune__share_write(&r, 1, &text, &len, &e), KTUNE_OK);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *at = strstr(text, cases[i][0]);
+		if (!at)
+			fail_msg("'%s' not in\n%s", cases[i][0], text);
+		char *bad = malloc(len + 64);
+		assert_non_null(bad);
+		sprintf(bad, "%.*s%s%s", (int)(at - text), text, cases[i][1], at + strlen(cases[i][0]));
+		e.msg[0] = 0;
+		assert_int_not_equal(ktune__share_parse(bad, strlen(bad), "t.yaml", &share, &e), KTUNE_OK);
+		if (!strstr(e.msg, cases[i][2]))
+			fail_msg("case %zu: message '%s' lacks '%s'", i, e.msg, cases[i][2]);
+		free(bad);
+	}
+	free(text);
+}
+
+static struct ktune_spec parse_spec(const char *text)
+{
+	struct ktune_spec s;
+	struct ktune_err e;
+	if (ktune__spec_parse(text, strlen(text), "spec.yaml", &s, &e))
+		fail_msg("%s", e.msg);
+	return s;
+}
+
+static void expect_spec_error(const char *text, const char *want)
+{
+	struct ktune_spec s;
+	struct ktune_err e = { "" };
+	assert_int_equal(ktune__spec_parse(text, strlen(text), "spec.yaml", &s, &e), KTUNE_ERR_PARSE);
+	if (strcmp(e.msg, want))
+		fail_msg("message '%s', not '%s'", e.msg, want);
+	assert_int_equal(s.nkeys, 0);
+}
+
+static void test_ops__spec_sections(void **state)
+{
+	char buf[128];
+	(void)state;
+	struct ktune_spec s = parse_spec("budget: 8\n"
+					 "gelu:\n"
+					 "  dtypes: [bf16, f32]\n"
+					 "  direction: [bwd]\n"
+					 "  shapes:\n"
+					 "    - {n: [1000, 1024, 3000]}\n"
+					 "glu:\n"
+					 "  dtypes: bf16\n"
+					 "  act: [geglu_tanh, swiglu]\n"
+					 "  shapes:\n"
+					 "    - {rows: 4096, cols: {from: 14336, to: 14336, step: 1}}\n");
+	assert_int_equal(s.budget, 8);
+	/* 1000 and 1024 are one bucket; approx defaults to erf */
+	assert_int_equal(s.nkeys, 2 * 2 + 2);
+	ktune__key_format(&s.keys[0], buf, sizeof(buf));
+	assert_string_equal(buf, "gelu bf16 erf,bwd 1024 aligned");
+	ktune__key_format(&s.keys[1], buf, sizeof(buf));
+	assert_string_equal(buf, "gelu bf16 erf,bwd 4096 aligned");
+	ktune__key_format(&s.keys[2], buf, sizeof(buf));
+	assert_string_equal(buf, "gelu f32 erf,bwd 1024 aligned");
+	ktune__key_format(&s.keys[4], buf, sizeof(buf));
+	assert_string_equal(buf, "glu bf16 geglu_tanh,fwd 4096x16384 aligned");
+	ktune__key_format(&s.keys[5], buf, sizeof(buf));
+	assert_string_equal(buf, "glu bf16 swiglu,fwd 4096x16384 aligned");
+	for (int i = 0; i < s.nkeys; i++)
+		assert_int_equal(ktune__op_key_check(&s.keys[i], NULL), KTUNE_OK);
+	ktune__spec_free(&s);
+
+	expect_spec_error("gelu:\n  dtypes: [bf16]\n  approx: [fast]\n  shapes:\n    - {n: 8}\n",
+			  "spec.yaml:3: gelu.approx[0]: 'fast' is not one of erf, tanh");
+	expect_spec_error("gelu:\n  dtypes: [bf16]\n  speed: 3\n  shapes:\n    - {n: 8}\n",
+			  "spec.yaml:3: gelu: unknown key 'speed'");
+	expect_spec_error("add:\n  dtypes: [f64]\n  shapes:\n    - {n: 8}\n",
+			  "spec.yaml:2: add.dtypes[0]: 'f64' is not one of bf16, f16, f32");
+	expect_spec_error("glu:\n  dtypes: [bf16]\n  shapes:\n    - {rows: 8}\n",
+			  "spec.yaml:4: glu.shapes[0]: missing 'cols'");
+	expect_spec_error("glu:\n  dtypes: [bf16]\n  shapes:\n    - {rows: 8, cols: 8, k: 2}\n",
+			  "spec.yaml:4: glu.shapes[0]: unknown key 'k'");
+	expect_spec_error("dropout:\n  dtypes: [bf16]\n", "spec.yaml:2: dropout: missing 'shapes'");
+	expect_spec_error("add:\n  dtypes: [bf16]\n  shapes:\n    - {n: 0}\n",
+			  "spec.yaml:4: add.shapes[0].n: '0' is not between 1 and 4294967296");
+}
+
+static void test_ops__config_texts(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("add");
+	struct ktune_config c;
+	struct ktune_err e = { "" };
+	char text[256];
+	(void)state;
+
+	assert_int_equal(ktune__op_config_parse(op, "add", "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0",
+						&c, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_param(op, &c, "VEC", 0), 4);
+	assert_int_equal(ktune__op_param(op, &c, "NOPE", -7), -7);
+	assert_int_equal(ktune__op_config_format(op, &c, text, sizeof(text)), 0);
+	assert_string_equal(text, "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0");
+	/* any order in, canonical order out */
+	assert_int_equal(ktune__op_config_parse(op, "add", "BLOCKS_PER_SM=0,CACHE=1,THREADS=256,UNROLL=2,VEC=4",
+						&c, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_config_format(op, &c, text, sizeof(text)), 0);
+	assert_string_equal(text, "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0");
+
+	static const char *const bad[][2] = {
+		{ "VEC=4,UNROLL=2,THREADS=256,CACHE=1", "BLOCKS_PER_SM is missing" },
+		{ "VEC=4,VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0", "'VEC' given twice" },
+		{ "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0,X=1", "'X' is not a parameter of add" },
+		{ "VEC=x,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0", "VEC is not a number" },
+		{ "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=5", "BLOCKS_PER_SM=5 is not one of" },
+		{ "VEC=8,UNROLL=4,THREADS=256,CACHE=1,BLOCKS_PER_SM=0", "violates" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		e.msg[0] = 0;
+		assert_int_equal(ktune__op_config_parse(op, "add", bad[i][0], &c, &e), KTUNE_ERR_PARSE);
+		if (!strstr(e.msg, bad[i][1]))
+			fail_msg("'%s': message '%s' lacks '%s'", bad[i][0], e.msg, bad[i][1]);
+	}
+	assert_int_equal(ktune__op_config_parse(op, "gelu", "VEC=4", &c, &e), KTUNE_ERR_PARSE);
+	assert_non_null(strstr(e.msg, "add has no family 'gelu'"));
+}
+
+/* Every key of the default suite has candidates, and its default config is one of them or admitted. */
+static void test_ops__candidates_and_defaults(void **state)
+{
+	struct ktune_spec s;
+	struct ktune_err e;
+	(void)state;
+	assert_int_equal(ktune__spec_default(&s, &e), KTUNE_OK);
+	for (int i = 0; i < s.nkeys; i++) {
+		const struct ktune_op *op = ktune__op_of(&s.keys[i]);
+		struct ktune_config *cfgs, def, back;
+		char text[256], why[128];
+		int n, pruned;
+		if (ktune__op_is_gemm(op))
+			continue;
+		assert_int_equal(ktune__op_candidates(op, &s.keys[i], 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
+		assert_true(n > 20);
+		for (int j = 0; j < n; j++) /* no 32-byte vectors reach the compiler */
+			assert_true(ktune__op_param(op, &cfgs[j], "VEC", 1) * ktune__dtype_size(s.keys[i].dtype) <= 16);
+		free(cfgs);
+		def = op->default_config(&s.keys[i], 132);
+		assert_int_equal(ktune__op_config_format(op, &def, text, sizeof(text)), 0);
+		if (ktune__op_config_parse(op, op->families[def.family].name, text, &back, &e))
+			fail_msg("default %s: %s", text, e.msg);
+		assert_int_equal(op->prune(&s.keys[i], &def, 132, why, sizeof(why)), 0);
+	}
+	/* a budget keeps a seeded sample: the same one each time */
+	const struct ktune_op *add = ktune__op_find("add");
+	struct ktune_key key = { .op = "add", .dtype = KTUNE_F32, .m = 1 << 20, .aligned = 1 };
+	struct ktune_config *a, *b;
+	int na, nb, pruned;
+	assert_int_equal(ktune__op_candidates(add, &key, 132, 16, 7, &a, &na, &pruned, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_candidates(add, &key, 132, 16, 7, &b, &nb, &pruned, &e), KTUNE_OK);
+	assert_int_equal(na, 16);
+	assert_memory_equal(a, b, sizeof(*a) * 16);
+	free(a);
+	free(b);
+	/* the unaligned class takes the scalar path: no wider vectors */
+	key.aligned = 0;
+	assert_int_equal(ktune__op_candidates(add, &key, 132, 0, 7, &a, &na, &pruned, &e), KTUNE_OK);
+	for (int j = 0; j < na; j++)
+		assert_int_equal(ktune__op_param(add, &a[j], "VEC", 0), 1);
+	free(a);
+	ktune__spec_free(&s);
+}
+
+/* The generic tune loop, through the fake worker: a result of the op's family, with the copy as baseline. */
+static void test_ops__tuned_through_the_worker(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_key key = { .op = "gelu", .dtype = KTUNE_BF16, .variant = "tanh,fwd", .m = 1 << 20, .aligned = 1 };
+	struct ktune_tune_options o = { .budget = 24, .seed = 3, .finalists = 3, .jobs = 2, .timeout_s = 5 };
+	struct ktune_tuner *tuner;
+	struct ktune_tune_report r;
+	struct ktune_err e;
+	const struct ktune_op *op = ktune__op_find("gelu");
+	struct ktune_config c;
+
+	assert_int_equal(ktune__tuner_open(t->db, 0, test_program("fake-worker"), &tuner, &e), KTUNE_OK);
+	if (ktune__tune_key(tuner, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(r.ok, 24);
+	assert_string_equal(r.result.family, "gelu");
+	assert_string_equal(r.result.template_hash, ktune__op_family_hash(op, 0));
+	assert_int_equal(ktune__op_config_parse(op, "gelu", r.result.config, &c, &e), KTUNE_OK);
+	assert_true(r.has_cublas && r.result.cublas_us > 0); /* the baseline: the fake's copy */
+	/* the fake's fastest: the largest VEC, then the smallest UNROLL (fake-worker.c) */
+	assert_int_equal(ktune__op_param(op, &c, "VEC", 0), 8);
+	struct ktune_check check;
+	assert_int_equal(ktune__verify_result(tuner, &r.result, 5, &check, &e), KTUNE_OK);
+	assert_true(check.pass);
+	ktune__tuner_close(tuner);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ops__table),
+		cmocka_unit_test_setup_teardown(test_ops__key_round_trip, setup, test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_ops__bad_keys_are_refused, setup, test_scratch_teardown),
+		cmocka_unit_test(test_ops__bad_export_entries_are_refused),
+		cmocka_unit_test(test_ops__spec_sections),
+		cmocka_unit_test(test_ops__config_texts),
+		cmocka_unit_test(test_ops__candidates_and_defaults),
+		cmocka_unit_test_setup_teardown(test_ops__tuned_through_the_worker, setup, test_scratch_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
