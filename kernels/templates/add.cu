@@ -10,7 +10,7 @@
  * Entry point:
  *     add_kernel(const elem *x, const elem *y, elem *z, long long n)
  *
- * Tunables (prelude.cuh): DTYPE, ALIGNED, VEC, UNROLL, THREADS, CACHE.
+ * Tunables (prelude.cuh): DTYPE, ALIGNED, VEC, UNROLL, THREADS, MIN_WARPS, CACHE.
  *
  * Launch:
  *     block = (THREADS, 1, 1)
@@ -34,7 +34,7 @@ static __device__ __forceinline__ float add_op(float x, float y)
 
 /* ------------------------------------------------------------------ kernel */
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 add_kernel(const elem *x, const elem *y, elem *z, long long n)
 {
 	const i64 nvec = (n + VEC_W - 1) / VEC_W;

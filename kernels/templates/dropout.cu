@@ -20,7 +20,7 @@
  *     dropout_kernel(const elem *x, elem *y, long long n, float p,
  *                    unsigned long long seed, unsigned long long offset)
  *
- * Tunables (prelude.cuh): DTYPE, ALIGNED, VEC, UNROLL, THREADS, CACHE.
+ * Tunables (prelude.cuh): DTYPE, ALIGNED, VEC, UNROLL, THREADS, MIN_WARPS, CACHE.
  *
  * Launch: the items are chunks of CHUNK = max(VEC_W, 4) elements, whole
  * Philox draws (VEC_W = VEC when ALIGNED, else 1):
@@ -62,7 +62,7 @@ static __device__ __forceinline__ philox4 draw(u64 seed, u64 offset, i64 d)
 
 /* ------------------------------------------------------------------ kernel */
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 dropout_kernel(const elem *x, elem *y, long long n, float p, unsigned long long seed,
 	       unsigned long long offset)
 {

@@ -58,7 +58,7 @@ static __device__ __forceinline__ float gelu_op(float x, float dy)
 
 /* ------------------------------------------------------------------ kernel */
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 gelu_kernel(const elem *x, const elem *dy, elem *out, long long n)
 {
 	const i64 nvec = (n + VEC_W - 1) / VEC_W;

@@ -101,7 +101,7 @@ static __device__ __forceinline__ pos pos_add(pos p, pos d, i64 per_row)
 
 /* ------------------------------------------------------------------ kernel */
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 glu_kernel(const elem *a, const elem *b, const elem *dout, elem *out_a, elem *out_b,
 	   long long rows, long long cols, long long lda, long long ldb, long long ld_dout,
 	   long long ld_out_a, long long ld_out_b)

@@ -333,25 +333,25 @@ static void test_ops__config_texts(void **state)
 	char text[256];
 	(void)state;
 
-	assert_int_equal(ktune__op_config_parse(op, "add", "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0",
+	assert_int_equal(ktune__op_config_parse(op, "add", "VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0",
 						&c, &e), KTUNE_OK);
 	assert_int_equal(ktune__op_param(op, &c, "VEC", 0), 4);
 	assert_int_equal(ktune__op_param(op, &c, "NOPE", -7), -7);
 	assert_int_equal(ktune__op_config_format(op, &c, text, sizeof(text)), 0);
-	assert_string_equal(text, "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0");
+	assert_string_equal(text, "VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0");
 	/* any order in, canonical order out */
-	assert_int_equal(ktune__op_config_parse(op, "add", "BLOCKS_PER_SM=0,CACHE=1,THREADS=256,UNROLL=2,VEC=4",
+	assert_int_equal(ktune__op_config_parse(op, "add", "BLOCKS_PER_SM=0,CACHE=1,MIN_WARPS=0,THREADS=256,UNROLL=2,VEC=4",
 						&c, &e), KTUNE_OK);
 	assert_int_equal(ktune__op_config_format(op, &c, text, sizeof(text)), 0);
-	assert_string_equal(text, "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0");
+	assert_string_equal(text, "VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0");
 
 	static const char *const bad[][2] = {
-		{ "VEC=4,UNROLL=2,THREADS=256,CACHE=1", "BLOCKS_PER_SM is missing" },
-		{ "VEC=4,VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0", "'VEC' given twice" },
-		{ "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0,X=1", "'X' is not a parameter of add" },
-		{ "VEC=x,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=0", "VEC is not a number" },
-		{ "VEC=4,UNROLL=2,THREADS=256,CACHE=1,BLOCKS_PER_SM=5", "BLOCKS_PER_SM=5 is not one of" },
-		{ "VEC=8,UNROLL=4,THREADS=256,CACHE=1,BLOCKS_PER_SM=0", "violates" },
+		{ "VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1", "BLOCKS_PER_SM is missing" },
+		{ "VEC=4,VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0", "'VEC' given twice" },
+		{ "VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0,X=1", "'X' is not a parameter of add" },
+		{ "VEC=x,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0", "VEC is not a number" },
+		{ "VEC=4,UNROLL=2,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=5", "BLOCKS_PER_SM=5 is not one of" },
+		{ "VEC=8,UNROLL=4,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0", "violates" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		e.msg[0] = 0;
