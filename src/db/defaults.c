@@ -37,9 +37,9 @@ static int same_group(const struct ktune_result *a, const struct ktune_result *b
 {
 	return !strcmp(a->device.arch, b->device.arch) &&
 	       !strcmp(a->template_hash, b->template_hash) && !strcmp(a->key.op, b->key.op) &&
-	       a->key.dtype == b->key.dtype && a->key.variant[0] == b->key.variant[0] &&
-	       a->key.variant[1] == b->key.variant[1] && a->key.m == b->key.m && a->key.n == b->key.n &&
-	       a->key.k == b->key.k && a->key.aligned == b->key.aligned;
+	       a->key.dtype == b->key.dtype && !strcmp(a->key.variant, b->key.variant) &&
+	       a->key.m == b->key.m && a->key.n == b->key.n && a->key.k == b->key.k &&
+	       a->key.aligned == b->key.aligned;
 }
 
 static int cmp_int64(int64_t a, int64_t b)

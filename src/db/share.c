@@ -373,10 +373,8 @@ int ktune__share_compare(const struct ktune_result *a, const struct ktune_result
 	if ((c = strcmp(a->key.op, b->key.op)) != 0 ||
 	    (c = strcmp(da ? da : "", db ? db : "")) != 0)
 		return c;
-	if (a->key.variant[0] != b->key.variant[0])
-		return a->key.variant[0] < b->key.variant[0] ? -1 : 1;
-	if (a->key.variant[1] != b->key.variant[1])
-		return a->key.variant[1] < b->key.variant[1] ? -1 : 1;
+	if ((c = strcmp(a->key.variant, b->key.variant)) != 0)
+		return c;
 	if (a->key.m != b->key.m)
 		return a->key.m < b->key.m ? -1 : 1;
 	if (a->key.n != b->key.n)

@@ -158,6 +158,23 @@ static void test_ops__key_round_trip(void **state)
 		snprintf(other.op, sizeof(other.op), "%s", i > 1 ? "add" : "dropout");
 		assert_false(ktune__key_same(&other, &key));
 	}
+	/* keys that differ past their variant's first characters are distinct in one file */
+	{
+		const struct ktune_op *gelu = ktune__op_find("gelu");
+		struct ktune_key a = { .op = "gelu", .dtype = KTUNE_BF16, .variant = "tanh,fwd", .m = 64, .aligned = 1 };
+		struct ktune_key b = a;
+		snprintf(b.variant, sizeof(b.variant), "tanh,bwd");
+		struct ktune_result two[2] = { sample_result(gelu, &a), sample_result(gelu, &b) };
+		struct ktune_share share;
+		char *text;
+		size_t len;
+		assert_int_equal(ktune__share_write(two, 2, &text, &len, &e), KTUNE_OK);
+		if (ktune__share_parse(text, len, "t.yaml", &share, &e))
+			fail_msg("%s", e.msg);
+		assert_int_equal(share.count, 2);
+		ktune__share_free(&share);
+		free(text);
+	}
 	struct ktune_filter f = { 0 };
 	snprintf(f.op, sizeof(f.op), "glu");
 	long results, trials;
