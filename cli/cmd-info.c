@@ -67,6 +67,13 @@ int cmd_info(int argc, char **argv, struct cli *cli)
 		ktune__default_db_path(path, sizeof(path));
 	printf("ktune:        %s\n", ktune_version());
 	printf("nvrtc:        %s\n", ktune__nvrtc_version());
+	/* the template hash each family's results carry: another one is stale */
+	for (int i = 0; ktune__ops[i]; i++)
+		for (int f = 0; f < ktune__ops[i]->nfamilies; f++)
+			printf("family:       %-11s %s (op %s)\n", ktune__ops[i]->families[f].name,
+			       ktune__op_is_gemm(ktune__ops[i]) ? ktune__gemm_family_hash(f)
+								: ktune__op_family_hash(ktune__ops[i], f),
+			       ktune__ops[i]->name);
 	print_gpu(cli, path);
 	ktune__cache_dir(cache, sizeof(cache));
 	printf("cache:        %s/cubin\n", cache);

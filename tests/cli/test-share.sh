@@ -220,4 +220,72 @@ run show
 expect_rc 0
 out_has "GPU A"
 
+# ------------------------------------------------------------------ the other ops
+
+# Entries of the registry's other ops, format 2 (the key's variant): the
+# README's quick start lists them with show; export and import keep them.
+GELU_HASH=$("$KTUNE" info | awk '$1 == "family:" && $2 == "gelu" { print $3 }')
+[ ${#GELU_HASH} = 64 ] || fail "ktune info names no gelu template hash"
+op_entry() { # VARIANT N TIME
+	cat <<EOF
+  - device: {name: "GPU A", arch: "sm_90", sms: 132}
+    key: {op: "gelu", dtype: "bf16", variant: "$1", m: $2, n: 0, k: 0, aligned: 1}
+    family: "gelu"
+    config: "VEC=8,UNROLL=1,THREADS=256,MIN_WARPS=0,CACHE=1,BLOCKS_PER_SM=0"
+    template_hash: "$GELU_HASH"
+    protocol: "events"
+    time_us: $3
+    p20_us: $3
+    p80_us: $3
+    tflops: 1
+    cublas_us: $3
+    err_fro: 1.000e-03
+    err_max: 4.000e-03
+    candidates: 738
+    tune_s: 2
+    nvrtc_version: "13.0"
+    driver_version: "13.0"
+    ktune_version: "0.1.0"
+    created_at: "2026-11-26T00:00:00Z"
+EOF
+}
+{ header 2; op_entry tanh,fwd 16777216 27.5; op_entry tanh,bwd 16777216 39.1; op_entry erf,fwd 1048576 6.2; } >ops.yaml
+run import ops.yaml
+expect_rc 0
+out_has "3 added, 0 replaced, 0 kept, 0 skipped"
+run show --op gelu --variant tanh,fwd
+expect_rc 0
+out_has "gelu    bf16 tanh,fwd     16777216"
+out_has "2440.3 GB/s"
+run show --op gelu --variant tanh,fwd --format csv
+expect_rc 0
+out_has '^"GPU A",sm_90,132,gelu,bf16,"tanh,fwd",16777216,0,0,1,'
+run show --op gelu
+expect_rc 0
+out_has "tanh,bwd"
+out_has "erf,fwd"
+run export --op gelu -o gelu.yaml
+expect_rc 0
+grep -q '^version: 2$' gelu.yaml || fail "gelu.yaml is not format 2"
+grep -q 'variant: "tanh,bwd"' gelu.yaml || fail "gelu.yaml lacks tanh,bwd"
+run merge gelu.yaml ops.yaml -o merged.yaml
+expect_rc 0
+run show --op glu
+expect_rc 0
+err_has "no tuned entries match"
+run show --op conv
+expect_rc 2
+err_has "--op 'conv' is not one of gemm, add, gelu, glu, dropout"
+# a bad variant, a size the op does not have: refused, nothing written
+"$KTUNE" export >before.yaml
+sed 's/variant: "tanh,fwd"/variant: "tanh,sideways"/' ops.yaml >bad-variant.yaml
+expect_refused bad-variant.yaml "entries\[0\].key: gelu: direction in variant 'tanh,sideways' is not one of fwd, bwd"
+sed '0,/n: 0, k: 0/s//n: 5, k: 0/' ops.yaml >bad-dim.yaml
+expect_refused bad-dim.yaml "entries\[0\].key: gelu: size 1 is not one of its fields"
+# the quick start's tune commands get as far as the GPU check (none here)
+run tune gelu --approx tanh --n 16777216
+if [ "$RC" = 2 ]; then err_has "needs an NVIDIA GPU"; fi
+run tune gemm -m 16 -n 4096 -k 4096 --dtype f16 --layout nt
+if [ "$RC" = 2 ]; then err_has "needs an NVIDIA GPU"; fi
+
 echo "test-share: $CASES cases passed"
