@@ -1,8 +1,10 @@
 /*
  * claims.c - claims on keys, so that sweeps running at once on one database
  * tune each (device, key) once: a sweep claims a key, tunes it and stores
- * the result, which ends the claim (db.c).  A claim whose owner died, or
- * that has not been refreshed for a lease, is taken over.
+ * the result, which ends the claim (results.c, in the result's own
+ * transaction).  A claim whose owner died, or that has not been refreshed
+ * for a lease, is taken over.  This file builds on db.c's helpers
+ * (db-internal.h) and reads results; nothing else in the module calls it.
  *
  * Each operation is one BEGIN IMMEDIATE transaction, so that checking a
  * claim and taking it cannot interleave with another process doing the same.
@@ -43,9 +45,6 @@ static const char sql_claim_put[] =
 static const char sql_claim_refresh[] =
 	"UPDATE claims SET heartbeat_at = " NOW ", template_hash = :template_hash"
 	" WHERE device_id = :device_id AND" CLAIM_KEY " AND owner = :owner";
-
-static const char sql_claim_drop[] =
-	"DELETE FROM claims WHERE device_id = :device_id AND" CLAIM_KEY;
 
 static const char sql_claim_release[] =
 	"DELETE FROM claims WHERE device_id = (SELECT id FROM devices"
@@ -240,23 +239,6 @@ int ktune__db_claim_key(struct ktune_db *db, const struct ktune_device_id *dev,
 		ret = KTUNE_CLAIM_TAKEN;
 out:
 	ktune__db_rollback(db); /* nothing to undo after a commit; DONE and BUSY write nothing */
-	return ret;
-}
-
-int ktune__db_drop_claim(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_key *key,
-			 const char *dtype, const char *layout, struct ktune_err *e)
-{
-	sqlite3_stmt *st = NULL;
-	int ret;
-
-	if ((ret = ktune__db_prepare(db, sql_claim_drop, &st, e)) != KTUNE_OK)
-		return ret;
-	if (ktune__db_bind_int(st, ":device_id", dev) != SQLITE_OK ||
-	    ktune__db_bind_key(st, key, dtype, layout) != SQLITE_OK ||
-	    sqlite3_step(st) != SQLITE_DONE)
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot end the claim on a key in database '%s': %s",
-				  db->path, sqlite3_errmsg(db->h));
-	sqlite3_finalize(st);
 	return ret;
 }
 

@@ -1,7 +1,9 @@
 /*
  * db-internal.h - what the files of the database module share and nobody
- * else sees: the handle and the helpers that bind keys and devices, defined
- * in db.c and used by claims.c.
+ * else sees: the handle, and the helpers that prepare and bind statements,
+ * encode keys, run transactions and find device rows (db.c) and that bind
+ * and check a result row (results.c).  The files build on each other in one
+ * direction: db.c <- results.c <- claims.c, import.c; none calls back.
  */
 #ifndef KTUNE_DB_INTERNAL_H
 #define KTUNE_DB_INTERNAL_H
@@ -37,6 +39,16 @@ int ktune__db_bind_int(sqlite3_stmt *st, const char *name, sqlite3_int64 v);
 /* Binds :name, :arch, :sm_count. */
 int ktune__db_bind_device(sqlite3_stmt *st, const struct ktune_device_id *dev);
 
+/*
+ * The stored texts of a key's dtype ("bf16"; NULL if unknown) and GEMM
+ * layout ("nt" from 'n' and 'T'; -1 if either is not n or t), and back
+ * (-1 for a text that is not one of them).
+ */
+const char *ktune__db_dtype_text(ktune_dtype d);
+int ktune__db_dtype_parse(const char *s, ktune_dtype *out);
+int ktune__db_layout_text(char trans_a, char trans_b, char buf[3]);
+int ktune__db_layout_parse(const char *s, char *trans_a, char *trans_b);
+
 /* Binds :op ... :aligned; dtype and layout are the texts ktune__db_check_key gave. */
 int ktune__db_bind_key(sqlite3_stmt *st, const struct ktune_key *key, const char *dtype,
 		       const char *layout);
@@ -52,11 +64,11 @@ int ktune__db_check_device(const struct ktune_db *db, const struct ktune_device_
 int ktune__db_device_id(struct ktune_db *db, const struct ktune_device_id *dev,
 			sqlite3_int64 *id, struct ktune_err *e);
 
-/*
- * Deletes the claim on (device row dev, key), whoever holds it, inside the
- * caller's transaction: a stored result ends the claim on its key (claims.c).
- */
-int ktune__db_drop_claim(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_key *key,
-			 const char *dtype, const char *layout, struct ktune_err *e);
+/* Binds a results row but for its measure_note and created_at (results.c). */
+int ktune__db_bind_result(sqlite3_stmt *st, sqlite3_int64 device, const struct ktune_result *r,
+			  const char *dtype, const char *layout);
+
+/* The first field of r that is NaN, which the schema refuses, or NULL (results.c). */
+const char *ktune__db_nan_field(const struct ktune_result *r);
 
 #endif

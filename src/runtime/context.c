@@ -1,11 +1,22 @@
 /*
- * context.c - opening and closing a ktune context on a device.
+ * context.c - opening and closing a ktune context on a device, and what a
+ * context answers about itself: its last error and what served this
+ * thread's last call.  Closing frees all the context holds, the split-K
+ * scratch that gemm_api.c grows included.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/context.h"
+
+__thread const char *ktune__last_dispatch = "none";
+
+const char *ktune_last_dispatch(const ktune_ctx *ctx)
+{
+	(void)ctx;
+	return ktune__last_dispatch;
+}
 
 int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e)
 {
@@ -121,6 +132,18 @@ fail:
 	return rc;
 }
 
+/* Frees every stream's split-K scratch (the context must be current). */
+static void workspaces_free(ktune_ctx *ctx)
+{
+	for (int i = 0; i < ctx->nworkspaces; i++) {
+		if (ctx->workspaces[i].partials)
+			ktune_cu.cuMemFree_v2(ctx->workspaces[i].partials);
+		if (ctx->workspaces[i].counters)
+			ktune_cu.cuMemFree_v2(ctx->workspaces[i].counters);
+	}
+	ctx->nworkspaces = 0;
+}
+
 void ktune_close(ktune_ctx *ctx)
 {
 	if (!ctx)
@@ -128,7 +151,7 @@ void ktune_close(ktune_ctx *ctx)
 	if (ctx->cu) {
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
-			ktune__workspaces_free(ctx);
+			workspaces_free(ctx);
 			for (struct ktune_kernel *k = ctx->kernels; k; k = k->next)
 				ktune_cu.cuModuleUnload(k->module);
 			ktune__ctx_leave(ctx, pushed);

@@ -90,7 +90,7 @@ struct ktune_ctx {
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
 };
 
-/* What served the last call of this thread (ktune_last_dispatch). */
+/* What served the last call of this thread (ktune_last_dispatch; context.c). */
 extern __thread const char *ktune__last_dispatch;
 
 /* Stores e's message as the context's last error and returns status. */
@@ -149,8 +149,5 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
 		     struct ktune_err *e);
-
-/* Frees every workspace (the context must be current). */
-void ktune__workspaces_free(ktune_ctx *ctx);
 
 #endif

@@ -10,15 +10,7 @@
 
 #include "runtime/context.h"
 
-__thread const char *ktune__last_dispatch = "none";
-
-const char *ktune_last_dispatch(const ktune_ctx *ctx)
-{
-	(void)ctx;
-	return ktune__last_dispatch;
-}
-
-/* The stream's split-K scratch, grown to fit.  Holds ctx->lock. */
+/* The stream's split-K scratch, grown to fit (ktune_close frees it).  Holds ctx->lock. */
 static int workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes,
 			 size_t ncounters, struct ktune_workspace **out, struct ktune_err *e)
 {
@@ -59,17 +51,6 @@ static int workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes,
 	}
 	*out = w;
 	return KTUNE_OK;
-}
-
-void ktune__workspaces_free(ktune_ctx *ctx)
-{
-	for (int i = 0; i < ctx->nworkspaces; i++) {
-		if (ctx->workspaces[i].partials)
-			ktune_cu.cuMemFree_v2(ctx->workspaces[i].partials);
-		if (ctx->workspaces[i].counters)
-			ktune_cu.cuMemFree_v2(ctx->workspaces[i].counters);
-	}
-	ctx->nworkspaces = 0;
 }
 
 /*
