@@ -31,25 +31,11 @@ static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 	*out = (struct ktune_op_layout){ 3, { { "x", 0, key->m }, { "y", 0, key->m }, { "z", 1, key->m } } };
 }
 
-static void input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
-{
-	(void)key;
-	(void)buf;
-	*lo = -4;
-	*hi = 4;
-}
-
 static void reference(const struct ktune_key *key, const struct ktune_op_call *call, double *const *b)
 {
 	(void)key;
 	for (int64_t i = 0; i < call->size[0]; i++)
 		b[2][i] = b[0][i] + b[1][i];
-}
-
-static double tolerance(const struct ktune_key *key, int buf)
-{
-	(void)buf;
-	return ktune__ew_tolerance(key->dtype);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
@@ -83,12 +69,6 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_i64(a, call->size[0]);
 }
 
-static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
-{
-	(void)sm_count;
-	return ktune__ew_default(&ktune__op_add, key);
-}
-
 const struct ktune_op ktune__op_add = {
 	.name = "add",
 	.summary = "z = x + y over n elements",
@@ -105,15 +85,15 @@ const struct ktune_op ktune__op_add = {
 	.bytes = bytes,
 	.flops = flops,
 	.layout = layout,
-	.input_range = input_range,
+	.input_range = ktune__ew_input_range,
 	.reference = reference,
-	.tolerance = tolerance,
+	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = ktune__ew_defines,
 	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
-	.default_config = default_config,
+	.default_config = ktune__ew_default_config,
 	.distance = ktune__ew_distance,
 };
 

@@ -38,24 +38,10 @@ static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 	*out = (struct ktune_op_layout){ 2, { { "x", 0, key->m }, { "y", 1, key->m } } };
 }
 
-static void input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
-{
-	(void)key;
-	(void)buf;
-	*lo = -4;
-	*hi = 4;
-}
-
 static void reference(const struct ktune_key *key, const struct ktune_op_call *call, double *const *b)
 {
 	(void)key;
 	ktune__ref_dropout(b[0], b[1], (long)call->size[0], call->p, call->seed, call->offset);
-}
-
-static double tolerance(const struct ktune_key *key, int buf)
-{
-	(void)buf;
-	return ktune__ew_tolerance(key->dtype);
 }
 
 /* Items of the kernel: chunks of max(VEC, 4) elements, whole Philox draws. */
@@ -95,12 +81,6 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_u64(a, call->offset);
 }
 
-static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
-{
-	(void)sm_count;
-	return ktune__ew_default(&ktune__op_dropout, key);
-}
-
 const struct ktune_op ktune__op_dropout = {
 	.name = "dropout",
 	.summary = "y = x / (1 - p) where a Philox draw from (seed, offset, i) keeps it, else 0",
@@ -117,15 +97,15 @@ const struct ktune_op ktune__op_dropout = {
 	.bytes = bytes,
 	.flops = flops,
 	.layout = layout,
-	.input_range = input_range,
+	.input_range = ktune__ew_input_range,
 	.reference = reference,
-	.tolerance = tolerance,
+	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = ktune__ew_defines,
 	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
-	.default_config = default_config,
+	.default_config = ktune__ew_default_config,
 	.distance = ktune__ew_distance,
 };
 

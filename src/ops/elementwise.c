@@ -132,6 +132,26 @@ struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct kt
 	return c;
 }
 
+struct ktune_config ktune__ew_default_config(const struct ktune_key *key, int sm_count)
+{
+	(void)sm_count;
+	return ktune__ew_default(ktune__op_of(key), key);
+}
+
+void ktune__ew_input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
+{
+	(void)key;
+	(void)buf;
+	*lo = -4;
+	*hi = 4;
+}
+
+double ktune__ew_output_tolerance(const struct ktune_key *key, int buf)
+{
+	(void)buf;
+	return ktune__ew_tolerance(key->dtype);
+}
+
 double ktune__ew_distance(const struct ktune_key *a, const struct ktune_key *b)
 {
 	double d = 0;

@@ -46,12 +46,19 @@ int ktune__ew_prune(const struct ktune_key *key, const struct ktune_config *c, i
 
 /* 16-byte vectors, 2 in flight, 256 threads, streaming, one pass (the space's nearest values). */
 struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct ktune_key *key);
+/* The same as an op's default_config: the key's own op. */
+struct ktune_config ktune__ew_default_config(const struct ktune_key *key, int sm_count);
+
+/* Inputs for the tuner and the tests: uniform in [-4, 4), where the activations bend. */
+void ktune__ew_input_range(const struct ktune_key *key, int buf, double *lo, double *hi);
 
 /* Squared distance of the keys' sizes in log space (same op, dtype and variant assumed). */
 double ktune__ew_distance(const struct ktune_key *a, const struct ktune_key *b);
 
 /* Accepted error relative to max(1, |reference|): the dtype's rounding, a few ulps of fp32 math. */
 double ktune__ew_tolerance(ktune_dtype dtype);
+/* The same as an op's tolerance hook: every output of the key's dtype alike. */
+double ktune__ew_output_tolerance(const struct ktune_key *key, int buf);
 
 /* The kernel argument slots: a device pointer, a 64-bit integer, a float. */
 void ktune__ew_arg_ptr(struct ktune_op_args *a, uint64_t p);

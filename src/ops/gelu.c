@@ -52,14 +52,6 @@ static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 		*out = (struct ktune_op_layout){ 2, { { "x", 0, key->m }, { "y", 1, key->m } } };
 }
 
-static void input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
-{
-	(void)key;
-	(void)buf;
-	*lo = -4;
-	*hi = 4;
-}
-
 static void reference(const struct ktune_key *key, const struct ktune_op_call *call, double *const *b)
 {
 	int approx = ktune__op_variant_index(&ktune__op_gelu, key, "approx");
@@ -67,12 +59,6 @@ static void reference(const struct ktune_key *key, const struct ktune_op_call *c
 		ktune__ref_gelu(b[0], b[1], b[2], (long)call->size[0], approx, 1);
 	else
 		ktune__ref_gelu(b[0], NULL, b[1], (long)call->size[0], approx, 0);
-}
-
-static double tolerance(const struct ktune_key *key, int buf)
-{
-	(void)buf;
-	return ktune__ew_tolerance(key->dtype);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
@@ -114,12 +100,6 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_i64(a, call->size[0]);
 }
 
-static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
-{
-	(void)sm_count;
-	return ktune__ew_default(&ktune__op_gelu, key);
-}
-
 const struct ktune_op ktune__op_gelu = {
 	.name = "gelu",
 	.summary = "y = gelu(x) or dx = dy * gelu'(x), exact or tanh, over n elements",
@@ -138,15 +118,15 @@ const struct ktune_op ktune__op_gelu = {
 	.bytes = bytes,
 	.flops = flops,
 	.layout = layout,
-	.input_range = input_range,
+	.input_range = ktune__ew_input_range,
 	.reference = reference,
-	.tolerance = tolerance,
+	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = defines,
 	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
-	.default_config = default_config,
+	.default_config = ktune__ew_default_config,
 	.distance = ktune__ew_distance,
 };
 

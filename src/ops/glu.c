@@ -59,14 +59,6 @@ static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 		*out = (struct ktune_op_layout){ 3, { { "a", 0, e, ld }, { "b", 0, e, ld }, { "out", 1, e, ld } } };
 }
 
-static void input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
-{
-	(void)key;
-	(void)buf;
-	*lo = -4;
-	*hi = 4;
-}
-
 static void reference(const struct ktune_key *key, const struct ktune_op_call *call, double *const *b)
 {
 	int act = ktune__op_variant_index(&ktune__op_glu, key, "act");
@@ -75,12 +67,6 @@ static void reference(const struct ktune_key *key, const struct ktune_op_call *c
 		ktune__ref_glu(b[0], b[1], b[2], b[3], b[4], n, act, 1);
 	else
 		ktune__ref_glu(b[0], b[1], NULL, b[2], NULL, n, act, 0);
-}
-
-static double tolerance(const struct ktune_key *key, int buf)
-{
-	(void)buf;
-	return ktune__ew_tolerance(key->dtype);
 }
 
 static int64_t vectors(const struct ktune_key *key, const struct ktune_config *c, int64_t rows, int64_t cols)
@@ -141,12 +127,6 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_i64(a, bwd ? ld(call, 4) : 0);
 }
 
-static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
-{
-	(void)sm_count;
-	return ktune__ew_default(&ktune__op_glu, key);
-}
-
 const struct ktune_op ktune__op_glu = {
 	.name = "glu",
 	.summary = "SwiGLU / GeGLU over [rows, cols]: out = act(a) * b, or da, db from dout",
@@ -166,15 +146,15 @@ const struct ktune_op ktune__op_glu = {
 	.bytes = bytes,
 	.flops = flops,
 	.layout = layout,
-	.input_range = input_range,
+	.input_range = ktune__ew_input_range,
 	.reference = reference,
-	.tolerance = tolerance,
+	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = defines,
 	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
-	.default_config = default_config,
+	.default_config = ktune__ew_default_config,
 	.distance = ktune__ew_distance,
 };
 
