@@ -218,10 +218,11 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 		skip();
 	}
 	assert_int_equal(ctx->from_device + ctx->from_arch, 0);
-	/* the GPUs with a file of their own (db/sm_90/): its 96 entries, which serve before the others' */
+	/* the GPUs with a file of their own (db/sm_90/): its 96 GEMM entries, which serve before the others' */
 	int mine = 0;
 	for (int i = 0; i < ctx->nentries; i++)
-		mine += ctx->entries[i].shipped && ctx->entries[i].same_device;
+		mine += ctx->entries[i].shipped && ctx->entries[i].same_device &&
+			!strcmp(ctx->entries[i].key.op, "gemm");
 	printf("%s: %d of %d shipped entries tuned on this GPU (%s)\n", ctx->id.name, mine, ctx->from_shipped,
 	       ctx->shipped_names);
 	if (!strcmp(ctx->id.name, "NVIDIA H100 80GB HBM3") || !strcmp(ctx->id.name, "NVIDIA H200"))
@@ -255,6 +256,21 @@ static void test_dispatch__shipped_serves_an_empty_database(void **state)
 		}
 	}
 	ktune__worker_close(w);
+	/* an elementwise op of the suite: the H100's file has it, and serves any sm_90 GPU without its own */
+	CUdeviceptr x, y;
+	const int64_t n = 1 << 20;
+	assert_int_equal(ktune_cu.cuMemAlloc_v2(&x, (size_t)n * 2), CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemAlloc_v2(&y, (size_t)n * 2), CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemsetD16_v2(x, 0x3f80, (size_t)n), CUDA_SUCCESS); /* bf16 1.0 */
+	assert_int_equal(ktune_gelu(ctx, n, (void *)x, (void *)y, KTUNE_GELU_ERF, KTUNE_BF16, NULL), KTUNE_OK);
+	assert_int_equal(ktune_cu.cuCtxSynchronize(), CUDA_SUCCESS);
+	unsigned short got;
+	assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(&got, y + 2 * (n - 1), 2), CUDA_SUCCESS);
+	assert_int_equal(got, 0x3f57); /* gelu(1) = 0.8413, in bf16 */
+	printf("gelu bf16 erf,fwd %lld: served by %s\n", (long long)n, ktune_last_dispatch(ctx));
+	assert_string_equal(ktune_last_dispatch(ctx), "shipped"); /* the H100's entry on any sm_90 GPU */
+	ktune_cu.cuMemFree_v2(x);
+	ktune_cu.cuMemFree_v2(y);
 	ktune_close(ctx);
 }
 
