@@ -7,7 +7,8 @@
  *     APPROX=0:    gelu(x) = 0.5 x (1 + erf(x / sqrt 2))
  *     APPROX=1:    gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
  *
- * in fp32 (erff, tanhf, expf: no fast-math intrinsics), rounded to the
+ * in fp32 (the erf form through Abramowitz and Stegun's erfc, |error| <
+ * 1.5e-7; the tanh form as x sigmoid(2u); prelude.cuh), rounded to the
  * element type.  x, dy and out hold n elements of DTYPE (prelude.cuh);
  * dy is not read forward (it may be 0).  out may be x or dy (in place),
  * but must not overlap them otherwise.
