@@ -224,10 +224,14 @@ int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key,
 			 int budget, unsigned seed, struct ktune_config **out, int *n, int *npruned,
 			 struct ktune_err *e);
 
+/*
+ * Moves a seeded random sample of `keep` of the n configs to the front (a
+ * partial shuffle), so that a budgeted sweep run again tries the same ones.
+ */
+void ktune__sample_configs(struct ktune_config *cfgs, int n, int keep, unsigned seed);
+
 /* A call's alignment class: every buffer 16-byte aligned, every row stride a multiple of 16 bytes. */
 int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call);
 
-/* A size field's value from a key, or a variant field's index. */
-int64_t ktune__op_field_value(const struct ktune_op *op, const struct ktune_key *key, int field);
 
 #endif

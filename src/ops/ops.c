@@ -166,14 +166,6 @@ int ktune__op_variant_set(const struct ktune_op *op, struct ktune_key *key, cons
 	return KTUNE_OK;
 }
 
-int64_t ktune__op_field_value(const struct ktune_op *op, const struct ktune_key *key, int field)
-{
-	const struct ktune_op_field *f = &op->fields[field];
-	if (f->dim >= 0)
-		return *ktune__key_dim((struct ktune_key *)key, f->dim);
-	return ktune__op_variant_index(op, key, f->name);
-}
-
 int ktune__op_key_check(const struct ktune_key *key, struct ktune_err *e)
 {
 	const struct ktune_op *op = ktune__op_of(key);
@@ -400,6 +392,27 @@ long ktune__op_param(const struct ktune_op *op, const struct ktune_config *c, co
 
 /* ------------------------------------------------------------ candidates */
 
+/* xorshift: a small, seeded generator so a budgeted sweep is repeatable. */
+static unsigned next_random(unsigned *state)
+{
+	unsigned x = *state ? *state : 2463534242u;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return *state = x;
+}
+
+void ktune__sample_configs(struct ktune_config *cfgs, int n, int keep, unsigned seed)
+{
+	unsigned state = seed * 2654435761u + 1;
+	for (int i = 0; i < keep && i < n; i++) {
+		int j = i + (int)(next_random(&state) % (unsigned)(n - i));
+		struct ktune_config t = cfgs[i];
+		cfgs[i] = cfgs[j];
+		cfgs[j] = t;
+	}
+}
+
 struct collect {
 	const struct ktune_op *op;
 	const struct ktune_key *key;
@@ -452,17 +465,7 @@ int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key,
 		}
 	}
 	if (budget > 0 && c.n > budget) {
-		/* a seeded partial shuffle (xorshift), so a rerun picks the same ones */
-		unsigned state = seed * 2654435761u + 1;
-		for (int i = 0; i < budget; i++) {
-			state ^= state << 13;
-			state ^= state >> 17;
-			state ^= state << 5;
-			int j = i + (int)(state % (unsigned)(c.n - i));
-			struct ktune_config t = c.cfgs[i];
-			c.cfgs[i] = c.cfgs[j];
-			c.cfgs[j] = t;
-		}
+		ktune__sample_configs(c.cfgs, c.n, budget, seed);
 		c.n = budget;
 	}
 	*out = c.cfgs;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/context.h"
+#include "ops/op.h"
 #include "tuner/candidates.h"
 
 struct collect {
@@ -46,28 +47,12 @@ static int collect(const long *values, void *arg)
 	return 0;
 }
 
-/* xorshift: a small, seeded generator so a budgeted sweep is repeatable. */
-static unsigned next_random(unsigned *state)
-{
-	unsigned x = *state ? *state : 2463534242u;
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	return *state = x;
-}
-
 /* Keeps a seeded random sample of `keep` of the collected configs (the first `keep` after a partial shuffle). */
 static void sample(struct collect *c, int keep, unsigned seed)
 {
 	if (keep >= c->n)
 		return;
-	unsigned state = seed * 2654435761u + 1;
-	for (int i = 0; i < keep; i++) {
-		int j = i + (int)(next_random(&state) % (unsigned)(c->n - i));
-		struct ktune_config t = c->cfgs[i];
-		c->cfgs[i] = c->cfgs[j];
-		c->cfgs[j] = t;
-	}
+	ktune__sample_configs(c->cfgs, c->n, keep, seed);
 	c->pruned += c->n - keep;
 	c->n = keep;
 }
