@@ -45,7 +45,7 @@ static void config_text(const struct ktune_key *key, const struct ktune_config *
 static int same_kernel(const struct ktune_key *key, const struct ktune_config *a, const struct ktune_config *b)
 {
 	const struct ktune_op *op = ktune__other_op(key);
-	return op ? op->same_kernel(a, b) : ktune__gemm_same_kernel(a, b);
+	return op ? ktune__op_same_kernel(op, key, a, key, b) : ktune__gemm_same_kernel(a, b);
 }
 
 static double key_flops(const struct ktune_key *key)
