@@ -1,0 +1,40 @@
+/*
+ * rowwise-ref.c - float64 references of the row-wise kernels
+ * (rowwise-ref.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ops/rowwise-ref.h"
+
+void ktune__ref_softmax(const double *x, int64_t ldx, double *y, int64_t ldy, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *xr = x + r * ldx;
+		double *yr = y + r * ldy, m = -INFINITY, s = 0;
+		for (int64_t c = 0; c < cols; c++)
+			m = xr[c] > m ? xr[c] : m;
+		if (m == -INFINITY) { /* a row of -inf: zeros, as the kernel gives */
+			for (int64_t c = 0; c < cols; c++)
+				yr[c] = 0;
+			continue;
+		}
+		for (int64_t c = 0; c < cols; c++)
+			s += exp(xr[c] - m);
+		for (int64_t c = 0; c < cols; c++)
+			yr[c] = exp(xr[c] - m) / s;
+	}
+}
+
+void ktune__ref_softmax_backward(const double *y, int64_t ldy, const double *dy, int64_t lddy, double *dx,
+				 int64_t lddx, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *yr = y + r * ldy, *gr = dy + r * lddy;
+		double *dr = dx + r * lddx, d = 0;
+		for (int64_t c = 0; c < cols; c++)
+			d += yr[c] * gr[c];
+		for (int64_t c = 0; c < cols; c++)
+			dr[c] = yr[c] * (gr[c] - d);
+	}
+}
