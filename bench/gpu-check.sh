@@ -128,7 +128,7 @@ for step in $steps; do
 				tail -n 1 "$OUT/rowwise-import.log" | tee -a "$OUT/rowwise.log"
 				run rowwise-sweep.log timeout "${SWEEP_TIMEOUT:-1800}" $B/ktune sweep --progress
 				$B/ktune export -o "$OUT/$(basename "$SHIPPED")"
-				for op in softmax; do
+				for op in softmax rmsnorm; do
 					run rowwise-verify.log $B/ktune verify --op $op
 					run rowwise-retime.log $B/ktune bench --op $op
 				done

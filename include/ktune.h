@@ -234,6 +234,30 @@ KTUNE_API ktune_status ktune_softmax_backward(ktune_ctx *ctx, int64_t rows, int6
 					      const void *y, int64_t ldy, const void *dy, int64_t lddy,
 					      void *dx, int64_t lddx, ktune_dtype dtype, void *stream);
 
+/*
+ * RMSNorm: h = x (+ residual), rstd[r] = 1 / sqrt(mean over the row of h^2
+ * + eps), y = h * rstd * weight.  With residual non-NULL the sum h is
+ * rounded to dtype and written to h (the next layer's residual; h may be
+ * residual); with residual NULL, h must be NULL.  rstd (rows floats) is
+ * written for the backward pass.  y may be x.
+ */
+KTUNE_API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
+				     int64_t ldx, const void *residual, int64_t ld_residual,
+				     const void *weight, float eps, void *y, int64_t ldy, float *rstd,
+				     void *h, int64_t ldh, ktune_dtype dtype, void *stream);
+/*
+ * The gradients of ktune_rmsnorm from dy, h (x, or the residual sum h) and
+ * the forward's rstd: dx, and dweight = sum over the rows of dy * h * rstd,
+ * reduced deterministically (a second kernel adds per-block partial sums in
+ * a fixed order; the scratch for them is the context's, per stream).  dx may
+ * be dy.
+ */
+KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
+					      const void *h, int64_t ldh, const void *weight,
+					      const float *rstd, const void *dy, int64_t lddy, void *dx,
+					      int64_t lddx, void *dweight, ktune_dtype dtype,
+					      void *stream);
+
 #ifdef __cplusplus
 }
 #endif

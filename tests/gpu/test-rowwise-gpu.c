@@ -1,5 +1,5 @@
 /*
- * test-rowwise-gpu.c - the row-wise kernels (softmax) on a GPU
+ * test-rowwise-gpu.c - the row-wise kernels (softmax, rmsnorm) on a GPU
  * against their float64 CPU references (src/ops/rowwise-ref.c).  Skipped
  * where no GPU is present.
  *
@@ -141,6 +141,12 @@ static void test_rowwise_gpu__softmax_every_config(void **state)
 	run_op("softmax", 262144);
 }
 
+static void test_rowwise_gpu__rmsnorm_every_config(void **state)
+{
+	(void)state;
+	run_op("rmsnorm", 65537);
+}
+
 /* ------------------------------------------------------------ the public API */
 
 static CUdeviceptr upload(const float *host, size_t n)
@@ -189,6 +195,78 @@ static void test_rowwise_gpu__softmax_edges_with_strides(void **state)
 	ktune_cu.cuMemFree_v2(dy);
 }
 
+static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **state)
+{
+	(void)state;
+	enum { ROWS = 300, COLS = 1000, LD = 1003 };
+	size_t n = (size_t)ROWS * LD;
+	float *x = malloc(n * 4), *res = malloc(n * 4), *w = malloc(COLS * 4), *got = malloc(n * 4);
+	float *dw1 = malloc(COLS * 4), *dw2 = malloc(COLS * 4), *dx1 = malloc(n * 4), *dx2 = malloc(n * 4);
+	double *xd = malloc(n * 8), *rd = malloc(n * 8), *wd = malloc(COLS * 8), *y = malloc(n * 8);
+	double *h = malloc(n * 8), *rstd = malloc(ROWS * 8), *dy = malloc(n * 8), *dx = malloc(n * 8);
+	double *dw = malloc(COLS * 8);
+	float rstd_got[ROWS];
+	assert_true(x && res && w && got && dw1 && dw2 && dx1 && dx2 && xd && rd && wd && y && h && rstd && dy && dx && dw);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((i * 7919 % 2001) - 1000) / 300;
+		res[i] = (float)((i * 104729 % 1999) - 999) / 500;
+		xd[i] = x[i];
+		rd[i] = res[i];
+	}
+	for (int c = 0; c < COLS; c++)
+		wd[c] = w[c] = 0.5f + (float)(c % 17) / 16;
+	CUdeviceptr d_x = upload(x, n), d_res = upload(res, n), d_w = upload(w, COLS), d_y = upload(x, n);
+	CUdeviceptr d_h = upload(x, n), d_rstd = upload(rstd_got, ROWS), d_dx = upload(x, n), d_dw = upload(w, COLS);
+	assert_int_equal(ktune_rmsnorm(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_res, LD, (void *)d_w, 1e-5f,
+				       (void *)d_y, LD, (float *)d_rstd, (void *)d_h, LD, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_rmsnorm(xd, LD, rd, LD, wd, 1e-5, y, LD, rstd, h, LD, ROWS, COLS);
+	download(got, d_y, n);
+	download(rstd_got, d_rstd, ROWS);
+	for (int r = 0; r < ROWS; r++) {
+		assert_true(fabs(rstd_got[r] - rstd[r]) <= 1e-5 * rstd[r]);
+		for (int c = 0; c < COLS; c++)
+			if (!(fabs(got[r * LD + c] - y[r * LD + c]) <= 1e-5 * fmax(1, fabs(y[r * LD + c]))))
+				fail_msg("rmsnorm y[%d, %d] = %g, want %g", r, c, got[r * LD + c], y[r * LD + c]);
+	}
+	/* backward from h, twice: the same bits */
+	for (size_t i = 0; i < n; i++)
+		dy[i] = x[(i * 31) % n] / 4;
+	float *dyf = malloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		dyf[i] = (float)dy[i];
+	CUdeviceptr d_dy = upload(dyf, n);
+	download(got, d_h, n); /* h as the kernel rounded it (f32: exact) */
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ktune_rmsnorm_backward(ctx, ROWS, COLS, (void *)d_h, LD, (void *)d_w, (float *)d_rstd,
+							(void *)d_dy, LD, (void *)d_dx, LD, (void *)d_dw, KTUNE_F32, NULL),
+				 KTUNE_OK);
+		download(round ? dx2 : dx1, d_dx, n);
+		download(round ? dw2 : dw1, d_dw, COLS);
+	}
+	assert_memory_equal(dw1, dw2, COLS * 4);
+	assert_memory_equal(dx1, dx2, n * 4);
+	double *hr = malloc(n * 8);
+	assert_non_null(hr);
+	for (size_t i = 0; i < n; i++)
+		hr[i] = got[i];
+	for (int r = 0; r < ROWS; r++)
+		rstd[r] = rstd_got[r];
+	ktune__ref_rmsnorm_backward(hr, LD, wd, rstd, dy, LD, dx, LD, dw, ROWS, COLS);
+	for (int r = 0; r < ROWS; r++)
+		for (int c = 0; c < COLS; c++)
+			if (!(fabs(dx1[r * LD + c] - dx[r * LD + c]) <= 1e-5 * fmax(1, fabs(dx[r * LD + c]))))
+				fail_msg("rmsnorm dx[%d, %d] = %g, want %g", r, c, dx1[r * LD + c], dx[r * LD + c]);
+	for (int c = 0; c < COLS; c++)
+		if (!(fabs(dw1[c] - dw[c]) <= 1e-5 * fmax(1, fabs(dw[c]))))
+			fail_msg("rmsnorm dw[%d] = %g, want %g", c, dw1[c], dw[c]);
+	CUdeviceptr all[] = { d_x, d_res, d_w, d_y, d_h, d_rstd, d_dx, d_dw, d_dy };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+	free(x), free(res), free(w), free(got), free(dw1), free(dw2), free(dx1), free(dx2), free(dyf);
+	free(xd), free(rd), free(wd), free(y), free(h), free(rstd), free(dy), free(dx), free(dw), free(hr);
+}
+
 static void test_rowwise_gpu__bad_arguments(void **state)
 {
 	(void)state;
@@ -196,6 +274,17 @@ static void test_rowwise_gpu__bad_arguments(void **state)
 	assert_int_equal(ktune_cu.cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
 	assert_int_equal(ktune_softmax(ctx, 2, 16, (void *)d, 8, (void *)d, 16, KTUNE_F32, NULL), KTUNE_ERR_INVALID);
 	assert_non_null(strstr(ktune_errmsg(ctx), "row stride (8) is less than cols = 16"));
+	assert_int_equal(ktune_rmsnorm(ctx, 2, 16, (void *)d, 16, NULL, 0, (void *)d, -1.0f, (void *)d, 16,
+				       (float *)d, NULL, 0, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_int_equal(ktune_rmsnorm(ctx, 2, 200000, (void *)d, 200000, NULL, 0, (void *)d, 1e-5f, (void *)d,
+				       200000, (float *)d, NULL, 0, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "over 131072"));
+	assert_int_equal(ktune_rmsnorm_backward(ctx, 2, 16, (void *)d, 16, (void *)d, NULL, (void *)d, 16, (void *)d,
+						16, (void *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "rstd is NULL"));
 	ktune_cu.cuMemFree_v2(d);
 }
 
@@ -232,7 +321,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rowwise_gpu__bad_arguments),
 		cmocka_unit_test(test_rowwise_gpu__softmax_edges_with_strides),
+		cmocka_unit_test(test_rowwise_gpu__rmsnorm_residual_backward_deterministic),
 		cmocka_unit_test(test_rowwise_gpu__softmax_every_config),
+		cmocka_unit_test(test_rowwise_gpu__rmsnorm_every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

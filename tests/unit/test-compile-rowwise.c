@@ -30,7 +30,7 @@
 #define SM_COUNT 132
 #define SAMPLE 3
 
-static const char *const ops[] = { "softmax" };
+static const char *const ops[] = { "softmax", "rmsnorm" };
 static const int64_t awkward_cols[] = { 1, 7, 33, 4097, 65537, 262144 };
 
 struct job {
