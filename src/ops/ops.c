@@ -484,6 +484,11 @@ int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_ca
 	return 1;
 }
 
+const char *ktune__result_hash(const struct ktune_op *op, int family)
+{
+	return ktune__op_is_gemm(op) ? ktune__gemm_family_hash(family) : ktune__op_family_hash(op, family);
+}
+
 int ktune__result_fresh(const struct ktune_key *key, const char *family, const char *template_hash)
 {
 	const struct ktune_op *op = ktune__op_of(key);

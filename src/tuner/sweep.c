@@ -16,6 +16,7 @@
 
 #include "runtime/templates.h"
 #include "ops/op.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 
 /* What happened to a key in this sweep, best first when two threads disagree. */

@@ -16,6 +16,7 @@
 #include "gpu_test.h"
 #include "runtime/templates.h"
 #include "tuner/candidates.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 
 static char db_path[4200];
