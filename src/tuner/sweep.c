@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/templates.h"
 #include "ops/op.h"
+#include "templates.h"
 #include "tuner/protocol.h"
 #include "tuner/tuner.h"
 

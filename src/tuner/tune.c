@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/templates.h"
+#include "templates.h"
 #include "tuner/candidates.h"
 #include "tuner/client.h"
 #include "tuner/nvml.h"
