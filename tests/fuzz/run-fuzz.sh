@@ -32,7 +32,7 @@ mkdir -p "$BUILD/include" && mv "$BUILD/ktune_version.h" "$BUILD/include/"
 
 # Only the sources the importer needs: no CUDA.
 SOURCES="src/common.c src/key.c src/status.c src/version.c src/db/db.c src/db/share.c
-	src/db/share-read.c src/ops/gemm.c src/search/space.c src/search/expr.c
+	src/db/share-read.c src/ops/gemm.c src/search/space.c src/search/expr.c src/yaml-read.c
 	src/templates.c"
 objs=()
 for src in $SOURCES $EMBEDDED; do
