@@ -9,7 +9,7 @@
 
 #include "ops/gemm.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 struct field {
 	const char *name;

@@ -227,6 +227,12 @@ const struct ktune_space *ktune__op_space(const struct ktune_op *op, int family,
 int ktune__op_family_index(const struct ktune_op *op, const char *name);
 /* sha256 of a family's source (and the prelude it includes): its results' template hash. */
 const char *ktune__op_family_hash(const struct ktune_op *op, int family);
+/*
+ * The template hash a result of the op's family carries when tuned with the
+ * current source: GEMM's, its source's (ktune__gemm_family_hash); another
+ * op's, ktune__op_family_hash.
+ */
+const char *ktune__result_hash(const struct ktune_op *op, int family);
 /* 1 if a result of that family with this template hash was tuned with the current source. */
 int ktune__op_result_fresh(const struct ktune_op *op, const char *family, const char *template_hash);
 

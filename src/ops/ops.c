@@ -14,7 +14,7 @@
 
 #include "ops/gemm.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 extern const struct ktune_op ktune__op_gemm, ktune__op_add, ktune__op_gelu, ktune__op_glu,
 	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm;
@@ -528,6 +528,11 @@ int ktune__op_steps(const struct ktune_op *op, const struct ktune_key *key, cons
 	op->geometry(key, c, call, sm_count, &out->launch);
 	op->args(key, call, &out->args);
 	return 1;
+}
+
+const char *ktune__result_hash(const struct ktune_op *op, int family)
+{
+	return ktune__op_is_gemm(op) ? ktune__gemm_family_hash(family) : ktune__op_family_hash(op, family);
 }
 
 int ktune__result_fresh(const struct ktune_key *key, const char *family, const char *template_hash)

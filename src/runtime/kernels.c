@@ -8,7 +8,7 @@
 
 #include "runtime/compile.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 /* An op's kernel: its family's template with the op's defines, for the device's own arch. */
 static int op_compile(const struct ktune_op *op, const struct ktune_key *key,

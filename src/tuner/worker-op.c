@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/templates.h"
+#include "templates.h"
 #include "tuner/worker-op.h"
 
 /* ------------------------------------------------------------ element conversions */

@@ -20,7 +20,7 @@ cmake -DOUT="$BUILD/templates_data.c" -DARRAY=ktune__template_files \
 	"-DFILES=$(ls "$ROOT"/kernels/templates/*.cu "$ROOT"/kernels/templates/*.yaml | sort | paste -sd '|')" \
 	-P "$ROOT/cmake/embed.cmake"
 EMBEDDED="$BUILD/templates_data.c"
-if grep -q ktune__shipped_files "$ROOT/src/runtime/templates.h"; then
+if grep -q ktune__shipped_files "$ROOT/src/templates.h"; then
 	cmake -DOUT="$BUILD/shipped_data.c" -DARRAY=ktune__shipped_files -DBASE="$ROOT/db" \
 		"-DFILES=$(ls "$ROOT"/db/*/*.yaml 2>/dev/null | sort | paste -sd '|')" \
 		-P "$ROOT/cmake/embed.cmake"
@@ -32,8 +32,8 @@ mkdir -p "$BUILD/include" && mv "$BUILD/ktune_version.h" "$BUILD/include/"
 
 # Only the sources the importer needs: no CUDA.
 SOURCES="src/common.c src/key.c src/status.c src/version.c src/db/db.c src/db/share.c
-	src/db/share-read.c src/ops/gemm.c src/search/space.c src/search/expr.c
-	src/runtime/templates.c"
+	src/db/share-read.c src/ops/gemm.c src/search/space.c src/search/expr.c src/yaml-read.c
+	src/templates.c"
 objs=()
 for src in $SOURCES $EMBEDDED; do
 	case $src in /*) path=$src ;; *) path=$ROOT/$src ;; esac

@@ -16,8 +16,8 @@
 
 #include "db/share.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
 #include "search/spec.h"
+#include "templates.h"
 #include "test_util.h"
 #include "tuner/tuner.h"
 

@@ -31,7 +31,7 @@
 #include "db/db.h"
 #include "db/share.h"
 #include "ops/gemm.h"
-#include "runtime/templates.h"
+#include "templates.h"
 #include "test_util.h"
 
 static int setup_tmp(void **state)

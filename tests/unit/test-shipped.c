@@ -11,7 +11,7 @@
 
 #include "db/share.h"
 #include "search/spec.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 static void test_shipped__files_parse_and_are_current(void **state)
 {

@@ -1,7 +1,10 @@
 /*
  * templates.h - files embedded into the library at build time: the kernel
  * template sources and their search spaces (kernels/templates/), and the
- * shipped tuning files (db/ARCH/NAME.yaml).
+ * shipped tuning files (db/ARCH/NAME.yaml).  It sits at the bottom of the
+ * library with common.h and key.h: the runtime (compile, dispatch), the ops
+ * (spaces and template hashes) and the store (an import's template check)
+ * all read it, and it depends on none of them.
  */
 #ifndef KTUNE_TEMPLATES_H
 #define KTUNE_TEMPLATES_H
