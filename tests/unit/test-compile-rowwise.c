@@ -23,7 +23,7 @@
 
 #include "ops/op.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
+#include "templates.h"
 #include "search/spec.h"
 
 #define ARCH "sm_90"
