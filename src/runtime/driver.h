@@ -56,6 +56,15 @@
 	X(cuStreamCreate, (CUstream *, unsigned int))                                      \
 	X(cuStreamDestroy_v2, (CUstream))                                                  \
 	X(cuStreamSynchronize, (CUstream))                                                 \
+	X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                        \
+	X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                              \
+	X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                         \
+	X(cuStreamBeginCapture_v2, (CUstream, CUstreamCaptureMode))                        \
+	X(cuStreamEndCapture, (CUstream, CUgraph *))                                       \
+	X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))       \
+	X(cuGraphLaunch, (CUgraphExec, CUstream))                                          \
+	X(cuGraphExecDestroy, (CUgraphExec))                                               \
+	X(cuGraphDestroy, (CUgraph))                                                       \
 	X(cuEventCreate, (CUevent *, unsigned int))                                        \
 	X(cuEventDestroy_v2, (CUevent))                                                    \
 	X(cuEventRecord, (CUevent, CUstream))                                              \

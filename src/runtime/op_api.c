@@ -21,30 +21,51 @@ int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct k
 	if (!op || ktune__op_is_gemm(op))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "op '%.16s' has no generic launch", key->op);
 	size_t bytes = op->workspace ? op->workspace(key, cfg, &call, ctx->id.sm_count) : 0;
+	int graph_scratch = 0, rc = KTUNE_OK;
 	if (bytes) {
-		struct ktune_workspace *w;
-		pthread_mutex_lock(&ctx->lock);
-		int rc = ktune__workspace_get(ctx, stream, bytes, 0, &w, e);
-		if (!rc)
-			call.workspace = w->partials;
-		pthread_mutex_unlock(&ctx->lock);
-		if (rc)
-			return rc;
+		CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+		CU_TRY(e, cuStreamIsCapturing(stream, &capture));
+		if (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+			/*
+			 * A CUDA graph being captured: scratch of its own, allocated and
+			 * freed in stream order (the graph's memory nodes).  The stream's
+			 * buffer cannot grow during a capture, and replays of the graph
+			 * elsewhere must not share it.
+			 */
+			CUdeviceptr scratch;
+			CU_TRY(e, cuMemAllocAsync(&scratch, bytes, stream));
+			call.workspace = scratch;
+			graph_scratch = 1;
+		} else {
+			struct ktune_workspace *w;
+			pthread_mutex_lock(&ctx->lock);
+			rc = ktune__workspace_get(ctx, stream, bytes, 0, &w, e);
+			if (!rc)
+				call.workspace = w->partials;
+			pthread_mutex_unlock(&ctx->lock);
+			if (rc)
+				return rc;
+		}
 	}
 	int n = ktune__op_steps(op, key, cfg, &call, ctx->id.sm_count, steps);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !rc; i++) {
 		const struct ktune_op_launch *l = &steps[i].launch;
 		for (int j = 0; j < steps[i].args.n; j++) /* a step may have been copied: point into its own slots */
 			steps[i].args.argv[j] = steps[i].args.slot[j];
 		CUfunction fn = steps[i].entry >= 0 && steps[i].entry < KTUNE_OP_MAX_KERNELS
 					? kernel->fns[steps[i].entry] : NULL;
-		if (!fn)
-			return ktune__fail(e, KTUNE_ERR_INVALID, "%s: no kernel %d in family %d", op->name,
-					   steps[i].entry, cfg->family);
-		CU_TRY(e, cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
-					 l->block[2], l->smem, stream, steps[i].args.argv, NULL));
+		if (!fn) {
+			rc = ktune__fail(e, KTUNE_ERR_INVALID, "%s: no kernel %d in family %d", op->name,
+					 steps[i].entry, cfg->family);
+			break;
+		}
+		CU_GOTO(e, rc, cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+					      l->block[2], l->smem, stream, steps[i].args.argv, NULL));
 	}
-	return KTUNE_OK;
+out:
+	if (graph_scratch)
+		ktune_cu.cuMemFreeAsync((CUdeviceptr)call.workspace, stream);
+	return rc;
 }
 
 ktune_status ktune__op_run(ktune_ctx *ctx, struct ktune_key *key, struct ktune_op_call *call,

@@ -14,7 +14,8 @@
  * Through the public API, with row strides larger than cols: softmax rows
  * of -inf but one element (one-hot), of -inf only (zeros, not NaN), and of
  * +-1e4 (no overflow); RMSNorm with the residual fused, then its backward,
- * twice, bit-identical (dw is reduced without atomics).
+ * twice, bit-identical (dw is reduced without atomics), and captured in a
+ * CUDA graph and replayed, bit-identical again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +247,30 @@ static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **sta
 	}
 	assert_memory_equal(dw1, dw2, COLS * 4);
 	assert_memory_equal(dx1, dx2, n * 4);
+
+	/* captured in a CUDA graph (its scratch comes from the graph's own memory nodes), replayed: the same bits */
+	{
+		CUstream s;
+		CUgraph g;
+		CUgraphExec x;
+		assert_int_equal(ktune_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuMemsetD8_v2(d_dw, 0xff, COLS * 4), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+		int rc = ktune_rmsnorm_backward(ctx, ROWS, COLS, (void *)d_h, LD, (void *)d_w, (float *)d_rstd,
+						(void *)d_dy, LD, (void *)d_dx, LD, (void *)d_dw, KTUNE_F32, s);
+		assert_int_equal(ktune_cu.cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+		assert_int_equal(rc, KTUNE_OK);
+		assert_int_equal(ktune_cu.cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+		for (int replay = 0; replay < 2; replay++) {
+			assert_int_equal(ktune_cu.cuGraphLaunch(x, s), CUDA_SUCCESS);
+			assert_int_equal(ktune_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+			download(dw2, d_dw, COLS);
+			assert_memory_equal(dw1, dw2, COLS * 4);
+		}
+		ktune_cu.cuGraphExecDestroy(x);
+		ktune_cu.cuGraphDestroy(g);
+		ktune_cu.cuStreamDestroy_v2(s);
+	}
 	double *hr = malloc(n * 8);
 	assert_non_null(hr);
 	for (size_t i = 0; i < n; i++)
