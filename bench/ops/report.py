@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""bench/ops/report.py - Markdown (and optional plots) from bench/ops/elementwise.py's CSV.
+"""bench/ops/report.py - Markdown (and optional plots) from the CSV of bench/ops/elementwise.py
+or bench/ops/rowwise.py.
 
     python3 bench/ops/report.py elementwise.csv [more.csv ...] --command "CMD" [--out REPORT.md] [--plots DIR]
 
@@ -56,6 +57,8 @@ def main(argv=None):
     ap.add_argument("--command", default="", help="the command line that made the CSV(s)")
     ap.add_argument("--out", default="-", help="Markdown output (default stdout)")
     ap.add_argument("--plots", default=None, help="directory for one PNG per op (needs matplotlib)")
+    ap.add_argument("--title", default="Elementwise ops: ktune against PyTorch eager and Liger Kernel",
+                    help="the page's title")
     args = ap.parse_args(argv)
     rows, metas = load(args.csv)
     if not rows:
@@ -72,7 +75,7 @@ def main(argv=None):
 
     out = []
     w = out.append
-    w("# Elementwise ops: ktune against PyTorch eager and Liger Kernel\n")
+    w(f"# {args.title}\n")
     if args.command:
         w(f"Made by `{args.command}`.\n")
     for m in metas:

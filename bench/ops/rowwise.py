@@ -14,14 +14,15 @@ traffic, the same figure for every library):
   rmsnorm_bwd       dx and dw from h, w, rstd, dy                bytes 3 r c s + 2 c s + 4 r
 Baselines: torch (softmax: aten._softmax.out and _softmax_backward_data.out;
 RMSNorm: F.rms_norm, its residual add as x + res first, its backward through
-autograd), Liger (liger_kernel.ops.softmax's _softmax_forward/_backward,
+autograd, eager only: capturing autograd.grad in a graph failed), Liger (liger_kernel.ops.softmax's _softmax_forward/_backward,
 liger_kernel.ops.rms_norm's rms_norm_forward/backward in the llama casting
 mode; no residual variant).
 
 The timing protocol is bench/ops/elementwise.py's (this script runs its Bench):
 seeded inputs, outputs poisoned with NaN, checked against a float32 reference
 before and after timing (ktune within 1e-2 relative to max(1, |ref|) in bf16,
-the baselines within 4 times that), L2 flushed before every timed call, eager
+dw relative to max(1, rms(ref dw)) since it sums rows-many rounded terms; the
+baselines within 4 times that), L2 flushed before every timed call, eager
 and CUDA-graph replay, the median of many reps, the 1 GiB copy first and last
 as the ceiling.  Exit status 0, 2 when a check failed, 1 on a fatal error.
 """
@@ -79,7 +80,8 @@ def plan(args):
     if "softmax" in args.ops:
         for op, mats in (("softmax", 2), ("softmax_bwd", 3)):
             for shape in sz["softmax"]:
-                case(op, shape, mats, 0, ["ktune", "torch", "liger"])
+                # Liger's softmax refuses rows over 65536 ("exceeds the recommended Triton blocksize")
+                case(op, shape, mats, 0, ["ktune", "torch"] + (["liger"] if shape[1] <= 65536 else []))
     if "rmsnorm" in args.ops:
         for op, mats, vecs, libs in (("rmsnorm", 2, 1, ["ktune", "torch", "liger"]),
                                      ("rmsnorm_residual", 4, 1, ["ktune", "torch"]),
@@ -90,6 +92,24 @@ def plan(args):
 
 
 class RowBench(ew.Bench):
+    def grad_check(self, outs, refs, tol):
+        """close_check for dx, and dw (a sum over the rows, whose elements near 0 carry the rounding
+        of rows-many terms) against max(1, rms(ref dw)) rather than max(1, |ref|)."""
+        dx, dw = outs
+        rdx, rdw = refs
+        scale = max(1.0, float(rdw.float().pow(2).mean().sqrt()))
+        return self.close_check([dx, dw.float() / scale], [rdx, rdw / scale], tol)
+
+    def run_impl(self, c, lib, impl):
+        """elementwise.py's, with graph mode left out for an impl marked eager_only."""
+        if not impl.get("eager_only") or self.args.no_graph:
+            return super().run_impl(c, lib, impl)
+        self.args.no_graph = True
+        try:
+            return super().run_impl(c, lib, impl)
+        finally:
+            self.args.no_graph = False
+
     def build(self, c, gen):
         torch = self.torch
         F = torch.nn.functional
@@ -189,13 +209,14 @@ class RowBench(ew.Bench):
         xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
         yr = F.rms_norm(xr, (cols,), wr, EPS)
         run_t = lambda: torch.autograd.grad(yr, (xr, wr), dy, retain_graph=True)
-        impls["torch"] = dict(fn=run_t, api="autograd of F.rms_norm",
-                              check=lambda f: self.close_check(list(run_t()), [ref_dx, ref_dw], tol * f))
+        # eager only: capturing torch.autograd.grad in a CUDA graph failed on the H100 (torch 2.11)
+        impls["torch"] = dict(fn=run_t, api="autograd of F.rms_norm (eager)", eager_only=True,
+                              check=lambda f: self.grad_check(list(run_t()), [ref_dx, ref_dw], tol * f))
         if lig is not None:
             _, xl, rl, block, warps, mode = lig["rms_fwd"](x, w, EPS, 0.0, "llama", False)
             run_l = lambda: lig["rms_bwd"](dy, xl, w, rl, 0.0, mode, block, warps, False, False)
             impls["liger"] = dict(fn=run_l, api="rms_norm_backward(llama)",
-                                  check=lambda f: self.close_check(list(run_l()), [ref_dx, ref_dw], tol * f))
+                                  check=lambda f: self.grad_check(list(run_l()), [ref_dx, ref_dw], tol * f))
         if have_kt:
             rk = rstd.squeeze(-1).contiguous()
             dxk, dwk = torch.empty_like(x), torch.empty_like(w)
@@ -203,7 +224,7 @@ class RowBench(ew.Bench):
                 fn=lambda: kt.call("ktune_rmsnorm_backward", rows, cols, x.data_ptr(), cols, w.data_ptr(),
                                    rk.data_ptr(), dy.data_ptr(), cols, dxk.data_ptr(), cols, dwk.data_ptr(), kdt,
                                    st()),
-                outs=[dxk, dwk], check=lambda f: self.close_check([dxk, dwk], [ref_dx, ref_dw], tol * f))
+                outs=[dxk, dwk], check=lambda f: self.grad_check([dxk, dwk], [ref_dx, ref_dw], tol * f))
         return impls
 
     def run(self, cases):

@@ -31,8 +31,8 @@
  *     rmsnorm_dw_kernel(const float *partials, long long nparts, elem *dw, long long cols)
  *
  * Tunables: RESIDUAL, BACKWARD (the op's variant) below; DTYPE, ALIGNED,
- * VEC, THREADS, CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER
- * (rowwise.cuh).
+ * VEC, THREADS, CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER,
+ * PREFETCH (rowwise.cuh).
  *
  * Launch:
  *   rmsnorm_kernel, rmsnorm_bwd_kernel:
@@ -77,19 +77,38 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 	const row_place p = row_place_here();
 	int parity = 0;
 
+	row_raw h, a; /* x (then h), res */
+#if PREFETCH
+	row_raw next_h, next_a;
+	row_load_at(x, rows_first() + p.group, rows, cols, ld_x, p, next_h, 0.0f);
+#if RESIDUAL
+	row_load_at(res, rows_first() + p.group, rows, cols, ld_res, p, next_a, 0.0f);
+#endif
+#endif
+
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0;
-		row_regs h, g;
+#if PREFETCH
+		row_copy(h, next_h);
+		row_load_at(x, row + rows_step(), rows, cols, ld_x, p, next_h, 0.0f);
+#if RESIDUAL
+		row_copy(a, next_a);
+		row_load_at(res, row + rows_step(), rows, cols, ld_res, p, next_a, 0.0f);
+#endif
+#else
 		row_load(x + row * ld_x, n, p, h, 0.0f);
 #if RESIDUAL
+		row_load(res + row * ld_res, n, p, a, 0.0f);
+#endif
+#endif
+#if RESIDUAL
 		/* h = x + res, rounded as it is stored: what the backward pass reads */
-		row_load(res + row * ld_res, n, p, g, 0.0f);
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				h[i][j] = to_float(from_float(h[i][j] + g[i][j]));
+				vec_set(h[i], j, vec_get(h[i], j) + vec_get(a[i], j));
 		row_store(h_out + row * ld_h, n, p, h);
 #endif
 		float s = 0;
@@ -97,17 +116,19 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				s += h[i][j] * h[i][j];
+				s += vec_get(h[i], j) * vec_get(h[i], j);
 		s = row_reduce<op_sum>(s, parity);
+		row_keep_raw(h);
 		const float r = rsqrtf(s / (float)cols + eps);
 		if (n && p.lane == 0 && p.rank == 0)
 			rstd[row] = r;
-		row_load(w, n, p, g, 0.0f);
 #pragma unroll
-		for (int i = 0; i < ITEMS; i++)
+		for (int i = 0; i < ITEMS; i++) { /* w a vector at a time (L1-resident): no second row held */
+			const vec wv = item_load(w, n, p, i, 0.0f);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				h[i][j] = h[i][j] * r * g[i][j];
+				vec_set(h[i], j, vec_get(h[i], j) * r * vec_get(wv, j));
+		}
 		row_store(y + row * ld_y, n, p, h);
 	}
 	row_done();
@@ -124,38 +145,56 @@ rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem 
 {
 	const row_place p = row_place_here();
 	int parity = 0;
-	row_regs acc; /* this thread's share of dw over the rows its group walks */
+	row_f32 acc; /* this thread's share of dw over the rows its group walks */
 #pragma unroll
 	for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 		for (int j = 0; j < VEC_W; j++)
 			acc[i][j] = 0;
 
+	row_raw h, d; /* h, dy */
+#if PREFETCH
+	row_raw next_h, next_d;
+	row_load_at(hx, rows_first() + p.group, rows, cols, ld_h, p, next_h, 0.0f);
+	row_load_at(dy, rows_first() + p.group, rows, cols, ld_dy, p, next_d, 0.0f);
+#endif
+
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0;
-		row_regs h, d, g;
+#if PREFETCH
+		row_copy(h, next_h);
+		row_copy(d, next_d);
+		row_load_at(hx, row + rows_step(), rows, cols, ld_h, p, next_h, 0.0f);
+		row_load_at(dy, row + rows_step(), rows, cols, ld_dy, p, next_d, 0.0f);
+#else
 		row_load(hx + row * ld_h, n, p, h, 0.0f);
 		row_load(dy + row * ld_dy, n, p, d, 0.0f);
-		row_load(w, n, p, g, 0.0f);
+#endif
 		const float r = n ? rstd[row] : 0.0f;
 		float s = 0;
 #pragma unroll
-		for (int i = 0; i < ITEMS; i++)
+		for (int i = 0; i < ITEMS; i++) { /* w a vector at a time (L1-resident), here and below */
+			const vec wv = item_load(w, n, p, i, 0.0f);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++) {
-				acc[i][j] += d[i][j] * h[i][j] * r;
-				g[i][j] *= d[i][j];
-				s += g[i][j] * h[i][j];
+				const float hv = vec_get(h[i], j), dv = vec_get(d[i], j);
+				acc[i][j] += dv * hv * r;
+				s += dv * vec_get(wv, j) * hv;
 			}
+		}
 		s = row_reduce<op_sum>(s, parity);
+		row_keep_raw(h);
+		row_keep_raw(d);
 		const float k = r * r * s / (float)cols;
 #pragma unroll
-		for (int i = 0; i < ITEMS; i++)
+		for (int i = 0; i < ITEMS; i++) {
+			const vec wv = item_load(w, n, p, i, 0.0f);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				g[i][j] = r * (g[i][j] - h[i][j] * k);
-		row_store(dx + row * ld_dx, n, p, g);
+				vec_set(d[i], j, r * (vec_get(d[i], j) * vec_get(wv, j) - vec_get(h[i], j) * k));
+		}
+		row_store(dx + row * ld_dx, n, p, d);
 	}
 
 	/* the block's partial row of dw: its groups' shares added in group order */
@@ -192,17 +231,33 @@ rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem 
 	row_done();
 }
 
-/* dw[c]: the partials of column c summed in order, 8 slices of them by 32 columns a block. */
+/*
+ * dw[c]: the partials of column c summed in a fixed order, 8 slices of them
+ * by 32 columns a block; each thread keeps 8 sums (partials q, q + 8, ...
+ * round robin) so that 8 of its loads are in flight, not one after another.
+ */
 extern "C" __global__ void __launch_bounds__(256)
 rmsnorm_dw_kernel(const float *partials, long long nparts, elem *dw, long long cols)
 {
 	__shared__ float slice_sum[8][32];
 	const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
 	const i64 c = (i64)blockIdx.x * 32 + lane;
+	float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+	if (c < cols) {
+		i64 q = slice;
+		for (; q + 7 * 8 < nparts; q += 8 * 8)
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				acc[k] += partials[(q + 8 * k) * cols + c];
+#pragma unroll
+		for (int k = 0; k < 7; k++) /* the last fewer than 8 x 8 */
+			if (q + 8 * k < nparts)
+				acc[k] += partials[(q + 8 * k) * cols + c];
+	}
 	float s = 0;
-	if (c < cols)
-		for (i64 q = slice; q < nparts; q += 8)
-			s += partials[q * cols + c];
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		s += acc[k];
 	slice_sum[slice][lane] = s;
 	__syncthreads();
 	if (slice == 0 && c < cols) {

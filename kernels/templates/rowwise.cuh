@@ -16,6 +16,11 @@
  * for COLS, the largest row the kernel takes (the key's cols): a row is
  * read from memory once and written once, whatever its length.
  *
+ * With PREFETCH=1 a thread loads the next row of its walk (a capped grid
+ * walks several) before it reduces the current one, so that a row's loads
+ * are in flight while the previous row's reductions wait on barriers: the
+ * memory pipe stays busy with fewer blocks an SM, at twice the registers.
+ *
  * Reductions give every thread of a row the same value, in the same order
  * on every run (deterministic), and double-buffer their shared memory so
  * that one barrier each is enough.  Every thread of a block must call them
@@ -36,11 +41,15 @@
 #ifndef CLUSTER
 #define CLUSTER 1 /* blocks per row (1, 2, 4, 8): a thread-block cluster; ROW_THREADS == THREADS */
 #endif
+#ifndef PREFETCH
+#define PREFETCH 0 /* 1: the next row of the walk is loaded while this one is reduced (a capped grid) */
+#endif
 
 static_assert(ROW_THREADS >= 4 && ROW_THREADS <= THREADS && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
 	      "ROW_THREADS is a power of two from 4 to THREADS");
 static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4 || CLUSTER == 8, "CLUSTER is 1, 2, 4 or 8");
 static_assert(CLUSTER == 1 || ROW_THREADS == THREADS, "a row split over a cluster takes whole blocks");
+static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH is 0 or 1");
 
 #define ROWS_PER_BLOCK (THREADS / ROW_THREADS)
 #define ROW_SPAN (CLUSTER * ROW_THREADS * VEC_W) /* elements of a row per vector of each thread */
@@ -53,8 +62,14 @@ static_assert(CLUSTER == 1 || ROW_THREADS == THREADS, "a row split over a cluste
 #define CLUSTER_DIMS
 #endif
 
-/* A row of a thread's share: ITEMS vectors of VEC_W elements, in fp32. */
-typedef float row_regs[ITEMS][VEC_W];
+/*
+ * A thread's share of a row as loaded: ITEMS vectors of VEC_W elements in
+ * their own type (half the registers of fp32 for f16 and bf16), read with
+ * vec_get and rewritten with vec_set; and the same share in fp32, for sums
+ * kept across rows.
+ */
+typedef vec row_raw[ITEMS];
+typedef float row_f32[ITEMS][VEC_W];
 
 /* ------------------------------------------------------------ where a thread is */
 
@@ -98,45 +113,77 @@ static __device__ __forceinline__ i64 item_col(const row_place &p, int i)
 
 /* ------------------------------------------------------------ loads and stores */
 
+/* Vector i of a thread's share of a row of `cols` elements; elements past the end read as `fill`. */
+static __device__ __forceinline__ vec item_load(const elem *row, i64 cols, const row_place &p, int i, float fill)
+{
+	const i64 c = item_col(p, i);
+	vec v;
+	if (c + VEC_W <= cols) {
+		v = load_vec(row + c);
+	} else {
+#pragma unroll
+		for (int j = 0; j < VEC_W; j++)
+			vec_set(v, j, c + j < cols ? load_elem(row + c + j) : fill);
+	}
+	return v;
+}
+
 /* A thread's share of a row of `cols` elements (0: none); elements past the end read as `fill`. */
-static __device__ __forceinline__ void row_load(const elem *row, i64 cols, const row_place &p, row_regs &v,
+static __device__ __forceinline__ void row_load(const elem *row, i64 cols, const row_place &p, row_raw &v,
 						float fill)
 {
 #pragma unroll
-	for (int i = 0; i < ITEMS; i++) {
-		const i64 c = item_col(p, i);
-		if (c + VEC_W <= cols) {
-			const vec x = load_vec(row + c);
-#pragma unroll
-			for (int j = 0; j < VEC_W; j++)
-				v[i][j] = vec_get(x, j);
-		} else {
-#pragma unroll
-			for (int j = 0; j < VEC_W; j++)
-				v[i][j] = c + j < cols ? load_elem(row + c + j) : fill;
-		}
-	}
+	for (int i = 0; i < ITEMS; i++)
+		v[i] = item_load(row, cols, p, i, fill);
 }
 
-/* Stores a thread's share of a row of `cols` elements (0: none), rounded to elem. */
-static __device__ __forceinline__ void row_store(elem *row, i64 cols, const row_place &p, const row_regs &v)
+/*
+ * Row `row` of a matrix with `rows` rows and row stride `ld` into v (an
+ * empty row past the last): how the walk loads, now or one row ahead.
+ */
+static __device__ __forceinline__ void row_load_at(const elem *m, i64 row, i64 rows, i64 cols, i64 ld,
+						   const row_place &p, row_raw &v, float fill)
+{
+	row_load(m + (row < rows ? row : 0) * ld, row < rows ? cols : 0, p, v, fill);
+}
+
+static __device__ __forceinline__ void row_copy(row_raw &dst, const row_raw &src)
+{
+#pragma unroll
+	for (int i = 0; i < ITEMS; i++)
+		dst[i] = src[i];
+}
+
+/* Stores a thread's share of a row of `cols` elements (0: none). */
+static __device__ __forceinline__ void row_store(elem *row, i64 cols, const row_place &p, const row_raw &v)
 {
 #pragma unroll
 	for (int i = 0; i < ITEMS; i++) {
 		const i64 c = item_col(p, i);
 		if (c + VEC_W <= cols) {
-			vec x;
-#pragma unroll
-			for (int j = 0; j < VEC_W; j++)
-				vec_set(x, j, v[i][j]);
-			store_vec(row + c, x);
+			store_vec(row + c, v[i]);
 		} else {
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
 				if (c + j < cols)
-					store_elem(row + c + j, v[i][j]);
+					store_elem(row + c + j, vec_get(v[i], j));
 		}
 	}
+}
+
+/*
+ * Tells the compiler the row's words may have changed: what it derived from
+ * them before (fp32 conversions, exponentials) is derived again after, from
+ * the row as loaded, instead of being kept live across a reduction in twice
+ * the registers.
+ */
+static __device__ __forceinline__ void row_keep_raw(row_raw &v)
+{
+#pragma unroll
+	for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+		for (int k = 0; k < VEC_WORDS; k++)
+			asm volatile("" : "+r"(v[i].w[k]));
 }
 
 /* ------------------------------------------------------------ reductions */

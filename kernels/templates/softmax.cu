@@ -15,12 +15,13 @@
  *                    long long ld_in, long long ld_dy, long long ld_out)
  * forward: in = x, out = y, dy unused; backward: in = y, out = dx.
  *
- * Tunables: BACKWARD (the op's variant) below; DTYPE, ALIGNED, VEC, THREADS,
- * CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER (rowwise.cuh).
+ * Tunables: BACKWARD (the op's variant) and KEEP_EXP below; DTYPE, ALIGNED, VEC, THREADS,
+ * CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER, PREFETCH
+ * (rowwise.cuh).
  *
  * Launch:
  *     block = (THREADS, 1, 1)
- *     grid  = (CLUSTER * min(ceil(rows / ROWS_PER_BLOCK), SMs * BLOCKS_PER_SM), 1, 1),
+ *     grid  = (CLUSTER * min(ceil(rows / ROWS_PER_BLOCK), SMs * BLOCKS_PER_SM / CLUSTER), 1, 1),
  *             no cap when BLOCKS_PER_SM = 0 (a launch parameter); any
  *             multiple of CLUSTER is correct (the blocks walk the rows)
  *
@@ -33,11 +34,15 @@
 #ifndef BACKWARD
 #define BACKWARD 0 /* 0: y = softmax(x); 1: dx from y and dy */
 #endif
+#ifndef KEEP_EXP
+#define KEEP_EXP 0 /* f16, bf16 forward: 1 keeps exp(x - max) in fp32 (twice the registers); 0 takes it twice */
+#endif
 
 #include "prelude.cuh"
 #include "rowwise.cuh"
 
 static_assert(BACKWARD == 0 || BACKWARD == 1, "BACKWARD is 0 or 1");
+static_assert(KEEP_EXP == 0 || KEEP_EXP == 1, "KEEP_EXP is 0 or 1");
 
 #define LOG2E 1.4426950408889634f
 
@@ -57,54 +62,104 @@ softmax_kernel(const elem *in, const elem *dy, elem *out, long long rows, long l
 	const row_place p = row_place_here();
 	int parity = 0;
 
+	row_raw v, g;
+#if PREFETCH
+	row_raw next_v, next_g;
+	row_load_at(in, rows_first() + p.group, rows, cols, ld_in, p, next_v, BACKWARD ? 0.0f : op_max::identity());
+#if BACKWARD
+	row_load_at(dy, rows_first() + p.group, rows, cols, ld_dy, p, next_g, 0.0f);
+#endif
+#endif
+
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0; /* past the last row: an empty row */
-		row_regs v;
 #if !BACKWARD
-		/* load, max, exp and sum, scale, store */
+		/* load (or take the prefetched row), max, exp and sum, scale, store */
+#if PREFETCH
+		row_copy(v, next_v);
+		row_load_at(in, row + rows_step(), rows, cols, ld_in, p, next_v, op_max::identity());
+#else
 		row_load(in + row * ld_in, n, p, v, op_max::identity());
+#endif
 		float m = op_max::identity();
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				m = fmaxf(m, v[i][j]);
+				m = fmaxf(m, vec_get(v[i], j));
 		m = row_reduce<op_max>(m, parity);
+		row_keep_raw(v);
 		const float shift = m == op_max::identity() ? 0.0f : m * LOG2E; /* all -inf: zeros */
 		float s = 0;
+#if DTYPE == 2
+		/* fp32: the exponentials replace the row */
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++) {
-				v[i][j] = exp2_approx(v[i][j] * LOG2E - shift);
-				s += v[i][j];
+				const float e = exp2_approx(vec_get(v[i], j) * LOG2E - shift);
+				vec_set(v[i], j, e);
+				s += e;
 			}
-		s = row_reduce<op_sum>(s, parity);
-		const float scale = s > 0 ? __fdividef(1.0f, s) : 0.0f;
+#elif KEEP_EXP
+		/* 16-bit, the exponentials kept in fp32 */
+		row_f32 e;
+#pragma unroll
+		for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+			for (int j = 0; j < VEC_W; j++) {
+				e[i][j] = exp2_approx(vec_get(v[i], j) * LOG2E - shift);
+				s += e[i][j];
+			}
+#else
+		/* 16-bit: the row stays as loaded (half the registers), the exponentials are taken twice */
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				v[i][j] *= scale;
+				s += exp2_approx(vec_get(v[i], j) * LOG2E - shift);
+#endif
+		s = row_reduce<op_sum>(s, parity);
+		const float scale = s > 0 ? __fdividef(1.0f, s) : 0.0f;
+		row_keep_raw(v);
+#pragma unroll
+		for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+			for (int j = 0; j < VEC_W; j++)
+#if DTYPE == 2
+				vec_set(v[i], j, vec_get(v[i], j) * scale);
+#elif KEEP_EXP
+				vec_set(v[i], j, e[i][j] * scale);
+#else
+				vec_set(v[i], j, exp2_approx(vec_get(v[i], j) * LOG2E - shift) * scale);
+#endif
 		row_store(out + row * ld_out, n, p, v);
 #else
-		/* load y and dy, their dot product, store y (dy - dot) */
-		row_regs g;
+		/* load y and dy (or take the prefetched rows), their dot product, store y (dy - dot) */
+#if PREFETCH
+		row_copy(v, next_v);
+		row_copy(g, next_g);
+		row_load_at(in, row + rows_step(), rows, cols, ld_in, p, next_v, 0.0f);
+		row_load_at(dy, row + rows_step(), rows, cols, ld_dy, p, next_g, 0.0f);
+#else
 		row_load(in + row * ld_in, n, p, v, 0.0f);
 		row_load(dy + row * ld_dy, n, p, g, 0.0f);
+#endif
 		float d = 0;
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				d += v[i][j] * g[i][j];
+				d += vec_get(v[i], j) * vec_get(g[i], j);
 		d = row_reduce<op_sum>(d, parity);
+		row_keep_raw(v);
+		row_keep_raw(g);
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				v[i][j] *= g[i][j] - d;
+				vec_set(v[i], j, vec_get(v[i], j) * (vec_get(g[i], j) - d));
 		row_store(out + row * ld_out, n, p, v);
 #endif
 	}

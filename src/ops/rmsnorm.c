@@ -40,7 +40,7 @@ static int pass(const struct ktune_key *key)
 	return ktune__op_variant_index(&ktune__op_rmsnorm, key, "pass");
 }
 
-/* The longest row: two rows of a thread's share in the registers of a cluster of 8 x 512 threads. */
+/* The longest row: the backward's share of a thread in the registers of a cluster of 8 x 512 threads. */
 #define MAX_COLS 131072
 
 static int key_check(const struct ktune_key *key, struct ktune_err *e)
@@ -136,8 +136,14 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 {
 	(void)sm_count;
 	int bwd = pass(key) == BWD;
-	/* rows in registers: h, and res or w passing through, forward; dw's sums, h, dy and w backward */
-	if (ktune__rw_prune(key, c, bwd ? 4 : 2, why, len))
+	/*
+	 * Rows held as loaded: x (and res) forward; h and dy backward, with dw's
+	 * fp32 sums; as many again when the next row is prefetched.  w passes
+	 * through a vector at a time.
+	 */
+	int res = pass(key) == FWD_RESIDUAL, next = (int)ktune__op_param(&ktune__op_rmsnorm, c, "PREFETCH", 0);
+	int rows = (bwd ? 2 : 1 + res) * (1 + next);
+	if (ktune__rw_prune(key, c, rows, bwd ? 1 : 0, why, len))
 		return 1;
 	struct ktune_rw_shape s = ktune__rw_shape(key, c);
 	if (bwd && s.blocks_per_sm == 0) {

@@ -89,26 +89,22 @@ void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct k
 	out->block[1] = out->block[2] = 1;
 }
 
-/*
- * Registers a thread may hold row elements in: what __launch_bounds__
- * (THREADS, MIN_BLOCKS) leaves it (65536 a block's worth, at most 255),
- * less what the kernels need besides (addresses, indices, sums).
- */
-static int row_registers(const struct ktune_key *key, const struct ktune_config *c, int threads)
+/* Registers a thread has: what __launch_bounds__(THREADS, MIN_BLOCKS) leaves it, at most 255. */
+static int thread_registers(const struct ktune_key *key, const struct ktune_config *c, int threads)
 {
 	long min_warps = ktune__op_param(ktune__op_of(key), c, "MIN_WARPS", 0);
 	long min_blocks = min_warps * 32 / threads > 1 ? min_warps * 32 / threads : 1;
 	long regs = 65536 / (threads * min_blocks);
-	return (int)(regs > 255 ? 255 : regs) - 48;
+	return (int)(regs > 255 ? 255 : regs);
 }
 
-int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int arrays, char *why,
-		    size_t len)
+int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int raw_rows, int f32_rows,
+		    char *why, size_t len)
 {
 	const struct ktune_op *op = ktune__op_of(key);
 	struct ktune_rw_shape s = ktune__rw_shape(key, c);
 	long vec = ktune__op_param(op, c, "VEC", 1);
-	int size = ktune__dtype_size(key->dtype), regs = row_registers(key, c, s.threads);
+	int size = ktune__dtype_size(key->dtype), regs = thread_registers(key, c, s.threads);
 	int64_t span = (int64_t)s.cluster * s.row_threads * s.vec;
 
 	if (vec * size > 16) {
@@ -119,9 +115,20 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 		snprintf(why, len, "the unaligned class takes the scalar path: VEC=%ld is VEC=1", vec);
 		return 1;
 	}
-	if ((int64_t)s.items * s.vec * arrays > regs) {
-		snprintf(why, len, "%d rows of %d x %d elements a thread, over %d registers", arrays, s.items, s.vec,
-			 regs);
+	/*
+	 * The rows' words, and about 3 registers a vector of each row as loaded
+	 * (its address and bounds) and 32 for the rest: what ptxas used on sm_90
+	 * (softmax bf16: 8 vectors of 16 bytes in 110 registers, 16 spilled at 128).
+	 */
+	int64_t words = ((int64_t)s.items * s.vec * (raw_rows * size + f32_rows * 4) + 3) / 4;
+	int64_t need = words + 3 * (int64_t)s.items * raw_rows + 32;
+	if (need > regs) {
+		snprintf(why, len, "about %lld registers a thread (%d x %d elements a row), over %d", (long long)need,
+			 s.items, s.vec, regs);
+		return 1;
+	}
+	if (s.items > (s.vec > 1 ? 16 : 32)) { /* long unrolled loops: ptxas spills what it cannot schedule */
+		snprintf(why, len, "%d vectors a thread: over %d unrolled", s.items, s.vec > 1 ? 16 : 32);
 		return 1;
 	}
 	if (span >= 2 * key->n && (s.cluster > 1 || s.row_threads > 4 || s.vec > 1)) {
@@ -170,11 +177,11 @@ struct ktune_config ktune__rw_default(const struct ktune_op *op, const struct kt
 	int size = ktune__dtype_size(key->dtype);
 	long vec = key->aligned && size ? 16 / size : 1;
 	int64_t nvec = (key->n + vec - 1) / vec;
-	long first = (long)pow2_ceil((nvec + 7) / 8);
+	long first = (long)pow2_ceil((nvec + 3) / 4);
 	struct ktune_config c = { .family = 0 };
 	char why[160];
 
-	/* the fewest threads per row the prune admits, from 8 vectors a thread; then clusters */
+	/* the fewest threads per row the prune admits, from 4 vectors a thread; then clusters */
 	for (long cluster = 1; cluster <= 8; cluster *= 2)
 		for (long rt = cluster > 1 ? 256 : first < 4 ? 4 : first > 1024 ? 1024 : first; rt <= 1024; rt *= 2) {
 			long threads = cluster > 1 || rt > 256 ? rt : 256; /* a cluster's blocks are one row each */

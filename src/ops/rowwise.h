@@ -51,18 +51,19 @@ int64_t ktune__rw_clusters(const struct ktune_rw_shape *s, int64_t rows, int sm_
 void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct ktune_op_launch *out);
 
 /*
- * Vectors wider than 16 bytes or than one element unaligned; `arrays` rows
- * of a thread's share in registers beyond what THREADS and MIN_WARPS leave
- * it; groups
+ * Vectors wider than 16 bytes or than one element unaligned; a thread's
+ * share of `raw_rows` rows in their own type and `f32_rows` in fp32 beyond
+ * the registers THREADS and MIN_WARPS leave it; more than 16 vectors a
+ * thread (32 single elements); groups
  * mostly idle (a row span of twice cols, beyond the smallest group), or
  * blocks of idle groups (more groups than rows).
  */
-int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int arrays, char *why,
-		    size_t len);
+int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int raw_rows, int f32_rows,
+		    char *why, size_t len);
 
 /*
  * The analytic default: 16-byte vectors and the fewest threads per row
- * the op's prune admits, from 8 vectors a thread up, 256 threads a block at
+ * the op's prune admits, from 4 vectors a thread up, 256 threads a block at
  * least, a cluster when one block's registers cannot hold a row.
  */
 struct ktune_config ktune__rw_default(const struct ktune_op *op, const struct ktune_key *key, long blocks_per_sm);

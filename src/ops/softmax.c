@@ -73,8 +73,14 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		 size_t len)
 {
 	(void)sm_count;
-	/* registers for one row array forward, two backward */
-	return ktune__rw_prune(key, c, backward(key) ? 2 : 1, why, len);
+	int keep = (int)ktune__op_param(&ktune__op_softmax, c, "KEEP_EXP", 0);
+	if (keep && (backward(key) || key->dtype == KTUNE_F32)) {
+		snprintf(why, len, "KEEP_EXP is for the 16-bit forward (f32 keeps its exponentials in the row)");
+		return 1;
+	}
+	/* rows held as loaded: x forward, y and dy backward; and as many prefetched; the exponentials in fp32 */
+	int rows = (backward(key) ? 2 : 1) * (1 + (int)ktune__op_param(&ktune__op_softmax, c, "PREFETCH", 0));
+	return ktune__rw_prune(key, c, rows, keep, why, len);
 }
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)

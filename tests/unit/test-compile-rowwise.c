@@ -6,8 +6,9 @@
  * them; unaligned too), the op's
  * default config and a seeded sample of the candidates the prune keeps
  * compile, their cubins hold every kernel the call's steps launch, and the
- * default config, where the prune admits one, does not spill (but for
- * unaligned rows over 65536 columns, which go element by element).  rowwise.cuh reaches NVRTC as a second
+ * default config, where the prune admits one, does not spill.  Unaligned
+ * rows over 65536 columns go element by element: the prune admits no
+ * config for them, and their default (which runs, slower) may spill.  rowwise.cuh reaches NVRTC as a second
  * in-memory header.  KTUNE_TEST_FULL=1 compiles every candidate of every
  * suite key (thousands: the GPU check's job, not CI's).
  */
@@ -121,12 +122,9 @@ static void test_compile_rowwise__suite_and_awkward_rows(void **state)
 			assert_int_equal(ktune__op_key_check(&keys[k], &e), 0);
 			assert_int_equal(ktune__op_candidates(op, &keys[k], SM_COUNT, full ? 0 : SAMPLE,
 							      (unsigned)(k * 7 + 1), &cfgs, &n, &npruned, &e), 0);
-			if (n < 1) {
-				char k_[128];
-				ktune__key_format(&keys[k], k_, sizeof(k_));
-				fprintf(stderr, "no candidates for %s\n", k_);
-			}
-			assert_true(n >= 1);
+			/* unaligned rows over 64K go element by element: no config holds them; the default runs */
+			if (keys[k].aligned || keys[k].n <= 65536)
+				assert_true(n >= 1);
 			struct ktune_config d = op->default_config(&keys[k], SM_COUNT);
 			char why[160];
 			jobs[njobs++] = (struct job){ .key = keys[k], .cfg = d,
