@@ -119,9 +119,12 @@ enum ktune_policy {
 int ktune__policy_parse(const char *s, enum ktune_policy *out);
 
 /*
- * Decides between ours and theirs (same device and key; theirs is for the
- * current template): returns 1 to take theirs, 0 to keep ours, with the
- * reason in why ("theirs is faster: 10.2 us vs 11.5 us").
+ * Decides between ours and theirs (same device and key): returns 1 to take
+ * theirs, 0 to keep ours, with the reason in why ("theirs is faster: 10.2 us
+ * vs 11.5 us").  Under 'faster', a result is fresh when its template hash is
+ * the current one of its own family (ktune__result_fresh): a fresh result
+ * beats a stale one; two of the same freshness are compared by time when
+ * measured with the same protocol, else ours is kept.
  */
 int ktune__policy_decide(const struct ktune_result *ours, const struct ktune_result *theirs,
 			 enum ktune_policy policy, char *why, size_t len);
