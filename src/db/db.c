@@ -737,7 +737,147 @@ out:
 	return ret;
 }
 
+int ktune__db_open_memory(const char *name, struct ktune_db **out, struct ktune_err *e)
+{
+	struct ktune_db *db = calloc(1, sizeof(*db));
+	int rc, ret;
+
+	*out = NULL;
+	if (!db || !(db->path = strdup(name))) {
+		free(db);
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory opening database '%s'", name);
+	}
+	rc = sqlite3_open_v2(":memory:", &db->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+	if (rc != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot open database '%s': %s", name,
+				  db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
+		ktune__db_close(db);
+		return ret;
+	}
+	if ((ret = migrate(db, 0, e)) != KTUNE_OK) {
+		ktune__db_close(db);
+		return ret;
+	}
+	*out = db;
+	return KTUNE_OK;
+}
+
 /* An untrusted source, opened read-only: the database an import reads (share-read.c). */
+
+/* Copies s for a message, every byte that is not printable ASCII as '?'. */
+static const char *printable_copy(const unsigned char *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (; s && *s && n + 1 < len; s++)
+		buf[n++] = *s >= 0x20 && *s < 0x7f ? (char)*s : '?';
+	buf[n] = '\0';
+	return buf;
+}
+
+/*
+ * A file's schema is code to SQLite: a generated column, an expression
+ * index, a CHECK constraint or a trigger runs as rows are read or checked.
+ * So the schema of an untrusted file must be, object for object and text
+ * for text, the one ktune's migrations write (an in-memory database made
+ * by them), before any of its rows is read.
+ */
+static int check_schema(struct ktune_db *db, struct ktune_err *e)
+{
+	static const char sql[] = "SELECT type, name, tbl_name, sql FROM sqlite_master"
+				  " ORDER BY type, name";
+	struct ktune_db *ref = NULL;
+	sqlite3_stmt *theirs = NULL, *ours = NULL;
+	char name[80];
+	int rt, ro, i, ret;
+
+	if ((ret = ktune__db_open_memory("reference", &ref, e)) != KTUNE_OK)
+		return ret;
+	if (sqlite3_prepare_v2(ref->h, sql, -1, &ours, NULL) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read ktune's schema: %s",
+				  sqlite3_errmsg(ref->h));
+		goto out;
+	}
+	if (sqlite3_prepare_v2(db->h, sql, -1, &theirs, NULL) != SQLITE_OK) {
+		ret = open_failure(db, "open", e);
+		goto out;
+	}
+	for (;;) {
+		rt = sqlite3_step(theirs);
+		ro = sqlite3_step(ours);
+		if (rt != SQLITE_ROW && rt != SQLITE_DONE) {
+			ret = open_failure(db, "open", e);
+			goto out;
+		}
+		if (rt == SQLITE_DONE && ro == SQLITE_DONE)
+			break;
+		/* in the order of (type, name): the lesser is missing on the other side */
+		int order = rt == SQLITE_DONE ? 1 : ro == SQLITE_DONE ? -1 : 0;
+		for (i = 0; i < 2 && !order; i++)
+			order = strcmp((const char *)sqlite3_column_text(theirs, i),
+				       (const char *)sqlite3_column_text(ours, i));
+		if (order > 0) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' is not a ktune database: it lacks %s '%s'",
+					  db->path, sqlite3_column_text(ours, 0),
+					  sqlite3_column_text(ours, 1));
+			goto out;
+		}
+		for (i = 0; i < 4; i++) {
+			const unsigned char *a = sqlite3_column_text(theirs, i);
+			const unsigned char *b = ro == SQLITE_ROW ? sqlite3_column_text(ours, i) : NULL;
+
+			if (ro != SQLITE_ROW || (!a) != (!b) ||
+			    (a && (sqlite3_column_bytes(theirs, i) != sqlite3_column_bytes(ours, i) ||
+				   strcmp((const char *)a, (const char *)b) != 0)))
+				break;
+		}
+		if (i < 4) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' is not a ktune export: its %s '%s' is not %s, and is refused unread",
+					  db->path,
+					  printable_copy(sqlite3_column_text(theirs, 0), name, 16),
+					  printable_copy(sqlite3_column_text(theirs, 1), name + 16,
+							 sizeof(name) - 16),
+					  order ? "one of ktune's" : "as ktune writes it");
+			goto out;
+		}
+	}
+	ret = KTUNE_OK;
+out:
+	sqlite3_finalize(theirs);
+	sqlite3_finalize(ours);
+	ktune__db_close(ref);
+	return ret;
+}
+
+/* The settings of a connection to an untrusted file, before it reads anything. */
+static void distrust(sqlite3 *h)
+{
+	/* the schema is the file's own: run nothing it defines, write nothing */
+	sqlite3_db_config(h, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+#ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
+	sqlite3_db_config(h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+#endif
+	sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, NULL);
+#ifdef SQLITE_DBCONFIG_ENABLE_VIEW
+	sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_VIEW, 0, NULL);
+#endif
+	sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
+	/* no value or statement larger than an export's needs (SQLite's own advice) */
+	sqlite3_limit(h, SQLITE_LIMIT_LENGTH, 1000000);
+	sqlite3_limit(h, SQLITE_LIMIT_SQL_LENGTH, 100000);
+	sqlite3_limit(h, SQLITE_LIMIT_COLUMN, 100);
+	sqlite3_limit(h, SQLITE_LIMIT_EXPR_DEPTH, 10);
+	sqlite3_limit(h, SQLITE_LIMIT_COMPOUND_SELECT, 3);
+	sqlite3_limit(h, SQLITE_LIMIT_VDBE_OP, 25000);
+	sqlite3_limit(h, SQLITE_LIMIT_FUNCTION_ARG, 8);
+	sqlite3_limit(h, SQLITE_LIMIT_ATTACHED, 0);
+	sqlite3_limit(h, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 50);
+	sqlite3_limit(h, SQLITE_LIMIT_VARIABLE_NUMBER, 10);
+	sqlite3_limit(h, SQLITE_LIMIT_TRIGGER_DEPTH, 1);
+	sqlite3_exec(h, "PRAGMA query_only = ON", NULL, NULL, NULL);
+}
 
 int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktune_err *e)
 {
@@ -769,18 +909,13 @@ int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktun
 		goto out;
 	}
 	sqlite3_busy_timeout(db->h, KTUNE_DB_BUSY_TIMEOUT_MS); /* it may be another sweep's */
-	/* The schema is the file's own: run nothing it defines, write nothing. */
-	sqlite3_db_config(db->h, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-#ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
-	sqlite3_db_config(db->h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-#endif
-	sqlite3_exec(db->h, "PRAGMA query_only = ON", NULL, NULL, NULL);
-	if ((ret = inspect(db, &version, e)) != KTUNE_OK)
+	distrust(db->h);
+	if ((ret = inspect(db, &version, e)) != KTUNE_OK || (ret = check_schema(db, e)) != KTUNE_OK)
 		goto out;
 	if (version < KTUNE_DB_SCHEMA_VERSION) {
 		ret = ktune__fail(e, KTUNE_ERR_DB,
 				  "database '%s' has schema version %ld, older than this ktune's (%d): "
-				  "open it once with 'ktune show --db' to migrate it",
+				  "a ktune command that writes to it (sweep, tune, import) migrates it",
 				  path, version, KTUNE_DB_SCHEMA_VERSION);
 		goto out;
 	}

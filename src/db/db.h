@@ -208,10 +208,21 @@ const char *ktune__db_path(const struct ktune_db *db);
 
 /*
  * Opens an existing database read-only, without migrating, configuring or
- * otherwise changing it: the source of an import, which is untrusted.  An
- * older schema is refused too (ktune opens it for writing once to migrate it).
+ * otherwise changing it: the source of an import, which is untrusted.  The
+ * connection is defensive (SQLITE_DBCONFIG_DEFENSIVE, trusted_schema off, no
+ * triggers or views, low limits on lengths and SQL), and the file's schema
+ * must be exactly the one ktune writes before a row is read: a generated
+ * column, an expression index or a trigger is refused unread.  An older
+ * schema is refused too (a command that writes to it migrates it).
  */
 int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktune_err *e);
+
+/*
+ * A new database in memory with the current schema (every migration
+ * applied); `name` stands for its path in messages.  What a standalone
+ * export is built in, and the schema an untrusted file is compared with.
+ */
+int ktune__db_open_memory(const char *name, struct ktune_db **out, struct ktune_err *e);
 
 /* What an import did with one entry. */
 enum ktune_import_outcome {

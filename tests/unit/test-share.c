@@ -265,6 +265,19 @@ static void test_share__sqlite_rows_are_checked(void **state)
 		{ "UPDATE devices SET name = 'a' || char(27) || '[2J'",
 		  "row 1: device.name: 'a\\x1b[2J' has a character" },
 		{ "UPDATE results SET time_us = -1", "row 1: time_us: '-1' must be greater than 0" },
+		/* issue 30: values the YAML reader refuses, never narrowed or cut */
+		{ "UPDATE devices SET sm_count = 4294967428",
+		  "row 1: device.sms: '4294967428' is not in 1..1024" },
+		{ "UPDATE results SET aligned = 7", "row 1: key.aligned: '7' is not in 0..1" },
+		{ "UPDATE results SET candidates = 4294967301",
+		  "row 1: candidates: '4294967301' is not in 0..100000000" },
+		{ "UPDATE results SET m = 4096.7", "row 1: key.m: '4096.7' is not an integer" },
+		{ "UPDATE results SET m = 'abc'", "row 1: key.m: 'abc' is not an integer" },
+		{ "UPDATE results SET time_us = 'fast'", "row 1: time_us: 'fast' is not a number" },
+		{ "UPDATE results SET config = x'00'", "row 1: config: is a blob of 1 bytes" },
+		{ "UPDATE devices SET name = 'NVIDIA' || char(0) || 'x'",
+		  "row 1: device.name: 'NVIDIA' holds a NUL byte" },
+		{ "UPDATE results SET device_id = 99", "row 1: device.name: is NULL" },
 	};
 	struct test_scratch *t = *state;
 	struct ktune_result r = make_result(0);
@@ -293,6 +306,46 @@ static void test_share__sqlite_rows_are_checked(void **state)
 	sqlite3_close(h);
 	assert_int_not_equal(ktune__share_load(path, &s, &e), KTUNE_OK);
 	assert_non_null(strstr(e.msg, "not a ktune database"));
+}
+
+/*
+ * Issue 30: an SQLite file's schema is code (a VIRTUAL generated column
+ * computed per row stalled an import for minutes): anything but the schema
+ * ktune writes is refused before a row is read, at once.
+ */
+static void test_share__sqlite_hostile_schema_is_refused_unread(void **state)
+{
+	static const char *const cases[][2] = {
+		{ "ALTER TABLE results ADD COLUMN x AS (length(hex(zeroblob(300000000))))",
+		  "its table 'results' is not as ktune writes it" },
+		{ "CREATE TRIGGER t AFTER INSERT ON results BEGIN SELECT 1; END",
+		  "its trigger 't' is not one of ktune's" },
+		{ "CREATE VIEW v AS SELECT length(hex(zeroblob(300000000)))",
+		  "its view 'v' is not one of ktune's" },
+		{ "DROP INDEX trials_key", "it lacks index 'trials_key'" },
+	};
+	struct test_scratch *t = *state;
+	struct ktune_result r = make_result(0);
+	struct ktune_share s;
+	struct ktune_err e;
+	char path[TEST_PATH_MAX];
+	sqlite3 *h;
+
+	snprintf(path, sizeof(path), "%s/hostile.sqlite", t->dir);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(ktune__db_write_standalone(path, &r, 1, 1, &e), KTUNE_OK);
+		assert_int_equal(sqlite3_open(path, &h), SQLITE_OK);
+		if (sqlite3_exec(h, cases[i][0], NULL, NULL, NULL) != SQLITE_OK)
+			fail_msg("%s: %s", cases[i][0], sqlite3_errmsg(h));
+		sqlite3_close(h);
+		double t0 = ktune__now();
+		e.msg[0] = '\0';
+		assert_int_not_equal(ktune__share_load(path, &s, &e), KTUNE_OK);
+		if (!strstr(e.msg, cases[i][1]))
+			fail_msg("message '%s' lacks '%s'", e.msg, cases[i][1]);
+		assert_true(ktune__now() - t0 < 0.5);
+		assert_int_equal(s.count, 0);
+	}
 }
 
 static void test_share__policy_faster(void **state)
@@ -786,6 +839,8 @@ int main(void)
 						test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__sqlite_rows_are_checked, setup_tmp,
 						test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_share__sqlite_hostile_schema_is_refused_unread,
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__policy_faster, setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__policy_ours_and_theirs, setup_tmp,
 						test_scratch_teardown),
