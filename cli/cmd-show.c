@@ -2,6 +2,7 @@
  * cmd-show.c - ktune show: the tuned entries as a table, CSV, JSON or YAML.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -107,11 +108,11 @@ int cmd_show(int argc, char **argv, struct cli *cli)
 	struct show s = { TABLE, 0 };
 	struct ktune_db *db;
 	struct ktune_err e;
-	char path[4096];
+	char *path = NULL;
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hm:n:k:", opts, NULL)) != -1) {
 		int r = cli_common("show", c, optarg, cli);
 		if (!r)
 			r = cli_filter("show", c, optarg, &f);
@@ -132,22 +133,23 @@ int cmd_show(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("show", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("show", c, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error("show", "unexpected argument '%s'", argv[optind]);
-	if (cli->db_path)
-		snprintf(path, sizeof(path), "%s", cli->db_path);
-	else
-		ktune__default_db_path(path, sizeof(path));
-	int rc = ktune__db_open(path, 0, &db, &e);
+	if (cli_db_path(cli, &path))
+		return EXIT_USAGE;
+	/* show only reads: the database is opened read-only, never migrated */
+	int rc = ktune__db_open_read(path, &db, &e);
 	if (rc == KTUNE_ERR_NOT_FOUND) {
 		if (s.format == JSON)
 			printf("[]\n");
 		else if (s.format == TABLE)
 			fprintf(stderr, "ktune: no database at '%s' yet: run 'ktune sweep'\n", path);
+		free(path);
 		return EXIT_OK;
 	}
+	free(path);
 	if (rc)
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	rc = ktune__db_query(db, &f, show_one, &s, &e);

@@ -1,6 +1,7 @@
 /*
  * main.c - the ktune command: finds the subcommand in the table and runs it.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +223,33 @@ int cli_error(int code, const char *fmt, ...)
 	return code;
 }
 
+int cli_bad_option(const char *name, int opt, char **argv)
+{
+	if (opt == ':')
+		return cli_usage_error(name, "option '%s' needs a value", argv[optind - 1]);
+	return cli_usage_error(name, "unknown option '%s'", argv[optind - 1]);
+}
+
+int cli_db_path(const struct cli *cli, char **out)
+{
+	struct ktune_err e;
+	int rc;
+
+	*out = NULL;
+	if (cli->db_path) {
+		if ((rc = ktune__path_check(cli->db_path, "--db", &e)) == KTUNE_OK &&
+		    !(*out = strdup(cli->db_path)))
+			rc = ktune__fail(&e, KTUNE_ERR_NOMEM, "out of memory");
+	} else {
+		rc = ktune__default_db_path(out, &e);
+	}
+	if (rc) {
+		cli_error(EXIT_USAGE, "%s", e.msg);
+		return -1;
+	}
+	return 0;
+}
+
 int cli_parse_int(const char *name, const char *what, const char *arg, long min, long max,
 		  long *out)
 {
@@ -240,6 +268,11 @@ int cli_common(const char *name, int opt, const char *arg, struct cli *cli)
 	long v;
 	switch (opt) {
 	case 'D':
+		if (strlen(arg) >= PATH_MAX) {
+			cli_usage_error(name, "--db path of %zu bytes is longer than the system allows (%d)",
+					strlen(arg), PATH_MAX - 1);
+			return -1;
+		}
 		cli->db_path = arg;
 		return 1;
 	case 'G':

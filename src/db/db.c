@@ -356,12 +356,16 @@ static uint32_t be32(const unsigned char *p)
 
 static int file_exists(const char *path, const char *suffix)
 {
-	char buf[4096];
+	char *buf = malloc(strlen(path) + strlen(suffix) + 1);
 	struct stat st;
+	int ret;
 
-	if ((size_t)snprintf(buf, sizeof(buf), "%s%s", path, suffix) >= sizeof(buf))
+	if (!buf)
 		return 1; /* unknown: assume it does, which only skips a check */
-	return stat(buf, &st) == 0;
+	sprintf(buf, "%s%s", path, suffix);
+	ret = stat(buf, &st) == 0;
+	free(buf);
+	return ret;
 }
 
 /*
@@ -465,7 +469,8 @@ static int make_parent(const char *path, struct ktune_err *e)
 static int writable(const char *path)
 {
 	const char *slash = strrchr(path, '/');
-	char dir[4096];
+	char *dir;
+	int ret;
 
 	if (access(path, W_OK) != 0)
 		return 0;
@@ -473,11 +478,11 @@ static int writable(const char *path)
 		return access(".", W_OK) == 0;
 	if (slash == path)
 		return access("/", W_OK) == 0;
-	if ((size_t)(slash - path) >= sizeof(dir))
+	if (!(dir = strndup(path, (size_t)(slash - path))))
 		return 1; /* let SQLite find out */
-	memcpy(dir, path, (size_t)(slash - path));
-	dir[slash - path] = '\0';
-	return access(dir, W_OK) == 0;
+	ret = access(dir, W_OK) == 0;
+	free(dir);
+	return ret;
 }
 
 /* The message for an SQLite failure while first reading a file. */
@@ -636,23 +641,33 @@ out:
 	return ret;
 }
 
-int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e)
+/* The oldest schema a reader reads as it is (5 only added a version). */
+#define READ_MIN_VERSION 4
+
+/*
+ * Opens the database at path.  A writer (mode 'w', 'c' to create it) gets
+ * it in WAL mode and migrated; a reader (mode 'r') opens it read-only and
+ * changes nothing in it: no journal mode, no migration.
+ */
+static int open_db(const char *path, char mode, struct ktune_db **out, struct ktune_err *e)
 {
 	struct ktune_db *db = NULL;
 	struct stat st;
 	long version = 0;
-	int rc, flags = SQLITE_OPEN_READWRITE, ret = KTUNE_OK;
+	int rc, flags = mode == 'r' ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE, ret = KTUNE_OK;
 
 	if (out)
 		*out = NULL;
 	if (!path || !*path || !out)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot open a database without a path");
+	if ((ret = ktune__path_check(path, "database", e)) != KTUNE_OK)
+		return ret;
 
 	if (stat(path, &st) != 0) {
 		if (errno != ENOENT)
 			return ktune__fail(e, KTUNE_ERR_IO, "cannot open database '%s': %s", path,
 					   strerror(errno));
-		if (!create)
+		if (mode != 'c')
 			return ktune__fail(e, KTUNE_ERR_NOT_FOUND,
 					   "cannot open database '%s': no such file", path);
 		flags |= SQLITE_OPEN_CREATE;
@@ -660,7 +675,12 @@ int ktune__db_open(const char *path, int create, struct ktune_db **out, struct k
 	} else if (S_ISDIR(st.st_mode)) {
 		return ktune__fail(e, KTUNE_ERR_DB, "cannot open database '%s': is a directory",
 				   path);
-	} else if (st.st_size == 0 && !create) {
+	} else if (!S_ISREG(st.st_mode)) {
+		/* SQLite would block on a FIFO, and write a -journal beside a device */
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "cannot open database '%s': it is %s, not a regular file", path,
+				   ktune__file_kind(st.st_mode));
+	} else if (st.st_size == 0 && mode != 'c') {
 		/* an empty file holds no results, and a reader must not write a schema into it */
 		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "database '%s' is empty", path);
 	} else {
@@ -689,15 +709,37 @@ int ktune__db_open(const char *path, int create, struct ktune_db **out, struct k
 	 */
 	sqlite3_busy_timeout(db->h, KTUNE_DB_BUSY_TIMEOUT_MS);
 
-	if ((ret = inspect(db, &version, e)) != KTUNE_OK ||
-	    (ret = configure(db, e)) != KTUNE_OK ||
-	    (ret = migrate(db, version, e)) != KTUNE_OK)
+	if ((ret = inspect(db, &version, e)) != KTUNE_OK)
 		goto out;
+	if (mode == 'r') {
+		if (version == 0) {
+			ret = ktune__fail(e, KTUNE_ERR_DB, "database '%s' holds no ktune tables", path);
+			goto out;
+		}
+		if (version < READ_MIN_VERSION) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' has schema version %ld, older than this ktune's (%d): a ktune command that writes to it (sweep, tune, import) migrates it",
+					  path, version, KTUNE_DB_SCHEMA_VERSION);
+			goto out;
+		}
+	} else if ((ret = configure(db, e)) != KTUNE_OK || (ret = migrate(db, version, e)) != KTUNE_OK) {
+		goto out;
+	}
 	*out = db;
 	db = NULL;
 out:
 	ktune__db_close(db);
 	return ret;
+}
+
+int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e)
+{
+	return open_db(path, create ? 'c' : 'w', out, e);
+}
+
+int ktune__db_open_read(const char *path, struct ktune_db **out, struct ktune_err *e)
+{
+	return open_db(path, 'r', out, e);
 }
 
 void ktune__db_close(struct ktune_db *db)

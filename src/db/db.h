@@ -83,11 +83,22 @@ struct ktune_filter {
 
 /*
  * Opens (creating it and its directory if `create`) the database at `path`,
- * migrating an older schema.  A file that is not a ktune database, is
- * truncated or has a newer schema gets a clear error naming the path.
+ * migrating an older schema, for a command that writes.  A file that is not
+ * a ktune database, is truncated, has a newer schema, or is not a regular
+ * file (a FIFO, a device) gets a clear error naming the path; a path longer
+ * than the system allows is refused, never cut.
  */
 int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e);
 void ktune__db_close(struct ktune_db *db); /* NULL is a no-op */
+
+/*
+ * Opens an existing database read-only for a command that only reads (show,
+ * export, info, the runtime's lookups): it writes nothing into the file,
+ * neither a journal mode nor a migration.  A schema older than version 4
+ * is refused (a command that writes migrates it); a missing or empty file is
+ * KTUNE_ERR_NOT_FOUND.
+ */
+int ktune__db_open_read(const char *path, struct ktune_db **out, struct ktune_err *e);
 
 /*
  * Stores a result, replacing the one for the same (device, key), and its
