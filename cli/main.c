@@ -61,7 +61,8 @@ const struct cmd cli_commands[] = {
 	  "merges it into that machine's database.  Entries that an import would refuse\n"
 	  "(say, a configuration no longer in the template's space) are left out with\n"
 	  "a warning.  Default: to stdout.\n\n"
-	  "  -o, --output FILE      write FILE atomically instead of stdout\n"
+	  "  -o, --output FILE      write FILE atomically instead of stdout (a new file or\n"
+	  "                         a regular one: a symlink, device or directory is refused)\n"
 	  "  --format sqlite        a standalone SQLite database instead (needs -o)\n"
 	  "  --force                replace an existing SQLite FILE\n"
 	  "  --defaults             one entry per key and arch: the config best on average\n"
@@ -78,7 +79,9 @@ const struct cmd cli_commands[] = {
 	  "the database in one transaction, and prints what was added, replaced, kept\n"
 	  "and skipped, and why.  The file is untrusted: every field is checked, and a\n"
 	  "malformed file is refused whole (file:line: field: what is wrong) with\n"
-	  "nothing written.  Entries tuned for another template source are skipped.\n\n"
+	  "nothing written; an SQLite file whose schema is not ktune's is refused\n"
+	  "unread.  Entries tuned for another source of their family's template are\n"
+	  "skipped (docs/security.md).\n\n"
 	  "  --policy faster  for a key on both sides from the same device: the faster\n"
 	  "                   if both used the same measurement protocol, else ours (default)\n"
 	  "  --policy ours    keep ours\n"
@@ -398,7 +401,7 @@ const char *cli_worker_exe(void)
 	static char path[4096];
 	if (!path[0]) {
 		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-		if (n <= 0)
+		if (n <= 0 || (size_t)n >= sizeof(path) - 1) /* none, or cut: run it by its link */
 			snprintf(path, sizeof(path), "%s", "/proc/self/exe");
 		else
 			path[n] = 0;

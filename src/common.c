@@ -281,8 +281,24 @@ static void remove_stale_temps(const char *dir, const char *base)
 	closedir(dp);
 }
 
+static int write_atomic(const char *path, const void *data, size_t len, int mode,
+			struct ktune_err *e);
+
 int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 			     struct ktune_err *e)
+{
+	return write_atomic(path, data, len, -1, e);
+}
+
+int ktune__write_private_file(const char *path, const void *data, size_t len,
+			      struct ktune_err *e)
+{
+	return write_atomic(path, data, len, 0600, e);
+}
+
+/* mode -1: the mode of the file it replaces, or a new file's (0666 less the umask). */
+static int write_atomic(const char *path, const void *data, size_t len, int mode,
+			struct ktune_err *e)
 {
 	const char *base;
 	char *tmp = NULL, *dir = NULL;
@@ -344,7 +360,7 @@ int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
 		goto out;
 	}
-	if (fchmod(fd, new_file_mode(path)) != 0) {
+	if (fchmod(fd, mode >= 0 ? (mode_t)mode : new_file_mode(path)) != 0) {
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot set the mode of '%s': %s", path,
 				  strerror(errno));
 		goto out;

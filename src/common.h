@@ -52,6 +52,10 @@ int ktune__read_private_file(const char *path, size_t max_bytes, char **out, siz
 int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 			     struct ktune_err *e);
 
+/* As ktune__write_file_atomic, the file private (0600) whatever it replaces: a cache file. */
+int ktune__write_private_file(const char *path, const void *data, size_t len,
+			      struct ktune_err *e);
+
 /* mkdir -p; the directories it creates are private (0700); existing ones are fine. */
 int ktune__mkdirs(const char *path, struct ktune_err *e);
 

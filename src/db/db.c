@@ -383,7 +383,7 @@ static int check_header(const char *path, const struct stat *st, struct ktune_er
 
 	if (st->st_size == 0)
 		return KTUNE_OK;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never blocks, should it be a FIFO now */
 	if (fd < 0)
 		return ktune__fail(e, KTUNE_ERR_IO, "cannot open database '%s': %s", path,
 				   strerror(errno));

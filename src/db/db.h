@@ -268,8 +268,10 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 
 /*
  * Writes the results into a new standalone database file at path (no WAL or
- * journal beside it, no trials), atomically: a temporary file renamed over
- * path.  An existing path is refused unless force.
+ * journal beside it, no trials): built in memory, then written by
+ * ktune__write_file_atomic (a locked temp file renamed over path, which
+ * must be a regular file if it exists).  An existing path is refused unless
+ * force.
  */
 int ktune__db_write_standalone(const char *path, const struct ktune_result *rs, long n,
 			       int force, struct ktune_err *e);

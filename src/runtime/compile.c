@@ -3,8 +3,8 @@
  *
  * A cache entry is two files named by the hash: <hash>.cubin and <hash>.res
  * (the resource usage parsed from ptxas's log, which a cached load cannot
- * recompute).  Both are written atomically, .res first, so a .cubin on disk
- * always has its .res.
+ * recompute).  Both are written atomically and private (0600), .res first,
+ * so a .cubin on disk always has its .res.
  */
 #include <nvrtc.h>
 #include <pthread.h>
@@ -160,12 +160,12 @@ static void cache_store(const char *dir, const char *hash, const struct ktune_cu
 			 c->res.spill_stores, c->res.spill_loads, c->res.smem_static,
 			 c->res.stack);
 	if (!(path = cache_path(dir, hash, ".res")) ||
-	    ktune__write_file_atomic(path, res, (size_t)n, NULL))
+	    ktune__write_private_file(path, res, (size_t)n, NULL))
 		goto out;
 	free(path);
 	/* a failed store only costs a recompile */
 	if ((path = cache_path(dir, hash, ".cubin")))
-		ktune__write_file_atomic(path, c->data, c->size, NULL);
+		ktune__write_private_file(path, c->data, c->size, NULL);
 out:
 	free(path);
 }

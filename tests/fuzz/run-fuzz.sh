@@ -33,7 +33,7 @@ mkdir -p "$BUILD/include" && mv "$BUILD/ktune_version.h" "$BUILD/include/"
 
 # Only the sources the importer needs: no CUDA.
 SOURCES="src/common.c src/key.c src/status.c src/version.c src/db/db.c src/db/results.c
-	src/db/share.c src/db/share-read.c src/ops/ops.c src/ops/gemm.c src/ops/add.c
+	src/db/import.c src/db/share.c src/db/share-read.c src/ops/ops.c src/ops/gemm.c src/ops/add.c
 	src/ops/gelu.c src/ops/glu.c src/ops/dropout.c src/ops/elementwise.c
 	src/ops/elementwise-ref.c src/search/space.c src/search/expr.c src/search/spec.c
 	src/runtime/templates.c"
