@@ -817,6 +817,14 @@ static const char *printable_copy(const unsigned char *s, char *buf, size_t len)
 	return buf;
 }
 
+/* A text column, "" for NULL (a hostile sqlite_master may hold one). */
+static const char *column_or_empty(sqlite3_stmt *st, int col)
+{
+	const unsigned char *s = sqlite3_column_text(st, col);
+
+	return s ? (const char *)s : "";
+}
+
 /*
  * A file's schema is code to SQLite: a generated column, an expression
  * index, a CHECK constraint or a trigger runs as rows are read or checked.
@@ -856,8 +864,7 @@ static int check_schema(struct ktune_db *db, struct ktune_err *e)
 		/* in the order of (type, name): the lesser is missing on the other side */
 		int order = rt == SQLITE_DONE ? 1 : ro == SQLITE_DONE ? -1 : 0;
 		for (i = 0; i < 2 && !order; i++)
-			order = strcmp((const char *)sqlite3_column_text(theirs, i),
-				       (const char *)sqlite3_column_text(ours, i));
+			order = strcmp(column_or_empty(theirs, i), column_or_empty(ours, i));
 		if (order > 0) {
 			ret = ktune__fail(e, KTUNE_ERR_DB,
 					  "database '%s' is not a ktune database: it lacks %s '%s'",
