@@ -102,8 +102,9 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 		ctx->db_path = strdup(db_path);
 	} else if (db_path) {
 		ctx->db_path = strdup(""); /* no database, by request */
-	} else if ((rc = ktune__default_db_path(&ctx->db_path, &e))) {
-		goto fail;
+	} else if (ktune__default_db_path(&ctx->db_path, NULL) != KTUNE_OK) {
+		/* an untrusted default folder is not read, as the cubin cache is not */
+		ctx->db_path = strdup("");
 	}
 	const char *no_cache = getenv("KTUNE_NO_CACHE");
 	char *base = NULL;
