@@ -267,7 +267,10 @@ err_has "it is a FIFO"
 run show --db /dev/null
 expect_rc 1
 err_has "it is a character device"
-[ ! -e /dev/null-journal ] || fail "a -journal beside /dev/null"
+run import a.yaml --db /dev/null
+expect_rc 1
+err_has "it is a character device"
+[ ! -e /dev/null-journal ] || { rm -f /dev/null-journal; fail "a -journal beside /dev/null"; }
 
 # -o replaces a regular file only: a symlink, a FIFO or a directory stays.
 echo keep >kept.txt
