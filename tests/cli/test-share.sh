@@ -235,7 +235,7 @@ err_has "option '-o' needs a value"
 "$KTUNE" import a.yaml --db other.db >/dev/null || fail "cannot make other.db"
 cp other.db other.before
 long="$TMP/"
-while [ $(( ${#long} + 8 )) -lt 4095 ]; do long="$long./"; done
+while [ $(( ${#long} + 10 )) -le 4095 ]; do long="$long./"; done
 while [ $(( ${#long} + 8 )) -lt 4095 ]; do long="$long/"; done
 long="${long}other.db"
 [ ${#long} = 4095 ] || fail "the long path is ${#long} bytes"
