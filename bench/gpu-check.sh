@@ -13,6 +13,10 @@
 #   ops    the elementwise ops: their GPU test, the default sweep over the shipped
 #          GEMM tuning (so that it tunes the ops), verify, bench, and the ops
 #          against PyTorch and Liger (bench/ops/elementwise.py; wheels in .whl/)
+#   rowwise  the row-wise ops (softmax, rmsnorm): their GPU test, the default sweep
+#          over the shipped tuning (so that it tunes what the file lacks), verify
+#          and bench of each, and the ops against PyTorch and Liger
+#          (bench/ops/rowwise.py); ROWWISE_STEPS picks among test, sweep, peers
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -114,6 +118,27 @@ for step in $steps; do
 		done
 		run ops-peers.log python3 bench/ops/elementwise.py --lib $B/install/lib/libktune.so \
 			--db "$KTUNE_DB" --csv "$OUT/elementwise.csv"
+		;;
+	rowwise)
+		for part in ${ROWWISE_STEPS:-test sweep peers}; do
+			case $part in
+			test) run rowwise.log timeout $T $B/tests/test-rowwise-gpu ;;
+			sweep)
+				$B/ktune import "$SHIPPED" >"$OUT/rowwise-import.log" 2>&1 || status=1
+				tail -n 1 "$OUT/rowwise-import.log" | tee -a "$OUT/rowwise.log"
+				run rowwise-sweep.log timeout "${SWEEP_TIMEOUT:-1800}" $B/ktune sweep --progress
+				$B/ktune export -o "$OUT/$(basename "$SHIPPED")"
+				for op in softmax rmsnorm; do
+					run rowwise-verify.log $B/ktune verify --op $op
+					run rowwise-retime.log $B/ktune bench --op $op
+				done
+				;;
+			peers)
+				run rowwise-peers.log python3 bench/ops/rowwise.py --lib $B/install/lib/libktune.so \
+					--db "$KTUNE_DB" --csv "$OUT/rowwise.csv"
+				;;
+			esac
+		done
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*

@@ -1,14 +1,21 @@
 /*
- * cli.h - what the ktune command's subcommands share.
+ * cli.h - what the ktune command's subcommands share.  Every source file
+ * of cli/ includes this and system headers only; this includes the public
+ * ktune.h and tuner/tuning.h, the declared list of internals the commands
+ * use.
  */
 #ifndef KTUNE_CLI_H
 #define KTUNE_CLI_H
 
 #include <getopt.h>
+#include <stdio.h>
 
-#include "db/db.h"
-#include "db/share.h"
-#include "ops/op.h"
+#include "ktune.h"
+#include "tuner/tuning.h" /* the CLI's one internal header: all it uses of src/ */
+
+#ifdef __cuda_cuda_h__
+#error "the ktune command sees no CUDA type: reach the runtime through tuning.h's plain structs"
+#endif
 
 /* Exit codes. */
 #define EXIT_OK 0

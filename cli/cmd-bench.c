@@ -14,8 +14,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "ops/gemm.h"
-#include "tuner/tuner.h"
 
 /* One round of one key: the times and their ratio, cuBLAS / ktune (0: no cuBLAS). */
 struct timed {

@@ -8,8 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "runtime/compile.h"
-#include "tuner/candidates.h"
 
 /* Shared memory a block may opt in to, per arch: what the device check would prune. */
 static int arch_smem_limit(const char *arch)

@@ -8,8 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "db/defaults.h"
-#include "db/share.h"
 
 struct collect {
 	struct ktune_share share;

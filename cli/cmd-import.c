@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "db/share.h"
 
 static const char *const outcome_names[] = { "added", "replaced", "kept", "skipped" };
 

@@ -2,17 +2,17 @@
  * cmd-info.c - ktune info: the GPU, the toolchain and the database.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "runtime/compile.h"
-#include "runtime/context.h"
 
 static void print_gpu(const struct cli *cli, const char *db_path)
 {
+	struct ktune_device_info dev;
+	struct ktune_dispatch_sources src;
 	struct ktune_err e;
 	ktune_ctx *ctx;
-	size_t mem = 0;
 
 	if (ktune__driver_load(&e)) {
 		printf("gpu:          none (%s)\n", e.msg);
@@ -24,24 +24,21 @@ static void print_gpu(const struct cli *cli, const char *db_path)
 		printf("gpu:          none (%s)\n", e.msg);
 		return;
 	}
-	ktune_cu.cuDeviceTotalMem_v2(&mem, ctx->dev);
-	printf("gpu:          %s (device %d)\n", ctx->id.name, cli->device);
-	printf("arch:         %s\n", ctx->id.arch);
-	printf("sms:          %d\n", ctx->id.sm_count);
-	printf("memory:       %.1f GiB\n", mem / 1073741824.0);
-	printf("smem/block:   %d KiB (opt-in)\n", ctx->smem_optin / 1024);
-	printf("l2:           %d MiB\n", ctx->l2_bytes >> 20);
-	printf("driver:       CUDA %d.%d\n", ctx->driver_version / 1000,
-	       ctx->driver_version % 1000 / 10);
-	/* a shipped file per GPU: those tuned on this one serve first */
-	int shipped_here = 0;
-	for (int i = 0; i < ctx->nentries; i++)
-		shipped_here += ctx->entries[i].shipped && ctx->entries[i].same_device;
-	printf("sources:      database: %d entries for this GPU, %d from other %s GPUs; "
-	       "shipped: %d entries, %d tuned on this GPU%s%s%s\n", ctx->from_device, ctx->from_arch,
-	       ctx->id.arch, ctx->from_shipped, shipped_here, ctx->shipped_names[0] ? " (" : "",
-	       ctx->shipped_names, ctx->shipped_names[0] ? ")" : "");
+	ktune__ctx_device_info(ctx, &dev);
+	ktune__ctx_dispatch_sources(ctx, &src);
 	ktune_close(ctx);
+	printf("gpu:          %s (device %d)\n", dev.id.name, cli->device);
+	printf("arch:         %s\n", dev.id.arch);
+	printf("sms:          %d\n", dev.id.sm_count);
+	printf("memory:       %.1f GiB\n", dev.total_mem / 1073741824.0);
+	printf("smem/block:   %d KiB (opt-in)\n", dev.smem_optin / 1024);
+	printf("l2:           %d MiB\n", dev.l2_bytes >> 20);
+	printf("driver:       CUDA %d.%d\n", dev.driver_version / 1000, dev.driver_version % 1000 / 10);
+	/* a shipped file per GPU: those tuned on this one serve first */
+	printf("sources:      database: %d entries for this GPU, %d from other %s GPUs; "
+	       "shipped: %d entries, %d tuned on this GPU%s%s%s\n", src.from_device, src.from_arch,
+	       dev.id.arch, src.from_shipped, src.shipped_here, src.shipped_names[0] ? " (" : "",
+	       src.shipped_names, src.shipped_names[0] ? ")" : "");
 }
 
 int cmd_info(int argc, char **argv, struct cli *cli)
@@ -69,9 +66,7 @@ int cmd_info(int argc, char **argv, struct cli *cli)
 	for (int i = 0; ktune__ops[i]; i++)
 		for (int f = 0; f < ktune__ops[i]->nfamilies; f++)
 			printf("family:       %-11s %s (op %s)\n", ktune__ops[i]->families[f].name,
-			       ktune__op_is_gemm(ktune__ops[i]) ? ktune__gemm_family_hash(f)
-								: ktune__op_family_hash(ktune__ops[i], f),
-			       ktune__ops[i]->name);
+			       ktune__result_hash(ktune__ops[i], f), ktune__ops[i]->name);
 	print_gpu(cli, path);
 	if (ktune__cache_dir(&cache, NULL) == KTUNE_OK)
 		printf("cache:        %s/cubin%s\n", cache,

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "db/share.h"
 
 static int compare_results(const void *a, const void *b)
 {

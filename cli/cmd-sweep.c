@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "search/spec.h"
-#include "tuner/tuner.h"
 
 /* A spec bigger than this is surely not a spec. */
 #define MAX_SPEC_BYTES (1u << 20)

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "tuner/tuner.h"
 
 #define FIELD_OPT 1000 /* getopt's value for the op's field i: FIELD_OPT + i */
 

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "tuner/tuner.h"
 
 int cmd_verify(int argc, char **argv, struct cli *cli)
 {

@@ -9,9 +9,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "runtime/driver.h"
-#include "tuner/protocol.h"
-#include "tuner/tuner.h"
 
 #define SHOW_FILTERS                                                                        \
 	"Filters:\n"                                                                        \
@@ -376,8 +373,11 @@ int cli_stored_results(struct ktune_tuner *t, struct ktune_filter *f, struct ktu
 	struct stored s = { 0 };
 	struct ktune_err e;
 	/* Only this GPU's arch can run the stored configs. */
-	if (!f->arch[0])
-		snprintf(f->arch, sizeof(f->arch), "%s", ktune__tuner_device(t)->id.arch);
+	if (!f->arch[0]) {
+		struct ktune_device_info dev;
+		ktune__tuner_device_info(t, &dev);
+		snprintf(f->arch, sizeof(f->arch), "%s", dev.id.arch);
+	}
 	if (ktune__db_query(ktune__tuner_db(t), f, keep_stored, &s, &e) < 0) {
 		free(s.r);
 		cli_error(EXIT_FAIL, "%s", e.msg);
@@ -389,10 +389,11 @@ int cli_stored_results(struct ktune_tuner *t, struct ktune_filter *f, struct ktu
 
 void cli_print_device(struct ktune_tuner *t)
 {
-	const struct ktune_hello *h = ktune__tuner_device(t);
+	struct ktune_device_info dev;
+	ktune__tuner_device_info(t, &dev);
 	/* logs of bench and verify travel between machines: they say which GPU they are from */
-	printf("device: %s (%s, %d SMs, CUDA driver %d.%d)\n", h->id.name, h->id.arch, h->id.sm_count,
-	       h->driver_version / 1000, h->driver_version % 1000 / 10);
+	printf("device: %s (%s, %d SMs, CUDA driver %d.%d)\n", dev.id.name, dev.id.arch, dev.id.sm_count,
+	       dev.driver_version / 1000, dev.driver_version % 1000 / 10);
 }
 
 const char *cli_worker_exe(void)
@@ -426,8 +427,7 @@ int main(int argc, char **argv)
 	}
 	const char *name = argv[1];
 	if (!strcmp(name, "__worker")) /* the tuner's worker process (tuner/protocol.h) */
-		return ktune__worker_main(argc - 1, argv + 1, &ktune__gpu_worker_ops,
-					  ktune__gpu_worker_state());
+		return ktune__gpu_worker_main(argc - 1, argv + 1);
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
 		usage(stdout);
 		return EXIT_OK;

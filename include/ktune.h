@@ -213,6 +213,54 @@ KTUNE_API ktune_status ktune_dropout_backward(ktune_ctx *ctx, int64_t n, float p
 					      uint64_t offset, const void *dy, void *dx,
 					      ktune_dtype dtype, void *stream);
 
+/*
+ * The row-wise ops, over the last dimension of a [rows, cols] matrix.
+ * Common rules, beside the elementwise ops' (buffers of `dtype`, fp32 math,
+ * asynchronous on `stream`, in-place where stated, thread-safe):
+ *
+ * - Element (r, c) of a matrix t is t[r * ldt + c]; every row stride is
+ *   >= cols.  Vectors over the columns (weight, dweight) are contiguous of
+ *   `dtype`; rstd is contiguous fp32, one value a row.
+ * - Each row is reduced in a fixed order: the same inputs give bit-identical
+ *   results on every run (no atomics).
+ * - Tuned per [rows, cols]: rows by power-of-two bucket, cols exactly up to
+ *   65536 and by power-of-two bucket above ('ktune tune softmax --rows R
+ *   --cols C').  cols up to 262144 (softmax) run tuned configs that hold a
+ *   row in the registers of a thread-block cluster on sm_90.
+ */
+
+/* y = softmax(x) over each row; a row of -inf only gives zeros.  y may be x. */
+KTUNE_API ktune_status ktune_softmax(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
+				     int64_t ldx, void *y, int64_t ldy, ktune_dtype dtype, void *stream);
+/* dx = y * (dy - sum over the row of y * dy), from softmax's output y.  dx may be dy. */
+KTUNE_API ktune_status ktune_softmax_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
+					      const void *y, int64_t ldy, const void *dy, int64_t lddy,
+					      void *dx, int64_t lddx, ktune_dtype dtype, void *stream);
+
+/*
+ * RMSNorm: h = x (+ residual), rstd[r] = 1 / sqrt(mean over the row of h^2
+ * + eps), y = h * rstd * weight.  With residual non-NULL the sum h is
+ * rounded to dtype and written to h (the next layer's residual; h may be
+ * residual); with residual NULL, h must be NULL.  rstd (rows floats) is
+ * written for the backward pass.  y may be x.
+ */
+KTUNE_API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
+				     int64_t ldx, const void *residual, int64_t ld_residual,
+				     const void *weight, float eps, void *y, int64_t ldy, float *rstd,
+				     void *h, int64_t ldh, ktune_dtype dtype, void *stream);
+/*
+ * The gradients of ktune_rmsnorm from dy, h (x, or the residual sum h) and
+ * the forward's rstd: dx, and dweight = sum over the rows of dy * h * rstd,
+ * reduced deterministically (a second kernel adds per-block partial sums in
+ * a fixed order; the scratch for them is the context's, per stream).  dx may
+ * be dy.
+ */
+KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
+					      const void *h, int64_t ldh, const void *weight,
+					      const float *rstd, const void *dy, int64_t lddy, void *dx,
+					      int64_t lddx, void *dweight, ktune_dtype dtype,
+					      void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,7 +21,7 @@
 #include "db/db-internal.h"
 #include "db/share.h"
 #include "db/share-fields.h"
-#include "search/space.h" /* ktune__yaml_long */
+#include "yaml-read.h"
 
 struct reader {
 	yaml_parser_t p;

@@ -20,7 +20,7 @@
 #include "ops/op.h"
 #include "db/share-fields.h"
 #include "ops/gemm.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 #define OFF(member) offsetof(struct ktune_result, member)
 #define CAP(member) sizeof(((struct ktune_result *)0)->member)

@@ -13,7 +13,7 @@ static const struct ktune_op_field fields[] = {
 };
 
 static const struct ktune_family families[] = {
-	{ "add", "add.cu", "add.yaml", "add_kernel" },
+	{ "add", "add.cu", "add.yaml", { "add_kernel" } },
 };
 
 static double bytes(const struct ktune_key *key)
@@ -46,11 +46,6 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 }
 
 extern const struct ktune_op ktune__op_add;
-
-static int same_kernel(const struct ktune_config *a, const struct ktune_config *b)
-{
-	return ktune__ew_same_kernel(&ktune__op_add, a, b);
-}
 
 static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 		     const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out)
@@ -90,7 +85,6 @@ const struct ktune_op ktune__op_add = {
 	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = ktune__ew_defines,
-	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
 	.default_config = ktune__ew_default_config,

@@ -18,7 +18,7 @@ static const struct ktune_op_field fields[] = {
 };
 
 static const struct ktune_family families[] = {
-	{ "dropout", "dropout.cu", "dropout.yaml", "dropout_kernel" },
+	{ "dropout", "dropout.cu", "dropout.yaml", { "dropout_kernel" } },
 };
 
 extern const struct ktune_op ktune__op_dropout;
@@ -56,11 +56,6 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 {
 	(void)sm_count;
 	return ktune__ew_prune(key, c, chunks(key, c, key->m), why, len);
-}
-
-static int same_kernel(const struct ktune_config *a, const struct ktune_config *b)
-{
-	return ktune__ew_same_kernel(&ktune__op_dropout, a, b);
 }
 
 static void geometry(const struct ktune_key *key, const struct ktune_config *c,
@@ -102,7 +97,6 @@ const struct ktune_op ktune__op_dropout = {
 	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = ktune__ew_defines,
-	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
 	.default_config = ktune__ew_default_config,

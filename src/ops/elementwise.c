@@ -49,18 +49,6 @@ int ktune__ew_defines(const struct ktune_key *key, const struct ktune_config *c,
 	return n;
 }
 
-int ktune__ew_same_kernel(const struct ktune_op *op, const struct ktune_config *a,
-			  const struct ktune_config *b)
-{
-	const struct ktune_space *s = ktune__op_space(op, a->family, NULL);
-	if (!s || a->family != b->family)
-		return 0;
-	for (int i = 0; i < s->nparams; i++)
-		if (a->v[i] != b->v[i] && !is_launch_param(s->params[i].name))
-			return 0;
-	return 1;
-}
-
 int ktune__ew_vec(const struct ktune_key *key, const struct ktune_config *c)
 {
 	const struct ktune_op *op = ktune__op_of(key);

@@ -22,9 +22,6 @@ void ktune__ew_key_bucket(struct ktune_key *key);
 
 /* -DDTYPE, -DALIGNED and the space's compiled parameters (all but BLOCKS_PER_SM). */
 int ktune__ew_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max);
-/* Configs that differ only in BLOCKS_PER_SM compile to the same kernel. */
-int ktune__ew_same_kernel(const struct ktune_op *op, const struct ktune_config *a,
-			  const struct ktune_config *b);
 
 /* The elements one vector access moves for this key and config: VEC if aligned, else 1. */
 int ktune__ew_vec(const struct ktune_key *key, const struct ktune_config *c);

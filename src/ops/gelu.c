@@ -24,7 +24,7 @@ static const struct ktune_op_field fields[] = {
 };
 
 static const struct ktune_family families[] = {
-	{ "gelu", "gelu.cu", "gelu.yaml", "gelu_kernel" },
+	{ "gelu", "gelu.cu", "gelu.yaml", { "gelu_kernel" } },
 };
 
 extern const struct ktune_op ktune__op_gelu;
@@ -78,11 +78,6 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 	return n;
 }
 
-static int same_kernel(const struct ktune_config *a, const struct ktune_config *b)
-{
-	return ktune__ew_same_kernel(&ktune__op_gelu, a, b);
-}
-
 static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 		     const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out)
 {
@@ -123,7 +118,6 @@ const struct ktune_op ktune__op_gelu = {
 	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = defines,
-	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
 	.default_config = ktune__ew_default_config,

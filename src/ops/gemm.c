@@ -9,7 +9,7 @@
 
 #include "ops/gemm.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 struct field {
 	const char *name;
@@ -674,8 +674,8 @@ static const struct ktune_op_field op_fields[] = {
 };
 
 static const struct ktune_family op_families[KTUNE_GEMM_NFAMILIES] = {
-	{ "gemm", KTUNE_GEMM_SOURCE, KTUNE_GEMM_SPACE, "gemm_kernel" },
-	{ "gemm_wgmma", KTUNE_GEMM_WGMMA_SOURCE, KTUNE_GEMM_WGMMA_SPACE, "gemm_wgmma_kernel" },
+	{ "gemm", KTUNE_GEMM_SOURCE, KTUNE_GEMM_SPACE, { "gemm_kernel" } },
+	{ "gemm_wgmma", KTUNE_GEMM_WGMMA_SOURCE, KTUNE_GEMM_WGMMA_SPACE, { "gemm_wgmma_kernel" } },
 };
 
 static const ktune_dtype op_dtypes[] = { KTUNE_F16, KTUNE_BF16 };

@@ -28,7 +28,7 @@ static const struct ktune_op_field fields[] = {
 };
 
 static const struct ktune_family families[] = {
-	{ "glu", "glu.cu", "glu.yaml", "glu_kernel" },
+	{ "glu", "glu.cu", "glu.yaml", { "glu_kernel" } },
 };
 
 extern const struct ktune_op ktune__op_glu;
@@ -92,11 +92,6 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 	return n;
 }
 
-static int same_kernel(const struct ktune_config *a, const struct ktune_config *b)
-{
-	return ktune__ew_same_kernel(&ktune__op_glu, a, b);
-}
-
 static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 		     const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out)
 {
@@ -151,7 +146,6 @@ const struct ktune_op ktune__op_glu = {
 	.tolerance = ktune__ew_output_tolerance,
 	.prune = prune,
 	.defines = defines,
-	.same_kernel = same_kernel,
 	.geometry = geometry,
 	.args = args,
 	.default_config = ktune__ew_default_config,

@@ -47,22 +47,36 @@ struct ktune_op_field {
 	const char *const *choices; /* a variant part: its values, NULL-terminated; the first is the default */
 };
 
+/* Kernels in one family: an op made of several (a backward pass and its reduction) times them as one. */
+#define KTUNE_OP_MAX_KERNELS 3
+
 /* A template family: kernels/templates/<source> with its search space <space>. */
 struct ktune_family {
 	const char *name;   /* the results' family column and the space's `family:` */
 	const char *source; /* "add.cu" */
 	const char *space;  /* "add.yaml" */
-	const char *entry;  /* the kernel's extern "C" name */
+	/* its kernels' extern "C" names; the first is the one a single-kernel op launches */
+	const char *entries[KTUNE_OP_MAX_KERNELS];
 };
 
-#define KTUNE_OP_MAX_BUFS 6
+#define KTUNE_OP_MAX_BUFS 8
+
+/* NVRTC -D options an op's defines() gives at most (compile.h's KTUNE_MAX_OPTIONS holds them). */
+#define KTUNE_OP_MAX_DEFINES 20
+
+/* What a buffer's elements are. */
+enum ktune_buf_type {
+	KTUNE_BUF_ELEM, /* the key's dtype */
+	KTUNE_BUF_F32,  /* fp32 whatever the dtype: statistics saved for a backward pass */
+};
 
 /* One buffer of an op's problem. */
 struct ktune_op_buf {
 	const char *name; /* "x", "dy" */
 	int output;       /* 1: written by the kernel (poisoned before each run, checked after) */
-	int64_t elems;    /* elements of the key's dtype, row stride included */
+	int64_t elems;    /* elements, row stride included */
 	int64_t ld;       /* its row stride in the tuner's packed layout; 0: one-dimensional */
+	enum ktune_buf_type type;
 };
 
 /* The buffers of a key's problem as the tuner lays them out (packed, aligned). */
@@ -81,6 +95,8 @@ struct ktune_op_call {
 	int64_t ld[KTUNE_OP_MAX_BUFS]; /* 0 where the op has no strides */
 	float p;                       /* dropout's probability */
 	uint64_t seed, offset;         /* dropout's Philox key and counter offset */
+	double scalar[4];              /* an op's other scalars, as its file says (a norm's epsilon) */
+	uint64_t workspace;            /* device scratch of the bytes the op's workspace() asks */
 };
 
 /* Kernel arguments as cuLaunchKernel takes them: argv[i] points into slot[i]. */
@@ -94,6 +110,13 @@ struct ktune_op_args {
 struct ktune_op_launch {
 	unsigned grid[3], block[3];
 	unsigned smem;
+};
+
+/* One kernel of a call made of several: which of the family's entries, its launch and arguments. */
+struct ktune_op_step {
+	int entry;
+	struct ktune_op_launch launch;
+	struct ktune_op_args args;
 };
 
 struct ktune_op {
@@ -138,14 +161,24 @@ struct ktune_op {
 	/* NVRTC -D options for the key's variant of the config; at most max strings of 48 bytes. */
 	int (*defines)(const struct ktune_key *key, const struct ktune_config *c, char opts[][48],
 		       int max);
-	/* Two configs compile to the same kernel (they differ only in launch parameters). */
-	int (*same_kernel)(const struct ktune_config *a, const struct ktune_config *b);
-	/* Grid and block for a call on a device of sm_count SMs. */
+	/*
+	 * An op of one kernel (its family's first entry): grid and block for a
+	 * call on a device of sm_count SMs, and the kernel's arguments.
+	 */
 	void (*geometry)(const struct ktune_key *key, const struct ktune_config *c,
 			 const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out);
-	/* The kernel's arguments for a call. */
 	void (*args)(const struct ktune_key *key, const struct ktune_op_call *call,
 		     struct ktune_op_args *out);
+	/*
+	 * An op of several kernels fills steps instead: the kernels of a call in
+	 * launch order (at most KTUNE_OP_MAX_KERNELS), returning how many.  They
+	 * run on one stream and are timed as one.
+	 */
+	int (*steps)(const struct ktune_key *key, const struct ktune_config *c,
+		     const struct ktune_op_call *call, int sm_count, struct ktune_op_step *out);
+	/* Bytes of device scratch a call needs (call->workspace); NULL: none. */
+	size_t (*workspace)(const struct ktune_key *key, const struct ktune_config *c,
+			    const struct ktune_op_call *call, int sm_count);
 	/* The config for a key nobody tuned, from what is known of the device. */
 	struct ktune_config (*default_config)(const struct ktune_key *key, int sm_count);
 	/* How far apart two keys of the same op, dtype and variant are, for "nearest". */
@@ -194,6 +227,12 @@ const struct ktune_space *ktune__op_space(const struct ktune_op *op, int family,
 int ktune__op_family_index(const struct ktune_op *op, const char *name);
 /* sha256 of a family's source (and the prelude it includes): its results' template hash. */
 const char *ktune__op_family_hash(const struct ktune_op *op, int family);
+/*
+ * The template hash a result of the op's family carries when tuned with the
+ * current source: GEMM's, its source's (ktune__gemm_family_hash); another
+ * op's, ktune__op_family_hash.
+ */
+const char *ktune__result_hash(const struct ktune_op *op, int family);
 /* 1 if a result of that family with this template hash was tuned with the current source. */
 int ktune__op_result_fresh(const struct ktune_op *op, const char *family, const char *template_hash);
 
@@ -232,6 +271,21 @@ void ktune__sample_configs(struct ktune_config *cfgs, int n, int keep, unsigned 
 
 /* A call's alignment class: every buffer 16-byte aligned, every row stride a multiple of 16 bytes. */
 int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call);
+
+/*
+ * Whether two (key, config) pairs of an op compile to the same kernel: the
+ * same family and the same NVRTC defines (configs that differ only in
+ * launch parameters, keys whose sizes give the same compiled constants).
+ */
+int ktune__op_same_kernel(const struct ktune_op *op, const struct ktune_key *ka, const struct ktune_config *a,
+			  const struct ktune_key *kb, const struct ktune_config *b);
+
+/* Bytes per element of a buffer of the key's problem. */
+int ktune__op_buf_size(const struct ktune_key *key, const struct ktune_op_buf *buf);
+
+/* The kernels of a call: steps(), or the one kernel of geometry() and args().  Returns how many. */
+int ktune__op_steps(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+		    const struct ktune_op_call *call, int sm_count, struct ktune_op_step *out);
 
 
 #endif

@@ -14,13 +14,14 @@
 
 #include "ops/gemm.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 extern const struct ktune_op ktune__op_gemm, ktune__op_add, ktune__op_gelu, ktune__op_glu,
-	ktune__op_dropout;
+	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm;
 
 const struct ktune_op *const ktune__ops[] = {
-	&ktune__op_gemm, &ktune__op_add, &ktune__op_gelu, &ktune__op_glu, &ktune__op_dropout, NULL,
+	&ktune__op_gemm, &ktune__op_add, &ktune__op_gelu, &ktune__op_glu, &ktune__op_dropout,
+	&ktune__op_softmax, &ktune__op_rmsnorm, NULL,
 };
 
 #define NOPS ((int)(sizeof(ktune__ops) / sizeof(ktune__ops[0])) - 1)
@@ -284,20 +285,28 @@ int ktune__op_family_index(const struct ktune_op *op, const char *name)
 	return -1;
 }
 
-/* The families' hashes: sha256 of (source hash, prelude hash), computed once. */
+/*
+ * The families' hashes, computed once: sha256 of the source's hash and
+ * those of the embedded headers it includes ("<source> <prelude>" for a
+ * template that includes only the prelude).
+ */
 static char family_hashes[MAX_FAMILIES][65];
 static pthread_once_t hashes_once = PTHREAD_ONCE_INIT;
 
 static void compute_hashes(void)
 {
 	int n = 0;
-	const char *prelude = ktune__template_hash(KTUNE_PRELUDE);
 	for (int i = 0; ktune__ops[i]; i++)
 		for (int f = 0; f < ktune__ops[i]->nfamilies && n < MAX_FAMILIES; f++, n++) {
-			char both[2 * 64 + 2];
-			snprintf(both, sizeof(both), "%s %s",
-				 ktune__template_hash(ktune__ops[i]->families[f].source), prelude);
-			ktune__sha256_hex(both, strlen(both), family_hashes[n]);
+			const char *name = ktune__ops[i]->families[f].source;
+			const struct ktune_template_file *src = ktune__template_file(name), *h[KTUNE_MAX_HEADERS];
+			char all[(KTUNE_MAX_HEADERS + 1) * 65 + 1];
+			size_t used = (size_t)snprintf(all, sizeof(all), "%s", ktune__template_hash(name));
+			int nh = src ? ktune__template_headers(src->text, src->len, h) : 0;
+			for (int j = 0; j < nh; j++)
+				used += (size_t)snprintf(all + used, sizeof(all) - used, " %s",
+							 ktune__template_hash(h[j]->name));
+			ktune__sha256_hex(all, used, family_hashes[n]);
 		}
 }
 
@@ -475,13 +484,55 @@ int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key,
 	return KTUNE_OK;
 }
 
-int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call)
+int ktune__op_same_kernel(const struct ktune_op *op, const struct ktune_key *ka, const struct ktune_config *a,
+			  const struct ktune_key *kb, const struct ktune_config *b)
 {
-	int size = ktune__dtype_size(key->dtype);
-	for (int i = 0; i < KTUNE_OP_MAX_BUFS; i++)
-		if (call->buf[i] % 16 || (call->ld[i] * size) % 16)
+	char da[KTUNE_OP_MAX_DEFINES][48], db[KTUNE_OP_MAX_DEFINES][48];
+	if (a->family != b->family || ka->dtype != kb->dtype || ka->aligned != kb->aligned ||
+	    strcmp(ka->variant, kb->variant))
+		return 0;
+	int na = op->defines(ka, a, da, KTUNE_OP_MAX_DEFINES), nb = op->defines(kb, b, db, KTUNE_OP_MAX_DEFINES);
+	if (na < 0 || na != nb)
+		return 0;
+	for (int i = 0; i < na; i++)
+		if (strcmp(da[i], db[i]))
 			return 0;
 	return 1;
+}
+
+int ktune__op_buf_size(const struct ktune_key *key, const struct ktune_op_buf *buf)
+{
+	return buf->type == KTUNE_BUF_F32 ? 4 : ktune__dtype_size(key->dtype);
+}
+
+int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_op_layout layout = { 0 };
+	if (op && op->layout)
+		op->layout(key, &layout);
+	for (int i = 0; i < KTUNE_OP_MAX_BUFS; i++) {
+		int size = i < layout.nbufs ? ktune__op_buf_size(key, &layout.bufs[i]) : ktune__dtype_size(key->dtype);
+		if (call->buf[i] % 16 || (call->ld[i] * size) % 16)
+			return 0;
+	}
+	return 1;
+}
+
+int ktune__op_steps(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+		    const struct ktune_op_call *call, int sm_count, struct ktune_op_step *out)
+{
+	if (op->steps)
+		return op->steps(key, c, call, sm_count, out);
+	memset(out, 0, sizeof(*out));
+	op->geometry(key, c, call, sm_count, &out->launch);
+	op->args(key, call, &out->args);
+	return 1;
+}
+
+const char *ktune__result_hash(const struct ktune_op *op, int family)
+{
+	return ktune__op_is_gemm(op) ? ktune__gemm_family_hash(family) : ktune__op_family_hash(op, family);
 }
 
 int ktune__result_fresh(const struct ktune_key *key, const char *family, const char *template_hash)

@@ -78,23 +78,15 @@ static void parse_resources(const char *log, struct ktune_resources *res)
  * it too is ours and not writable by others (ktune__read_private_file).  A
  * directory that does not exist yet is created by us, private.
  */
-/*
- * The embedded prelude if `source` may include it, else NULL.  A mention in
- * a comment counts too: that only costs a cache entry, where missing a
- * real include would serve cubins built from an older prelude.
- */
-static const struct ktune_template_file *prelude_of(const char *source, size_t len)
-{
-	if (!memmem(source, len, KTUNE_PRELUDE, strlen(KTUNE_PRELUDE)))
-		return NULL;
-	return ktune__template_file(KTUNE_PRELUDE);
-}
 
 static void cache_key(const char *source, size_t len, const char *const *options,
 		      int noptions, const char *arch, char out[65])
 {
-	const struct ktune_template_file *pre = prelude_of(source, len);
-	size_t total = len + (pre ? pre->len : 0) + 256;
+	const struct ktune_template_file *headers[KTUNE_MAX_HEADERS];
+	int nheaders = ktune__template_headers(source, len, headers);
+	size_t total = len + 256;
+	for (int i = 0; i < nheaders; i++)
+		total += headers[i]->len;
 	for (int i = 0; i < noptions; i++)
 		total += strlen(options[i]) + 1;
 	char *buf = malloc(total), *p = buf;
@@ -107,9 +99,9 @@ static void cache_key(const char *source, size_t len, const char *const *options
 		p += sprintf(p, "%s\n", options[i]);
 	memcpy(p, source, len);
 	p += len;
-	if (pre) {
-		memcpy(p, pre->text, pre->len);
-		p += pre->len;
+	for (int i = 0; i < nheaders; i++) {
+		memcpy(p, headers[i]->text, headers[i]->len);
+		p += headers[i]->len;
 	}
 	ktune__sha256_hex(buf, (size_t)(p - buf), out);
 	free(buf);
@@ -211,11 +203,16 @@ int ktune__compile(const char *name, const char *source, size_t len,
 	for (int i = 0; i < noptions; i++)
 		opts[n++] = options[i];
 
-	/* every program may include the prelude; NVRTC reads it only if one does */
-	const struct ktune_template_file *pre = ktune__template_file(KTUNE_PRELUDE);
-	const char *header = pre ? pre->text : NULL, *include_name = KTUNE_PRELUDE;
-	nvrtcResult r = nvrtcCreateProgram(&prog, source, name, pre ? 1 : 0,
-					   pre ? &header : NULL, pre ? &include_name : NULL);
+	/* the embedded headers the source mentions, in memory: no include path, no CUDA headers */
+	const struct ktune_template_file *headers[KTUNE_MAX_HEADERS];
+	const char *header_text[KTUNE_MAX_HEADERS], *header_name[KTUNE_MAX_HEADERS];
+	int nheaders = ktune__template_headers(source, len, headers);
+	for (int i = 0; i < nheaders; i++) {
+		header_text[i] = headers[i]->text;
+		header_name[i] = headers[i]->name;
+	}
+	nvrtcResult r = nvrtcCreateProgram(&prog, source, name, nheaders, nheaders ? header_text : NULL,
+					   nheaders ? header_name : NULL);
 	if (r != NVRTC_SUCCESS) {
 		free(dir);
 		return ktune__fail(e, KTUNE_ERR_COMPILE, "cannot create NVRTC program '%s': %s",

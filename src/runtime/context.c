@@ -1,8 +1,8 @@
 /*
  * context.c - opening and closing a ktune context on a device, and what a
  * context answers about itself: its last error and what served this
- * thread's last call.  Closing frees all the context holds, the split-K
- * scratch that gemm_api.c grows included.
+ * thread's last call, and the scratch of each stream (GEMM's split-K
+ * partials, an op's workspace).  Closing frees all the context holds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +144,48 @@ fail:
 }
 
 /* Frees every stream's split-K scratch (the context must be current). */
+int ktune__workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes, size_t ncounters,
+			 struct ktune_workspace **out, struct ktune_err *e)
+{
+	struct ktune_workspace *w = NULL;
+	for (int i = 0; i < ctx->nworkspaces; i++)
+		if (ctx->workspaces[i].stream == stream)
+			w = &ctx->workspaces[i];
+	if (!w) {
+		if (ctx->nworkspaces == KTUNE_MAX_WORKSPACES)
+			return ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
+					   "scratch for more than %d streams of one context",
+					   KTUNE_MAX_WORKSPACES);
+		w = &ctx->workspaces[ctx->nworkspaces++];
+		memset(w, 0, sizeof(*w));
+		w->stream = stream;
+	}
+	if (w->partials_bytes < partials_bytes || w->ncounters < ncounters) {
+		/* kernels queued on this stream may still use the old buffers */
+		CU_TRY(e, cuStreamSynchronize(stream));
+		if (w->partials_bytes < partials_bytes) {
+			if (w->partials)
+				ktune_cu.cuMemFree_v2(w->partials);
+			w->partials = 0;
+			w->partials_bytes = 0;
+			CU_TRY(e, cuMemAlloc_v2(&w->partials, partials_bytes));
+			w->partials_bytes = partials_bytes;
+		}
+		if (w->ncounters < ncounters) {
+			if (w->counters)
+				ktune_cu.cuMemFree_v2(w->counters);
+			w->counters = 0;
+			w->ncounters = 0;
+			CU_TRY(e, cuMemAlloc_v2(&w->counters, ncounters * sizeof(int)));
+			/* the kernel leaves the counters at zero; they start there */
+			CU_TRY(e, cuMemsetD32_v2(w->counters, 0, ncounters));
+			w->ncounters = ncounters;
+		}
+	}
+	*out = w;
+	return KTUNE_OK;
+}
+
 static void workspaces_free(ktune_ctx *ctx)
 {
 	for (int i = 0; i < ctx->nworkspaces; i++) {

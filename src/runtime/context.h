@@ -24,6 +24,7 @@ struct ktune_tensor_maps {
 
 /* A compiled and loaded kernel variant: one per (key variant, compiled config). */
 struct ktune_kernel {
+	struct ktune_key key; /* the key it was first compiled for */
 	char op[16];
 	ktune_dtype dtype;
 	char variant[KTUNE_KEY_VARIANT];
@@ -31,7 +32,8 @@ struct ktune_kernel {
 	int read_once_a, read_once_b;
 	struct ktune_config cfg; /* group_size and split_k unused */
 	CUmodule module;
-	CUfunction fn;
+	CUfunction fn;                           /* the first (a GEMM's, a one-kernel op's) */
+	CUfunction fns[KTUNE_OP_MAX_KERNELS];    /* an op's: its family's entries, in order */
 	size_t smem;
 	int max_clusters; /* wgmma, CLUSTER_M=2: clusters resident at once (cuOccupancyMaxActiveClusters) */
 	struct ktune_tensor_maps *maps; /* wgmma: the last call's tensor maps; guarded by ctx->lock */
@@ -125,6 +127,14 @@ void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 			    struct ktune_config *cfg, const char **source);
 
 /*
+ * The stream's scratch, grown to fit: partials_bytes of partials and
+ * ncounters zeroed counters (kernels that use them leave them at zero);
+ * ktune_close frees it.  Caller holds ctx->lock.
+ */
+int ktune__workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes, size_t ncounters,
+			 struct ktune_workspace **out, struct ktune_err *e);
+
+/*
  * Launches one GEMM with a given kernel and config (split-K scratch from the
  * stream's workspace).  Caller has the context current; takes ctx->lock only
  * to find the workspace.
@@ -144,7 +154,9 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 
 /*
  * Launches one call of an op other than GEMM with a given kernel and config:
- * the op's geometry and arguments.  Caller has the context current.
+ * the op's kernels (geometry and arguments, or its steps), with scratch from
+ * the stream's workspace where the op asks for it.  Caller has the context
+ * current; takes ctx->lock only to find the workspace.
  */
 int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,

@@ -24,7 +24,7 @@
 
 #include "db/share.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 struct load_state {
 	ktune_ctx *ctx;

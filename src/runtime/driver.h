@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include "common.h"
+#include "runtime/device.h"
 
 #define KTUNE_DRIVER_FUNCS(X)                                                              \
 	X(cuInit, (unsigned int))                                                          \
@@ -68,18 +69,10 @@ struct ktune_cu {
 };
 
 /*
- * The loaded driver, after a successful ktune__driver_load(); loading is done
- * once per process and is thread-safe.
+ * The loaded driver, after a successful ktune__driver_load() (device.h, which
+ * needs no CUDA types); loading is done once per process and is thread-safe.
  */
 extern struct ktune_cu ktune_cu;
-
-/*
- * Loads libcuda.so.1 and calls cuInit.  Returns KTUNE_OK,
- * KTUNE_ERR_NO_DRIVER (no library, or a driver too old for a symbol) or
- * KTUNE_ERR_NO_DEVICE (cuInit found no device), with the reason in e.
- * Later calls return the first call's result.
- */
-int ktune__driver_load(struct ktune_err *e);
 
 /* "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered" into buf. */
 void ktune__cu_describe(CUresult r, char *buf, size_t len);

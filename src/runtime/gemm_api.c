@@ -10,49 +10,6 @@
 
 #include "runtime/context.h"
 
-/* The stream's split-K scratch, grown to fit (ktune_close frees it).  Holds ctx->lock. */
-static int workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes,
-			 size_t ncounters, struct ktune_workspace **out, struct ktune_err *e)
-{
-	struct ktune_workspace *w = NULL;
-	for (int i = 0; i < ctx->nworkspaces; i++)
-		if (ctx->workspaces[i].stream == stream)
-			w = &ctx->workspaces[i];
-	if (!w) {
-		if (ctx->nworkspaces == KTUNE_MAX_WORKSPACES)
-			return ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
-					   "split-K on more than %d streams of one context",
-					   KTUNE_MAX_WORKSPACES);
-		w = &ctx->workspaces[ctx->nworkspaces++];
-		memset(w, 0, sizeof(*w));
-		w->stream = stream;
-	}
-	if (w->partials_bytes < partials_bytes || w->ncounters < ncounters) {
-		/* kernels queued on this stream may still use the old buffers */
-		CU_TRY(e, cuStreamSynchronize(stream));
-		if (w->partials_bytes < partials_bytes) {
-			if (w->partials)
-				ktune_cu.cuMemFree_v2(w->partials);
-			w->partials = 0;
-			w->partials_bytes = 0;
-			CU_TRY(e, cuMemAlloc_v2(&w->partials, partials_bytes));
-			w->partials_bytes = partials_bytes;
-		}
-		if (w->ncounters < ncounters) {
-			if (w->counters)
-				ktune_cu.cuMemFree_v2(w->counters);
-			w->counters = 0;
-			w->ncounters = 0;
-			CU_TRY(e, cuMemAlloc_v2(&w->counters, ncounters * sizeof(int)));
-			/* the kernel leaves the counters at zero; they start there */
-			CU_TRY(e, cuMemsetD32_v2(w->counters, 0, ncounters));
-			w->ncounters = ncounters;
-		}
-	}
-	*out = w;
-	return KTUNE_OK;
-}
-
 /*
  * One operand's tensor map, as gemm_wgmma.cu's header specifies: rank 2,
  * {contiguous extent, other extent}, a row stride of ld * 2 bytes, the
@@ -97,7 +54,7 @@ static int split_workspace(ktune_ctx *ctx, const struct ktune_key *key, const st
 		return KTUNE_OK;
 	struct ktune_workspace *w = NULL;
 	pthread_mutex_lock(&ctx->lock);
-	int rc = workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg, resident),
+	int rc = ktune__workspace_get(ctx, stream, ktune__gemm_partials_bytes(key, cfg, resident),
 			       ktune__gemm_counters(key, cfg, resident), &w, e);
 	if (!rc) {
 		*partials = w->partials;

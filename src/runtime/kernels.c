@@ -8,7 +8,7 @@
 
 #include "runtime/compile.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 /* An op's kernel: its family's template with the op's defines, for the device's own arch. */
 static int op_compile(const struct ktune_op *op, const struct ktune_key *key,
@@ -67,8 +67,7 @@ static int same_variant(const struct ktune_kernel *k, const struct ktune_key *ke
 	if (strcmp(k->op, key->op))
 		return 0;
 	if (op && !ktune__op_is_gemm(op))
-		return k->dtype == key->dtype && !strcmp(k->variant, key->variant) &&
-		       k->aligned == key->aligned && op->same_kernel(&k->cfg, cfg);
+		return ktune__op_same_kernel(op, &k->key, &k->cfg, key, cfg);
 	ktune__gemm_read_once(key, cfg, &once_a, &once_b);
 	return k->dtype == key->dtype && k->variant[0] == key->variant[0] &&
 	       k->variant[1] == key->variant[1] && k->aligned == key->aligned &&
@@ -101,6 +100,7 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 	}
 	const struct ktune_op *op = ktune__op_of(key);
 	int gemm = op && ktune__op_is_gemm(op);
+	k->key = *key;
 	snprintf(k->op, sizeof(k->op), "%s", key->op);
 	k->dtype = key->dtype;
 	memcpy(k->variant, key->variant, sizeof(k->variant));
@@ -112,8 +112,28 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		k->smem = ktune__gemm_smem_bytes(key, cfg);
 	}
 	CU_GOTO(e, rc, cuModuleLoadData(&k->module, cubin->data));
-	CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module,
-					   gemm ? ktune__gemm_entry(cfg->family) : op->families[cfg->family].entry));
+	if (gemm) {
+		CU_GOTO(e, rc, cuModuleGetFunction(&k->fn, k->module, ktune__gemm_entry(cfg->family)));
+	} else {
+		/* a variant compiles only the kernels it launches (a backward pass, not the forward) */
+		const struct ktune_family *f = &op->families[cfg->family];
+		int found = 0;
+		for (int i = 0; i < KTUNE_OP_MAX_KERNELS && f->entries[i]; i++) {
+			CUresult r = ktune_cu.cuModuleGetFunction(&k->fns[i], k->module, f->entries[i]);
+			if (r == CUDA_SUCCESS)
+				found++;
+			else if (r != CUDA_ERROR_NOT_FOUND)
+				CU_GOTO(e, rc, cuModuleGetFunction(&k->fns[i], k->module, f->entries[i]));
+			else
+				k->fns[i] = NULL;
+		}
+		if (!found) {
+			rc = ktune__fail(e, KTUNE_ERR_COMPILE, "'%s' has none of family %s's kernels",
+					 f->source, f->name);
+			goto out;
+		}
+		k->fn = k->fns[0];
+	}
 	if (k->smem > 48 * 1024)
 		CU_GOTO(e, rc, cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 						  (int)k->smem));

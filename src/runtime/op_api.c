@@ -11,19 +11,39 @@
 #include "runtime/op_run.h"
 
 int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
-		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
+		     const struct ktune_config *cfg, const struct ktune_op_call *call_in, CUstream stream,
 		     struct ktune_err *e)
 {
 	const struct ktune_op *op = ktune__op_of(key);
-	struct ktune_op_launch l;
-	struct ktune_op_args a = { 0 };
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	struct ktune_op_call call = *call_in;
 
 	if (!op || ktune__op_is_gemm(op))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "op '%.16s' has no generic launch", key->op);
-	op->geometry(key, cfg, call, ctx->id.sm_count, &l);
-	op->args(key, call, &a);
-	CU_TRY(e, cuLaunchKernel(kernel->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
-				 l.block[2], l.smem, stream, a.argv, NULL));
+	size_t bytes = op->workspace ? op->workspace(key, cfg, &call, ctx->id.sm_count) : 0;
+	if (bytes) {
+		struct ktune_workspace *w;
+		pthread_mutex_lock(&ctx->lock);
+		int rc = ktune__workspace_get(ctx, stream, bytes, 0, &w, e);
+		if (!rc)
+			call.workspace = w->partials;
+		pthread_mutex_unlock(&ctx->lock);
+		if (rc)
+			return rc;
+	}
+	int n = ktune__op_steps(op, key, cfg, &call, ctx->id.sm_count, steps);
+	for (int i = 0; i < n; i++) {
+		const struct ktune_op_launch *l = &steps[i].launch;
+		for (int j = 0; j < steps[i].args.n; j++) /* a step may have been copied: point into its own slots */
+			steps[i].args.argv[j] = steps[i].args.slot[j];
+		CUfunction fn = steps[i].entry >= 0 && steps[i].entry < KTUNE_OP_MAX_KERNELS
+					? kernel->fns[steps[i].entry] : NULL;
+		if (!fn)
+			return ktune__fail(e, KTUNE_ERR_INVALID, "%s: no kernel %d in family %d", op->name,
+					   steps[i].entry, cfg->family);
+		CU_TRY(e, cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+					 l->block[2], l->smem, stream, steps[i].args.argv, NULL));
+	}
 	return KTUNE_OK;
 }
 

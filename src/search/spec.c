@@ -14,7 +14,7 @@
 
 #include "ops/op.h"
 #include "spec.h"
-#include "space.h" /* the YAML helpers */
+#include "yaml-read.h"
 
 /* One of m, n, k or mnk: a list of values, or a range from..to by step or by mul. */
 struct dim {

@@ -14,8 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/templates.h"
 #include "ops/op.h"
+#include "templates.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 
 /* What happened to a key in this sweep, best first when two threads disagree. */

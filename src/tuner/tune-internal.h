@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "ops/op.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 
 struct ktune_client;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/templates.h"
+#include "templates.h"
 #include "tuner/candidates.h"
 #include "tuner/client.h"
 #include "tuner/nvml.h"
@@ -45,7 +45,7 @@ static void config_text(const struct ktune_key *key, const struct ktune_config *
 static int same_kernel(const struct ktune_key *key, const struct ktune_config *a, const struct ktune_config *b)
 {
 	const struct ktune_op *op = ktune__other_op(key);
-	return op ? op->same_kernel(a, b) : ktune__gemm_same_kernel(a, b);
+	return op ? ktune__op_same_kernel(op, key, a, key, b) : ktune__gemm_same_kernel(a, b);
 }
 
 static double key_flops(const struct ktune_key *key)
@@ -102,6 +102,16 @@ void ktune__tuner_close(struct ktune_tuner *t)
 const struct ktune_hello *ktune__tuner_device(struct ktune_tuner *t)
 {
 	return ktune__client_hello(t->client);
+}
+
+void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *out)
+{
+	const struct ktune_hello *h = ktune__tuner_device(t);
+	memset(out, 0, sizeof(*out));
+	out->id = h->id;
+	out->smem_optin = h->smem_optin;
+	out->l2_bytes = h->l2_bytes;
+	out->driver_version = h->driver_version;
 }
 
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t)

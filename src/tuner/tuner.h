@@ -15,12 +15,12 @@
 #include <stdio.h>
 
 #include "db/db.h"
-#include "runtime/context.h"
+#include "runtime/device.h"
 #include "search/spec.h"
-#include "tuner/protocol.h"
-#include "tuner/worker.h"
+#include "tuner/check.h"
 
 struct ktune_tuner;
+struct ktune_hello; /* tuner/protocol.h */
 
 struct ktune_tune_options {
 	int budget;      /* candidates per key; 0: all */
@@ -58,6 +58,8 @@ int ktune__tuner_open(const char *db_path, int device, const char *worker_exe,
 void ktune__tuner_close(struct ktune_tuner *t);
 /* The device the worker runs on, and its toolchain. */
 const struct ktune_hello *ktune__tuner_device(struct ktune_tuner *t);
+/* The same device as device.h describes it (total_mem 0: the worker does not report it). */
+void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *out);
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t);
 /* Workers started so far (1 + restarts). */
 int ktune__tuner_worker_starts(struct ktune_tuner *t);
@@ -128,5 +130,12 @@ struct ktune_bench_report {
  */
 int ktune__bench_result(struct ktune_tuner *t, const struct ktune_result *r, unsigned seed,
 			struct ktune_bench_report *out, struct ktune_err *e);
+
+/*
+ * main() of the GPU worker process, `PROG __worker --fd N`: what the tuner
+ * spawns (worker_exe above); serves the GPU worker's operations
+ * (protocol.h) until the tuner quits or goes.  Returns the exit status.
+ */
+int ktune__gpu_worker_main(int argc, char **argv);
 
 #endif

@@ -110,3 +110,8 @@ static int gpu_cublas(void *state, struct ktune_check *check, struct ktune_timin
 const struct ktune_worker_ops ktune__gpu_worker_ops = {
 	gpu_hello, gpu_problem, gpu_compile, gpu_run, gpu_cublas,
 };
+
+int ktune__gpu_worker_main(int argc, char **argv)
+{
+	return ktune__worker_main(argc, argv, &ktune__gpu_worker_ops, &the_worker);
+}

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/templates.h"
+#include "templates.h"
 #include "tuner/worker-op.h"
 
 /* ------------------------------------------------------------ element conversions */
@@ -112,8 +112,9 @@ void ktune__op_problem_close(struct ktune_op_problem *p)
 	}
 	if (p->check_out)
 		ktune_cu.cuMemFree_v2(p->check_out);
-	if (p->check_module)
-		ktune_cu.cuModuleUnload(p->check_module);
+	for (int i = 0; i < 3; i++)
+		if (p->check_module[i])
+			ktune_cu.cuModuleUnload(p->check_module[i]);
 	if (p->copy_src)
 		ktune_cu.cuMemFree_v2(p->copy_src);
 	if (p->copy_dst)
@@ -122,28 +123,31 @@ void ktune__op_problem_close(struct ktune_op_problem *p)
 	free(p);
 }
 
-/* check.cu for the problem's dtype, compiled (or loaded from the cache) once per problem. */
-static int load_check(ktune_ctx *ctx, struct ktune_op_problem *p, struct ktune_err *e)
+/* check.cu for an element type, compiled (or loaded from the cache) once per problem. */
+static int load_check(ktune_ctx *ctx, struct ktune_op_problem *p, ktune_dtype type, struct ktune_err *e)
 {
 	const struct ktune_template_file *f = ktune__template_file("check.cu");
 	struct ktune_cubin cubin;
 	char dtype[32];
 	const char *opts[] = { dtype, "-DTHREADS=256" };
 	int rc;
+	if (p->check[type])
+		return KTUNE_OK;
 	if (!f)
 		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no embedded template 'check.cu'");
-	snprintf(dtype, sizeof(dtype), "-DDTYPE=%d", (int)p->key.dtype);
+	snprintf(dtype, sizeof(dtype), "-DDTYPE=%d", (int)type);
 	if ((rc = ktune__compile(f->name, f->text, f->len, opts, 2, ctx->id.arch, ctx->cache_dir, &cubin, e)))
 		return rc;
-	CUresult r = ktune_cu.cuModuleLoadData(&p->check_module, cubin.data);
+	CUresult r = ktune_cu.cuModuleLoadData(&p->check_module[type], cubin.data);
 	ktune__cubin_free(&cubin);
 	if (r != CUDA_SUCCESS) {
 		char d[256];
 		ktune__cu_describe(r, d, sizeof(d));
 		return ktune__fail(e, KTUNE_ERR_CUDA, "cannot load 'check.cu': %s", d);
 	}
-	CU_TRY(e, cuModuleGetFunction(&p->check, p->check_module, "check_kernel"));
-	CU_TRY(e, cuMemAlloc_v2(&p->check_out, 64));
+	CU_TRY(e, cuModuleGetFunction(&p->check[type], p->check_module[type], "check_kernel"));
+	if (!p->check_out)
+		CU_TRY(e, cuMemAlloc_v2(&p->check_out, 64));
 	return KTUNE_OK;
 }
 
@@ -166,10 +170,14 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 	if ((rc = ktune__op_key_check(&p->key, e)))
 		goto out;
 	p->op->layout(&p->key, &p->layout);
-	p->size = ktune__dtype_size(p->key.dtype);
+	for (int i = 0; i < p->layout.nbufs; i++) {
+		p->size[i] = ktune__op_buf_size(&p->key, &p->layout.bufs[i]);
+		p->type[i] = p->layout.bufs[i].type == KTUNE_BUF_F32 ? KTUNE_F32 : p->key.dtype;
+	}
 	for (int i = 0; i < KTUNE_KEY_DIMS; i++)
 		p->call.size[i] = *ktune__key_dim(&p->key, i);
-	p->call.p = 0.1f; /* dropout's, for tuning: any p times the same */
+	p->call.p = 0.1f;          /* dropout's, for tuning: any p times the same */
+	p->call.scalar[0] = 1e-5; /* a norm's epsilon, likewise */
 	p->call.seed = 0x5eed0000u + seed;
 	p->call.offset = 0;
 
@@ -177,9 +185,9 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 	int64_t most = 0;
 	for (int i = 0; i < p->layout.nbufs; i++) {
 		const struct ktune_op_buf *b = &p->layout.bufs[i];
-		size_t bytes = (size_t)(b->elems + offset) * (size_t)p->size;
+		size_t bytes = (size_t)(b->elems + offset) * (size_t)p->size[i];
 		CU_GOTO(e, rc, cuMemAlloc_v2(&p->base[i], bytes ? bytes : 16));
-		p->call.buf[i] = p->base[i] + (CUdeviceptr)offset * (CUdeviceptr)p->size;
+		p->call.buf[i] = p->base[i] + (CUdeviceptr)offset * (CUdeviceptr)p->size[i];
 		p->call.ld[i] = b->ld;
 		p->host[i] = malloc((size_t)(b->elems ? b->elems : 1) * sizeof(double));
 		if (!p->host[i]) {
@@ -189,7 +197,7 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 		if (b->elems > most)
 			most = b->elems;
 	}
-	p->scratch = malloc((size_t)(most ? most : 1) * (size_t)p->size);
+	p->scratch = malloc((size_t)(most ? most : 1) * sizeof(float)); /* the widest element */
 	if (!p->scratch) {
 		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 		goto out;
@@ -202,25 +210,19 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 			continue;
 		p->op->input_range(&p->key, i, &lo, &hi);
 		for (int64_t j = 0; j < b->elems; j++)
-			p->host[i][j] = store(p->scratch, j, p->key.dtype, lo + (hi - lo) * uniform(&state));
-		CU_GOTO(e, rc, cuMemcpyHtoD_v2(p->call.buf[i], p->scratch, (size_t)b->elems * (size_t)p->size));
+			p->host[i][j] = store(p->scratch, j, p->type[i], lo + (hi - lo) * uniform(&state));
+		CU_GOTO(e, rc, cuMemcpyHtoD_v2(p->call.buf[i], p->scratch, (size_t)b->elems * (size_t)p->size[i]));
 	}
 	p->op->reference(&p->key, &p->call, p->host);
 	p->key.aligned = ktune__op_call_aligned(&p->key, &p->call);
 
 	/* the references go to the GPU as fp32, where each run is checked; the host copies go */
 	float *ref32 = (float *)p->scratch;
-	if (p->size < 4) {
-		free(p->scratch);
-		if (!(p->scratch = malloc((size_t)(most ? most : 1) * sizeof(float)))) {
-			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
-			goto out;
-		}
-		ref32 = (float *)p->scratch;
-	}
 	for (int i = 0; i < p->layout.nbufs; i++) {
 		const struct ktune_op_buf *b = &p->layout.bufs[i];
 		if (b->output) {
+			if ((rc = load_check(ctx, p, p->type[i], e)))
+				goto out;
 			for (int64_t j = 0; j < b->elems; j++)
 				ref32[j] = (float)p->host[i][j];
 			CU_GOTO(e, rc, cuMemAlloc_v2(&p->ref[i], (size_t)(b->elems ? b->elems : 1) * sizeof(float)));
@@ -231,8 +233,6 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 	}
 	free(p->scratch);
 	p->scratch = NULL;
-	if ((rc = load_check(ctx, p, e)))
-		goto out;
 
 	/* the baseline: a copy of as many bytes as the op must move, read and written */
 	p->copy_bytes = (size_t)(p->op->bytes(&p->key) / 2);
@@ -254,7 +254,7 @@ int ktune__op_problem_poison(struct ktune_op_problem *p, struct ktune_err *e)
 {
 	for (int i = 0; i < p->layout.nbufs; i++)
 		if (p->layout.bufs[i].output && p->layout.bufs[i].elems)
-			CU_TRY(e, cuMemsetD8_v2(p->call.buf[i], 0xff, (size_t)p->layout.bufs[i].elems * (size_t)p->size));
+			CU_TRY(e, cuMemsetD8_v2(p->call.buf[i], 0xff, (size_t)p->layout.bufs[i].elems * (size_t)p->size[i]));
 	return KTUNE_OK;
 }
 
@@ -281,7 +281,7 @@ int ktune__op_problem_check(struct ktune_op_problem *p, struct ktune_check *out,
 		CUdeviceptr x = p->call.buf[i];
 		void *args[] = { &x, &p->ref[i], &n, &tol, &p->check_out };
 		CU_TRY(e, cuMemsetD8_v2(p->check_out, 0, sizeof(got)));
-		CU_TRY(e, cuLaunchKernel(p->check, 132 * 8, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+		CU_TRY(e, cuLaunchKernel(p->check[p->type[i]], 132 * 8, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
 		CU_TRY(e, cuMemcpyDtoH_v2(&got, p->check_out, sizeof(got)));
 		float w;
 		memcpy(&w, &got.worst_bits, sizeof(w));

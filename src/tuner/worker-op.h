@@ -14,13 +14,14 @@ struct ktune_op_problem {
 	struct ktune_key key;          /* aligned: the class of the buffers as allocated */
 	struct ktune_op_layout layout;
 	struct ktune_op_call call;     /* the device buffers (after the offset) and sizes */
-	int size;                      /* bytes per element */
+	int size[KTUNE_OP_MAX_BUFS];   /* bytes per element of each buffer */
+	ktune_dtype type[KTUNE_OP_MAX_BUFS]; /* each buffer's element type */
 	CUdeviceptr base[KTUNE_OP_MAX_BUFS];
 	double *host[KTUNE_OP_MAX_BUFS]; /* inputs as rounded to the dtype, reference outputs: freed once uploaded */
 	void *scratch;                 /* one buffer's bytes, for uploads */
 	CUdeviceptr ref[KTUNE_OP_MAX_BUFS]; /* each output's reference, fp32 */
-	CUmodule check_module;         /* check.cu for the dtype */
-	CUfunction check;
+	CUmodule check_module[3];      /* check.cu for each element type an output has */
+	CUfunction check[3];
 	CUdeviceptr check_out;         /* struct check_out of check.cu */
 	CUdeviceptr copy_src, copy_dst; /* the baseline: a copy of bytes(key) / 2 */
 	size_t copy_bytes;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/templates.h"
+#include "templates.h"
 #include "tuner/cublas.h"
 #include "tuner/worker-op.h"
 #include "tuner/worker.h"

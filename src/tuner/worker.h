@@ -12,6 +12,7 @@
 #include "runtime/compile.h"
 #include "runtime/context.h"
 #include "tuner/bench.h"
+#include "tuner/check.h"
 
 /* One GEMM problem to run candidates on. */
 struct ktune_problem {
@@ -20,14 +21,6 @@ struct ktune_problem {
 	int offset;            /* elements added to every base pointer (1 misaligns them) */
 	float alpha, beta;
 	unsigned seed;
-};
-
-/* How close a result came to the reference. */
-struct ktune_check {
-	double err_fro; /* ||x - ref||_F / ||ref||_F */
-	double err_max; /* max |x - ref| / rms(ref) */
-	unsigned long long bad; /* NaN or Inf elements */
-	int pass;
 };
 
 struct ktune_worker;

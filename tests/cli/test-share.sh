@@ -391,7 +391,7 @@ expect_rc 0
 err_has "no tuned entries match"
 run show --op conv
 expect_rc 2
-err_has "--op 'conv' is not one of gemm, add, gelu, glu, dropout"
+err_has "--op 'conv' is not one of gemm, add, gelu, glu, dropout" # and the ops after them
 # a bad variant, a size the op does not have: refused, nothing written
 "$KTUNE" export >before.yaml
 sed 's/variant: "tanh,fwd"/variant: "tanh,sideways"/' ops.yaml >bad-variant.yaml

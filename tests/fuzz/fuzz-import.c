@@ -27,7 +27,7 @@
 #include "db/share.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
+#include "templates.h"
 
 /* Stubs for what the ops' public functions call: the harness links no CUDA. */
 int ktune__op_run(void);

@@ -21,7 +21,7 @@ cmake -DOUT="$BUILD/templates_data.c" -DARRAY=ktune__template_files \
 	"-DFILES=$(ls "$ROOT"/kernels/templates/*.cu "$ROOT"/kernels/templates/*.yaml | sort | paste -sd '|')" \
 	-P "$ROOT/cmake/embed.cmake"
 EMBEDDED="$BUILD/templates_data.c"
-if grep -q ktune__shipped_files "$ROOT/src/runtime/templates.h"; then
+if grep -q ktune__shipped_files "$ROOT/src/templates.h"; then
 	cmake -DOUT="$BUILD/shipped_data.c" -DARRAY=ktune__shipped_files -DBASE="$ROOT/db" \
 		"-DFILES=$(ls "$ROOT"/db/*/*.yaml 2>/dev/null | sort | paste -sd '|')" \
 		-P "$ROOT/cmake/embed.cmake"
@@ -36,7 +36,7 @@ SOURCES="src/common.c src/key.c src/status.c src/version.c src/db/db.c src/db/re
 	src/db/import.c src/db/share.c src/db/share-read.c src/ops/ops.c src/ops/gemm.c src/ops/add.c
 	src/ops/gelu.c src/ops/glu.c src/ops/dropout.c src/ops/elementwise.c
 	src/ops/elementwise-ref.c src/search/space.c src/search/expr.c src/search/spec.c
-	src/runtime/templates.c"
+	src/yaml-read.c src/templates.c"
 objs=()
 for src in $SOURCES $EMBEDDED; do
 	case $src in /*) path=$src ;; *) path=$ROOT/$src ;; esac

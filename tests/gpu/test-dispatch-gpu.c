@@ -14,8 +14,9 @@
 #include <cmocka.h>
 
 #include "gpu_test.h"
-#include "runtime/templates.h"
+#include "templates.h"
 #include "tuner/candidates.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 
 static char db_path[4200];

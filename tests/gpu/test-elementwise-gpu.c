@@ -33,8 +33,8 @@
 #include "ops/elementwise-ref.h"
 #include "runtime/compile.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
 #include "search/space.h"
+#include "templates.h"
 
 #define NBUF (3 << 20) /* elements per device buffer: the largest layout fits */
 #define MAX_DEFINES 12

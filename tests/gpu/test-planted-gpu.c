@@ -14,6 +14,7 @@
 
 #include "gpu_test.h"
 #include "tuner/candidates.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 #include "test_tuning.h"
 

@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "runtime/compile.h"
-#include "runtime/templates.h"
 #include "search/space.h"
+#include "templates.h"
 
 #define ARCH "sm_90"
 #define MAX_DEFINES 12

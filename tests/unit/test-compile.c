@@ -21,8 +21,8 @@
 #include "ops/gemm.h"
 #include "runtime/compile.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
 #include "search/space.h"
+#include "templates.h"
 #include "tuner/candidates.h"
 #include "test_util.h"
 

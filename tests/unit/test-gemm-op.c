@@ -17,8 +17,8 @@
 
 #include "ops/gemm.h"
 #include "runtime/context.h"
-#include "runtime/templates.h"
 #include "search/space.h"
+#include "templates.h"
 #include "tuner/candidates.h"
 
 #define SMS 132

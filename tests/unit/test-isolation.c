@@ -16,6 +16,7 @@
 
 #include "test_util.h"
 #include "tuner/candidates.h"
+#include "tuner/protocol.h"
 #include "tuner/tuner.h"
 #include "test_tuning.h"
 

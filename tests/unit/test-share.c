@@ -32,7 +32,7 @@
 #include "db/share.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
-#include "runtime/templates.h"
+#include "templates.h"
 #include "test_util.h"
 
 static int setup_tmp(void **state)

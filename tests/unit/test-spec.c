@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ops/op.h"
 #include "search/spec.h"
 #include "key.h"
 
@@ -179,9 +180,10 @@ static void test_spec__default_suite(void **state)
 	 * GEMM: 2 dtypes x 2 layouts x 25 shapes, less the repeat of 4096^3: it
 	 * is both a square and M=4096 with (N, K) = (4096, 4096).  Then add (3
 	 * dtypes x 3 sizes), gelu (2 x 2 variants x 3 sizes), glu (6 variants
-	 * x 3 shapes) and dropout (3 sizes).
+	 * x 3 shapes), dropout (3 sizes), softmax (2 directions x 5 shapes)
+	 * and rmsnorm (3 passes x 4 shapes).
 	 */
-	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3);
+	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12);
 	assert_int_equal(s.budget, 0);
 	assert_string_equal(fmt(&s.keys[0]), "gemm f16 nn 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[4]), "gemm f16 nn 8192x8192x8192 aligned");
@@ -194,6 +196,8 @@ static void test_spec__default_suite(void **state)
 	assert_string_equal(fmt(&s.keys[105]), "gelu bf16 erf,fwd 1048576 aligned");
 	assert_string_equal(fmt(&s.keys[118]), "glu bf16 swiglu,fwd 4096x16384 aligned"); /* 14336 -> its bucket */
 	assert_string_equal(fmt(&s.keys[137]), "dropout bf16 67108864 aligned");
+	assert_string_equal(fmt(&s.keys[138]), "softmax bf16 fwd 4096x1024 aligned");
+	assert_string_equal(fmt(&s.keys[159]), "rmsnorm bf16 bwd 1024x32768 aligned");
 	for (i = 0; i < s.nkeys; i++) {
 		for (j = 0; j < i; j++)
 			assert_string_not_equal(fmt(&s.keys[i]), fmt(&s.keys[j]));
@@ -335,8 +339,11 @@ static void test_spec__rejects_bad_structure(void **state)
 		     "spec.yaml:3: gemm: missing 'shapes'");
 	expect_error("gemm:\n  dtypes: [f16]\n  layouts: [nn]\n  shapes: []\n",
 		     "spec.yaml:4: gemm.shapes: empty list");
-	expect_error("budget: 8\n", "spec.yaml:1: no op to tune: give one of gemm, add, gelu, glu, dropout");
-	expect_error("budget: 8\nconv: {}\n", "spec.yaml:2: unknown key 'conv' (ops: gemm, add, gelu, glu, dropout)");
+	char want[256];
+	snprintf(want, sizeof(want), "spec.yaml:1: no op to tune: give one of %s", ktune__op_names());
+	expect_error("budget: 8\n", want);
+	snprintf(want, sizeof(want), "spec.yaml:2: unknown key 'conv' (ops: %s)", ktune__op_names());
+	expect_error("budget: 8\nconv: {}\n", want);
 	expect_error("budget: -1\ngemm: {}\n", "spec.yaml:1: budget: '-1' is negative");
 	expect_error("budget: lots\ngemm: {}\n", "spec.yaml:1: budget: 'lots' is not an integer");
 	expect_error("gemm:\n  dtypes: [f16]\n  layouts: [nn]\n  shapes:\n"
@@ -364,7 +371,10 @@ static void test_spec__rejects_garbage(void **state)
 
 	(void)state;
 	expect_error("", "spec.yaml: empty document");
-	expect_error("42\n", "spec.yaml:1: expected a mapping of ops (gemm, add, gelu, glu, dropout) and optionally 'budget'");
+	char want[256];
+	snprintf(want, sizeof(want), "spec.yaml:1: expected a mapping of ops (%s) and optionally 'budget'",
+		 ktune__op_names());
+	expect_error("42\n", want);
 	expect_error("x: &a [1]\ny: *a\n", "spec.yaml:2: aliases are not supported");
 	expect_error("gemm: {}\n...\n---\ngemm: {}\n", "spec.yaml:3: more than one document");
 	expect_error("gemm: {dtypes: [f16\n", "spec.yaml:2: did not find expected ',' or ']'");

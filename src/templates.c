@@ -32,6 +32,18 @@ const struct ktune_template_file *ktune__template_file(const char *name)
 	return NULL;
 }
 
+int ktune__template_headers(const char *source, size_t len, const struct ktune_template_file **out)
+{
+	int n = 0;
+	for (int i = 0; ktune__template_files[i].name && n < KTUNE_MAX_HEADERS; i++) {
+		const char *name = ktune__template_files[i].name;
+		size_t nl = strlen(name);
+		if (nl > 4 && !strcmp(name + nl - 4, ".cuh") && memmem(source, len, name, nl))
+			out[n++] = &ktune__template_files[i];
+	}
+	return n;
+}
+
 const char *ktune__template_hash(const char *name)
 {
 	pthread_once(&hash_once, hash_all);

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""bench/ops/rowwise.py - ktune's row-wise ops (softmax, RMSNorm) against PyTorch
+eager and Liger Kernel, in the same process on the same GPU.
+
+    python3 bench/ops/rowwise.py --lib build-device/install/lib/libktune.so --csv $OUT/rowwise.csv
+    python3 bench/ops/rowwise.py --dry-run              # the plan of cases, no GPU needed
+
+Ops (bf16, [rows, cols]; s = 2 bytes an element; "bytes" is the op's minimum
+traffic, the same figure for every library):
+  softmax           y = softmax(x, -1)                           bytes 2 r c s
+  softmax_bwd       dx = y (dy - sum(y dy))                      bytes 3 r c s
+  rmsnorm           y = x rstd w, rstd saved (fp32)              bytes 2 r c s + c s + 4 r
+  rmsnorm_residual  h = x + res written, y = h rstd w            bytes 4 r c s + c s + 4 r
+  rmsnorm_bwd       dx and dw from h, w, rstd, dy                bytes 3 r c s + 2 c s + 4 r
+Baselines: torch (softmax: aten._softmax.out and _softmax_backward_data.out;
+RMSNorm: F.rms_norm, its residual add as x + res first, its backward through
+autograd), Liger (liger_kernel.ops.softmax's _softmax_forward/_backward,
+liger_kernel.ops.rms_norm's rms_norm_forward/backward in the llama casting
+mode; no residual variant).
+
+The timing protocol is bench/ops/elementwise.py's (this script runs its Bench):
+seeded inputs, outputs poisoned with NaN, checked against a float32 reference
+before and after timing (ktune within 1e-2 relative to max(1, |ref|) in bf16,
+the baselines within 4 times that), L2 flushed before every timed call, eager
+and CUDA-graph replay, the median of many reps, the 1 GiB copy first and last
+as the ceiling.  Exit status 0, 2 when a check failed, 1 on a fatal error.
+"""
+import argparse
+import ctypes
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import elementwise as ew  # noqa: E402  (the protocol, the ctypes wrapper, the CSV)
+
+c_vp, c_i64, c_int, c_f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+SIGS = {
+    "ktune_softmax": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_i64, c_int, c_vp],
+                      "ctx rows cols x ldx y ldy dtype stream"),
+    "ktune_softmax_backward": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_i64, c_vp, c_i64, c_int, c_vp],
+                               "ctx rows cols y ldy dy lddy dx lddx dtype stream"),
+    "ktune_rmsnorm": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_i64, c_vp, c_f32, c_vp, c_i64, c_vp, c_vp, c_i64,
+                       c_int, c_vp],
+                      "ctx rows cols x ldx residual ld_residual weight eps y ldy rstd h ldh dtype stream"),
+    "ktune_rmsnorm_backward": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_vp, c_vp, c_i64, c_vp, c_i64, c_vp, c_int,
+                                c_vp],
+                               "ctx rows cols h ldh weight rstd dy lddy dx lddx dweight dtype stream"),
+}
+OPS = ("softmax", "rmsnorm")
+SYMBOLS = {"softmax": ["ktune_softmax"], "softmax_bwd": ["ktune_softmax_backward"],
+           "rmsnorm": ["ktune_rmsnorm"], "rmsnorm_residual": ["ktune_rmsnorm"],
+           "rmsnorm_bwd": ["ktune_rmsnorm_backward"]}
+EPS = 1e-6
+
+# the elementwise bench's ctypes wrapper and header check take these ops too
+ew.KTUNE_SIGS.update(SIGS)
+ew.OP_SYMBOLS.update(SYMBOLS)
+ew.C_TYPES["float*"] = c_vp
+
+
+def shapes(args):
+    if args.quick:
+        return dict(softmax=[(4096, 4096), (1024, 32768)], rmsnorm=[(4096, 4096), (1024, 32768)])
+    return dict(softmax=[(4096, 1024), (4096, 4096), (4096, 16384), (1024, 32768), (1024, 131072), (256, 262144)],
+                rmsnorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)])
+
+
+def plan(args):
+    cases = []
+    sz = shapes(args)
+
+    def case(op, shape, matrices, vectors, libs):
+        r, c = shape
+        cases.append(dict(op=op, variant="-", dtype="bf16", shape=shape, shape_str=f"{r}x{c}", elements=r * c,
+                          bytes=matrices * r * c * 2 + vectors * c * 2 + (4 * r if op.startswith("rms") else 0),
+                          libs=libs))
+
+    if "softmax" in args.ops:
+        for op, mats in (("softmax", 2), ("softmax_bwd", 3)):
+            for shape in sz["softmax"]:
+                case(op, shape, mats, 0, ["ktune", "torch", "liger"])
+    if "rmsnorm" in args.ops:
+        for op, mats, vecs, libs in (("rmsnorm", 2, 1, ["ktune", "torch", "liger"]),
+                                     ("rmsnorm_residual", 4, 1, ["ktune", "torch"]),
+                                     ("rmsnorm_bwd", 3, 2, ["ktune", "torch", "liger"])):
+            for shape in sz["rmsnorm"]:
+                case(op, shape, mats, vecs, libs)
+    return cases
+
+
+class RowBench(ew.Bench):
+    def build(self, c, gen):
+        torch = self.torch
+        F = torch.nn.functional
+        op, (rows, cols) = c["op"], c["shape"]
+        tol = ew.TOL["bf16"]
+        kt, st, kdt = self.kt, self.stream, ew.KTUNE_DTYPE["bf16"]
+        impls = {}
+        have_kt = kt is not None and kt.has(op)
+        if kt is None:
+            impls["ktune"] = "no library"
+        elif not have_kt:
+            impls["ktune"] = "symbol missing"
+        lig = self.row_liger
+        if lig is None:
+            impls["liger"] = self.row_liger_why
+        x = self.randn((rows, cols), "bf16", gen)
+
+        if op in ("softmax", "softmax_bwd"):
+            ref_y = torch.softmax(x.float(), -1)
+            if op == "softmax":
+                yt = torch.empty_like(x)
+                impls["torch"] = dict(fn=lambda: torch.ops.aten._softmax.out(x, -1, False, out=yt), outs=[yt],
+                                      api="aten._softmax.out", check=lambda f: self.close_check([yt], [ref_y], tol * f))
+                if lig is not None:
+                    impls["liger"] = dict(fn=lambda: lig["softmax_fwd"](x), api="_softmax_forward",
+                                          check=lambda f: self.close_check([lig["softmax_fwd"](x)[0]], [ref_y], tol * f))
+                if have_kt:
+                    yk = torch.empty_like(x)
+                    impls["ktune"] = dict(fn=lambda: kt.call("ktune_softmax", rows, cols, x.data_ptr(), cols,
+                                                             yk.data_ptr(), cols, kdt, st()),
+                                          outs=[yk], check=lambda f: self.close_check([yk], [ref_y], tol * f))
+                return impls
+            y = ref_y.to(torch.bfloat16)
+            dy = self.randn((rows, cols), "bf16", gen)
+            yf, dyf = y.float(), dy.float()
+            ref = yf * (dyf - (yf * dyf).sum(-1, keepdim=True))
+            dxt = torch.empty_like(x)
+            impls["torch"] = dict(fn=lambda: torch.ops.aten._softmax_backward_data.out(dy, y, -1, torch.bfloat16,
+                                                                                      grad_input=dxt),
+                                  outs=[dxt], api="aten._softmax_backward_data.out",
+                                  check=lambda f: self.close_check([dxt], [ref], tol * f))
+            if lig is not None:
+                _, block, warps, multi = lig["softmax_fwd"](x)
+                run = lambda: lig["softmax_bwd"](dy, y, block, warps, multi)
+                impls["liger"] = dict(fn=run, api="_softmax_backward",
+                                      check=lambda f: self.close_check([run()], [ref], tol * f))
+            if have_kt:
+                dxk = torch.empty_like(x)
+                impls["ktune"] = dict(fn=lambda: kt.call("ktune_softmax_backward", rows, cols, y.data_ptr(), cols,
+                                                         dy.data_ptr(), cols, dxk.data_ptr(), cols, kdt, st()),
+                                      outs=[dxk], check=lambda f: self.close_check([dxk], [ref], tol * f))
+            return impls
+
+        w = (torch.rand(cols, device=self.dev, generator=gen) + 0.5).to(torch.bfloat16)
+        wf = w.float()
+        if op in ("rmsnorm", "rmsnorm_residual"):
+            res = self.randn((rows, cols), "bf16", gen) if op == "rmsnorm_residual" else None
+            h = (x + res) if res is not None else x  # rounded to bf16, as every library stores it
+            hf = h.float()
+            rstd = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS)
+            ref_y = hf * rstd * wf
+            if res is None:
+                impls["torch"] = dict(fn=lambda: F.rms_norm(x, (cols,), w, EPS), api="F.rms_norm",
+                                      check=lambda f: self.close_check([F.rms_norm(x, (cols,), w, EPS)], [ref_y],
+                                                                       tol * f))
+                if lig is not None:
+                    run = lambda: lig["rms_fwd"](x, w, EPS, 0.0, "llama", False)
+                    impls["liger"] = dict(fn=run, api="rms_norm_forward(llama)",
+                                          check=lambda f: self.close_check([run()[0]], [ref_y], tol * f))
+            else:
+                def torch_res():
+                    s = x + res
+                    return s, F.rms_norm(s, (cols,), w, EPS)
+                impls["torch"] = dict(fn=torch_res, api="x + res; F.rms_norm",
+                                      check=lambda f: self.close_check(list(torch_res()), [hf, ref_y], tol * f))
+            if have_kt:
+                yk, rk = torch.empty_like(x), torch.empty(rows, dtype=torch.float32, device=self.dev)
+                hk = torch.empty_like(x) if res is not None else None
+                impls["ktune"] = dict(
+                    fn=lambda: kt.call("ktune_rmsnorm", rows, cols, x.data_ptr(), cols,
+                                       res.data_ptr() if res is not None else None, cols, w.data_ptr(),
+                                       ctypes.c_float(EPS), yk.data_ptr(), cols, rk.data_ptr(),
+                                       hk.data_ptr() if hk is not None else None, cols, kdt, st()),
+                    outs=[t for t in (yk, rk, hk) if t is not None],
+                    check=lambda f: self.close_check([yk, rk] + ([hk] if hk is not None else []),
+                                                     [ref_y, rstd.squeeze(-1)] + ([hf] if hk is not None else []),
+                                                     tol * f))
+            return impls
+
+        # rmsnorm_bwd: from x (h), w, rstd and dy
+        dy = self.randn((rows, cols), "bf16", gen)
+        xf, dyf = x.float(), dy.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+        g = dyf * wf
+        ref_dx = rstd * (g - xf * rstd * rstd * (g * xf).mean(-1, keepdim=True))
+        ref_dw = (dyf * xf * rstd).sum(0)
+        xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+        yr = F.rms_norm(xr, (cols,), wr, EPS)
+        run_t = lambda: torch.autograd.grad(yr, (xr, wr), dy, retain_graph=True)
+        impls["torch"] = dict(fn=run_t, api="autograd of F.rms_norm",
+                              check=lambda f: self.close_check(list(run_t()), [ref_dx, ref_dw], tol * f))
+        if lig is not None:
+            _, xl, rl, block, warps, mode = lig["rms_fwd"](x, w, EPS, 0.0, "llama", False)
+            run_l = lambda: lig["rms_bwd"](dy, xl, w, rl, 0.0, mode, block, warps, False, False)
+            impls["liger"] = dict(fn=run_l, api="rms_norm_backward(llama)",
+                                  check=lambda f: self.close_check(list(run_l()), [ref_dx, ref_dw], tol * f))
+        if have_kt:
+            rk = rstd.squeeze(-1).contiguous()
+            dxk, dwk = torch.empty_like(x), torch.empty_like(w)
+            impls["ktune"] = dict(
+                fn=lambda: kt.call("ktune_rmsnorm_backward", rows, cols, x.data_ptr(), cols, w.data_ptr(),
+                                   rk.data_ptr(), dy.data_ptr(), cols, dxk.data_ptr(), cols, dwk.data_ptr(), kdt,
+                                   st()),
+                outs=[dxk, dwk], check=lambda f: self.close_check([dxk, dwk], [ref_dx, ref_dw], tol * f))
+        return impls
+
+    def run(self, cases):
+        self.row_liger, self.row_liger_why = None, "--no-liger"
+        if not self.args.no_liger:
+            try:
+                import importlib
+                sm = importlib.import_module("liger_kernel.ops.softmax")
+                rn = importlib.import_module("liger_kernel.ops.rms_norm")
+                self.row_liger = dict(softmax_fwd=sm._softmax_forward, softmax_bwd=sm._softmax_backward,
+                                      rms_fwd=rn.rms_norm_forward, rms_bwd=rn.rms_norm_backward)
+            except Exception as e:
+                self.row_liger_why = f"not importable: {type(e).__name__}: {e}"
+                ew.log(f"liger: {self.row_liger_why}: its column is skipped")
+        return super().run(cases)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-device/libktune.so", help="libktune.so (default %(default)s)")
+    ap.add_argument("--db", default=None, help="tuning database for ktune_open (default: the default database)")
+    ap.add_argument("--csv", default="bench-rowwise.csv", help="output CSV (default %(default)s)")
+    ap.add_argument("--ops", default=",".join(OPS), help="subset of " + ",".join(OPS))
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and reps (a smoke test)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan of cases and exit (no GPU, no torch)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds per timed batch (default 0.15)")
+    ap.add_argument("--no-graph", action="store_true", help="eager mode only")
+    ap.add_argument("--no-liger", action="store_true", help="skip Liger")
+    ap.add_argument("--no-ktune", action="store_true", help="skip ktune (baselines only)")
+    args = ap.parse_args(argv)
+    args.cpu_test = False
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    if not args.ops or any(o not in OPS for o in args.ops):
+        ap.error(f"--ops: choose from {','.join(OPS)}")
+    header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "ktune.h")
+    hmsgs = [m for m in ew.header_check(header) if m[0] in SIGS] if os.path.exists(header) else []
+    cases = plan(args)
+    if args.dry_run:
+        print(f"# plan: {len(cases)} cases; ops {','.join(args.ops)}")
+        for c in cases:
+            print(f"{c['op']:<17} {c['shape_str']:>12} {c['bytes'] / ew.MiB:>9.1f} MiB  {','.join(c['libs'])}")
+        print("# header check: " + ("ok" if not hmsgs else "; ".join(m for _, _, m in hmsgs)))
+        return 0
+    for _, _, m in hmsgs:
+        ew.log(f"header check: {m}")
+    try:
+        import torch
+    except Exception as e:
+        ew.log(f"cannot import torch: {e}")
+        return 1
+    if not torch.cuda.is_available():
+        ew.log("no CUDA device visible to torch (use --dry-run to see the plan)")
+        return 1
+    torch.manual_seed(0)
+    b = RowBench(args, torch)
+    b.header_msgs = hmsgs
+    try:
+        b.run(cases)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    if b.failed:
+        ew.log(f"FAILED CHECKS: {b.failed} (see the check column of {args.csv})")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

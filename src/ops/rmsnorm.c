@@ -1,0 +1,327 @@
+/*
+ * rmsnorm.c - the op "rmsnorm": RMSNorm over the last dimension of
+ * [rows, cols] with a weight, optionally with the residual add fused in
+ * (forward), and its gradient (backward: dx, and dw reduced over the rows
+ * deterministically by a second kernel).  kernels/templates/rmsnorm.cu.
+ *
+ * Key: dtype and pass (compiled in: fwd, fwd_residual, bwd), rows and cols
+ * (tuned: rows by power-of-two bucket, cols exactly up to 65536), the
+ * alignment class; row strides and epsilon are runtime arguments.  cols up
+ * to 131072.
+ * Buffers: fwd x, w -> y, rstd; fwd_residual x, res, w -> y, rstd, h;
+ * bwd h, w, rstd, dy -> dx, dw.  rstd is fp32.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/rowwise-ref.h"
+#include "ops/rowwise.h"
+#include "runtime/op_run.h"
+
+enum { FWD, FWD_RESIDUAL, BWD };
+
+static const char *const pass_choices[] = { "fwd", "fwd_residual", "bwd", NULL };
+
+static const struct ktune_op_field fields[] = {
+	{ "pass", "fwd: y = x * rstd * w; fwd_residual: h = x + res first; bwd: dx and dw", KTUNE_ROLE_COMPILED,
+	  -1, pass_choices },
+	{ "rows", "rows (tuned by power-of-two bucket)", KTUNE_ROLE_TUNED, 0, NULL },
+	{ "cols", "the normalised length (tuned exactly up to 65536)", KTUNE_ROLE_TUNED, 1, NULL },
+};
+
+static const struct ktune_family families[] = {
+	{ "rmsnorm", "rmsnorm.cu", "rmsnorm.yaml", { "rmsnorm_kernel", "rmsnorm_bwd_kernel", "rmsnorm_dw_kernel" } },
+};
+
+extern const struct ktune_op ktune__op_rmsnorm;
+
+static int pass(const struct ktune_key *key)
+{
+	return ktune__op_variant_index(&ktune__op_rmsnorm, key, "pass");
+}
+
+/* The longest row: two rows of a thread's share in the registers of a cluster of 8 x 512 threads. */
+#define MAX_COLS 131072
+
+static int key_check(const struct ktune_key *key, struct ktune_err *e)
+{
+	if (key->n > MAX_COLS)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "rmsnorm: cols %lld is over %d, the longest row it holds",
+				   (long long)key->n, MAX_COLS);
+	return KTUNE_OK;
+}
+
+static double bytes(const struct ktune_key *key)
+{
+	double matrix = (double)key->m * (double)key->n * ktune__dtype_size(key->dtype);
+	double vector = (double)key->n * ktune__dtype_size(key->dtype), stats = 4.0 * (double)key->m;
+	switch (pass(key)) {
+	case FWD: /* x in, y out, w, rstd */
+		return 2 * matrix + vector + stats;
+	case FWD_RESIDUAL: /* x, res in, h, y out */
+		return 4 * matrix + vector + stats;
+	default: /* h, dy in, dx out; w in, dw out; rstd */
+		return 3 * matrix + 2 * vector + stats;
+	}
+}
+
+static double flops(const struct ktune_key *key)
+{
+	return (pass(key) == BWD ? 8.0 : 4.0) * (double)key->m * (double)key->n;
+}
+
+static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
+{
+	int64_t mat = key->m * key->n, ld = key->n, rows = key->m, cols = key->n;
+	switch (pass(key)) {
+	case FWD:
+		*out = (struct ktune_op_layout){ 4, { { "x", 0, mat, ld }, { "w", 0, cols }, { "y", 1, mat, ld },
+						      { "rstd", 1, rows, 0, KTUNE_BUF_F32 } } };
+		break;
+	case FWD_RESIDUAL:
+		*out = (struct ktune_op_layout){ 6, { { "x", 0, mat, ld }, { "res", 0, mat, ld }, { "w", 0, cols },
+						      { "y", 1, mat, ld }, { "rstd", 1, rows, 0, KTUNE_BUF_F32 },
+						      { "h", 1, mat, ld } } };
+		break;
+	default:
+		*out = (struct ktune_op_layout){ 6, { { "h", 0, mat, ld }, { "w", 0, cols },
+						      { "rstd", 0, rows, 0, KTUNE_BUF_F32 }, { "dy", 0, mat, ld },
+						      { "dx", 1, mat, ld }, { "dw", 1, cols } } };
+	}
+}
+
+static void input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
+{
+	struct ktune_op_layout l;
+	layout(key, &l);
+	const char *name = l.bufs[buf].name;
+	*lo = -4;
+	*hi = 4;
+	if (!strcmp(name, "w")) { /* a trained norm's weight: near 1 */
+		*lo = 0.5;
+		*hi = 1.5;
+	} else if (!strcmp(name, "rstd")) { /* 1 / rms of rows like x's */
+		*lo = 0.3;
+		*hi = 1.0;
+	} else if (!strcmp(name, "dy")) {
+		*lo = -1;
+		*hi = 1;
+	}
+}
+
+/* The tuner's packed layout has no strides: a row's stride is its length. */
+static int64_t ld(const struct ktune_op_call *call, int buf)
+{
+	return call->ld[buf] ? call->ld[buf] : call->size[1];
+}
+
+static void reference(const struct ktune_key *key, const struct ktune_op_call *call, double *const *b)
+{
+	int64_t rows = call->size[0], cols = call->size[1];
+	double eps = call->scalar[0];
+	switch (pass(key)) {
+	case FWD:
+		ktune__ref_rmsnorm(b[0], cols, NULL, 0, b[1], eps, b[2], cols, b[3], NULL, 0, rows, cols);
+		break;
+	case FWD_RESIDUAL:
+		ktune__ref_rmsnorm(b[0], cols, b[1], cols, b[2], eps, b[3], cols, b[4], b[5], cols, rows, cols);
+		break;
+	default:
+		ktune__ref_rmsnorm_backward(b[0], cols, b[1], b[2], b[3], cols, b[4], cols, b[5], rows, cols);
+	}
+}
+
+static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
+		 size_t len)
+{
+	(void)sm_count;
+	int bwd = pass(key) == BWD;
+	/* rows in registers: h, and res or w passing through, forward; dw's sums, h, dy and w backward */
+	if (ktune__rw_prune(key, c, bwd ? 4 : 2, why, len))
+		return 1;
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	if (bwd && s.blocks_per_sm == 0) {
+		snprintf(why, len, "the backward's partial rows of dw need a capped grid (BLOCKS_PER_SM > 0)");
+		return 1;
+	}
+	if (bwd && s.rows_per_block > 1 && (int64_t)s.row_threads * s.items * s.vec * 4 > 48 * 1024) {
+		snprintf(why, len, "%d groups' partials of dw over 48 KiB of shared memory", s.rows_per_block);
+		return 1;
+	}
+	return 0;
+}
+
+static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
+{
+	int n = ktune__rw_defines(key, c, opts, max - 2);
+	if (n < 0)
+		return n;
+	snprintf(opts[n++], 48, "-DRESIDUAL=%d", pass(key) == FWD_RESIDUAL);
+	snprintf(opts[n++], 48, "-DBACKWARD=%d", pass(key) == BWD);
+	return n;
+}
+
+/* Clusters of the backward's grid: one partial row of dw each. */
+static int64_t bwd_clusters(const struct ktune_key *key, const struct ktune_config *c, int64_t rows, int sm_count)
+{
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	if (s.blocks_per_sm <= 0)
+		s.blocks_per_sm = 1; /* pruned; a default for a key nobody tuned still runs */
+	return ktune__rw_clusters(&s, rows, sm_count);
+}
+
+static size_t workspace(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
+			int sm_count)
+{
+	if (pass(key) != BWD)
+		return 0;
+	return (size_t)bwd_clusters(key, c, call->size[0], sm_count) * (size_t)call->size[1] * sizeof(float);
+}
+
+static int steps(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
+		 int sm_count, struct ktune_op_step *out)
+{
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	int64_t rows = call->size[0], cols = call->size[1];
+	struct ktune_op_args *a = &out[0].args;
+	memset(out, 0, 2 * sizeof(*out));
+	a->n = 0;
+	if (pass(key) != BWD) {
+		int res = pass(key) == FWD_RESIDUAL, w = res ? 2 : 1, y = w + 1;
+		out[0].entry = 0;
+		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[0].launch);
+		ktune__ew_arg_ptr(a, call->buf[0]);                 /* x */
+		ktune__ew_arg_ptr(a, res ? call->buf[1] : 0);       /* res */
+		ktune__ew_arg_ptr(a, call->buf[w]);                 /* w */
+		ktune__ew_arg_ptr(a, call->buf[y]);                 /* y */
+		ktune__ew_arg_ptr(a, call->buf[y + 1]);             /* rstd */
+		ktune__ew_arg_ptr(a, res ? call->buf[5] : 0);       /* h_out */
+		ktune__ew_arg_i64(a, rows);
+		ktune__ew_arg_i64(a, cols);
+		ktune__ew_arg_i64(a, ld(call, 0));
+		ktune__ew_arg_i64(a, res ? ld(call, 1) : 0);
+		ktune__ew_arg_i64(a, ld(call, y));
+		ktune__ew_arg_i64(a, res ? ld(call, 5) : 0);
+		ktune__ew_arg_f32(a, (float)call->scalar[0]);
+		return 1;
+	}
+	int64_t clusters = bwd_clusters(key, c, rows, sm_count);
+	s.blocks_per_sm = s.blocks_per_sm > 0 ? s.blocks_per_sm : 1;
+	out[0].entry = 1;
+	ktune__rw_launch(&s, clusters, &out[0].launch);
+	if (s.rows_per_block > 1)
+		out[0].launch.smem = (unsigned)(s.row_threads * s.items * s.vec * 4);
+	ktune__ew_arg_ptr(a, call->buf[0]); /* h */
+	ktune__ew_arg_ptr(a, call->buf[1]); /* w */
+	ktune__ew_arg_ptr(a, call->buf[2]); /* rstd */
+	ktune__ew_arg_ptr(a, call->buf[3]); /* dy */
+	ktune__ew_arg_ptr(a, call->buf[4]); /* dx */
+	ktune__ew_arg_ptr(a, call->workspace);
+	ktune__ew_arg_i64(a, rows);
+	ktune__ew_arg_i64(a, cols);
+	ktune__ew_arg_i64(a, ld(call, 0));
+	ktune__ew_arg_i64(a, ld(call, 3));
+	ktune__ew_arg_i64(a, ld(call, 4));
+
+	a = &out[1].args;
+	out[1].entry = 2;
+	out[1].launch = (struct ktune_op_launch){ { (unsigned)((cols + 31) / 32), 1, 1 }, { 256, 1, 1 }, 0 };
+	ktune__ew_arg_ptr(a, call->workspace);
+	ktune__ew_arg_i64(a, clusters);
+	ktune__ew_arg_ptr(a, call->buf[5]); /* dw */
+	ktune__ew_arg_i64(a, cols);
+	return 2;
+}
+
+static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
+{
+	(void)sm_count;
+	return ktune__rw_default(&ktune__op_rmsnorm, key, pass(key) == BWD ? 2 : 0);
+}
+
+const struct ktune_op ktune__op_rmsnorm = {
+	.name = "rmsnorm",
+	.summary = "RMSNorm over the rows of [rows, cols] (residual add fused), forward or backward",
+	.fields = fields,
+	.nfields = 3,
+	.families = families,
+	.nfamilies = 1,
+	.dtypes = ktune__ew_dtypes,
+	.ndtypes = 3,
+	.suite = "dtypes: [bf16]\n"
+		 "pass: [fwd, fwd_residual, bwd]\n"
+		 "shapes:\n"
+		 "  - {rows: 4096, cols: [1024, 4096, 8192]}\n"
+		 "  - {rows: 1024, cols: 32768}\n",
+	.key_check = key_check,
+	.key_bucket = ktune__rw_key_bucket,
+	.bytes = bytes,
+	.flops = flops,
+	.layout = layout,
+	.input_range = input_range,
+	.reference = reference,
+	.tolerance = ktune__ew_output_tolerance,
+	.prune = prune,
+	.defines = defines,
+	.steps = steps,
+	.workspace = workspace,
+	.default_config = default_config,
+	.distance = ktune__rw_distance,
+};
+
+static ktune_status check_strides(ktune_ctx *ctx, const char *what, int64_t cols, const struct ktune_op_call *call,
+				  const int *bufs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (call->ld[bufs[i]] < cols)
+			return ktune__op_invalid(ctx, "%s: a row stride (%lld) is less than cols = %lld", what,
+						 (long long)call->ld[bufs[i]], (long long)cols);
+	return KTUNE_OK;
+}
+
+ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x, int64_t ldx,
+			   const void *residual, int64_t ld_residual, const void *weight, float eps, void *y,
+			   int64_t ldy, float *rstd, void *h, int64_t ldh, ktune_dtype dtype, void *stream)
+{
+	struct ktune_key key = { .op = "rmsnorm", .dtype = dtype, .m = rows, .n = cols };
+	struct ktune_op_call call = { .scalar = { eps } };
+	const char *values[] = { residual ? "fwd_residual" : "fwd", NULL };
+	ktune_status rc;
+	if (!(eps >= 0))
+		return ktune__op_invalid(ctx, "rmsnorm: eps %g is not >= 0", (double)eps);
+	if (residual) {
+		static const int mats[] = { 0, 1, 3, 5 };
+		call = (struct ktune_op_call){ .buf = { (uint64_t)x, (uint64_t)residual, (uint64_t)weight, (uint64_t)y,
+							(uint64_t)rstd, (uint64_t)h },
+					       .ld = { ldx, ld_residual, 0, ldy, 0, ldh }, .scalar = { eps } };
+		if ((rc = check_strides(ctx, "rmsnorm", cols, &call, mats, 4)))
+			return rc;
+	} else {
+		static const int mats[] = { 0, 2 };
+		if (h)
+			return ktune__op_invalid(ctx, "rmsnorm: h is for the residual sum, and residual is NULL");
+		call = (struct ktune_op_call){ .buf = { (uint64_t)x, (uint64_t)weight, (uint64_t)y, (uint64_t)rstd },
+					       .ld = { ldx, 0, ldy }, .scalar = { eps } };
+		if ((rc = check_strides(ctx, "rmsnorm", cols, &call, mats, 2)))
+			return rc;
+	}
+	ktune__op_variant_set(&ktune__op_rmsnorm, &key, values, NULL);
+	return ktune__op_run(ctx, &key, &call, stream);
+}
+
+ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *h, int64_t ldh,
+				    const void *weight, const float *rstd, const void *dy, int64_t lddy, void *dx,
+				    int64_t lddx, void *dweight, ktune_dtype dtype, void *stream)
+{
+	static const int mats[] = { 0, 3, 4 };
+	struct ktune_key key = { .op = "rmsnorm", .dtype = dtype, .m = rows, .n = cols };
+	struct ktune_op_call call = { .buf = { (uint64_t)h, (uint64_t)weight, (uint64_t)rstd, (uint64_t)dy,
+					       (uint64_t)dx, (uint64_t)dweight },
+				      .ld = { ldh, 0, 0, lddy, lddx } };
+	const char *values[] = { "bwd", NULL };
+	ktune_status rc;
+	if ((rc = check_strides(ctx, "rmsnorm backward", cols, &call, mats, 3)))
+		return rc;
+	ktune__op_variant_set(&ktune__op_rmsnorm, &key, values, NULL);
+	return ktune__op_run(ctx, &key, &call, stream);
+}

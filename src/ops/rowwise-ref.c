@@ -1,0 +1,79 @@
+/*
+ * rowwise-ref.c - float64 references of the row-wise kernels
+ * (rowwise-ref.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ops/rowwise-ref.h"
+
+void ktune__ref_softmax(const double *x, int64_t ldx, double *y, int64_t ldy, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *xr = x + r * ldx;
+		double *yr = y + r * ldy, m = -INFINITY, s = 0;
+		for (int64_t c = 0; c < cols; c++)
+			m = xr[c] > m ? xr[c] : m;
+		if (m == -INFINITY) { /* a row of -inf: zeros, as the kernel gives */
+			for (int64_t c = 0; c < cols; c++)
+				yr[c] = 0;
+			continue;
+		}
+		for (int64_t c = 0; c < cols; c++)
+			s += exp(xr[c] - m);
+		for (int64_t c = 0; c < cols; c++)
+			yr[c] = exp(xr[c] - m) / s;
+	}
+}
+
+void ktune__ref_softmax_backward(const double *y, int64_t ldy, const double *dy, int64_t lddy, double *dx,
+				 int64_t lddx, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *yr = y + r * ldy, *gr = dy + r * lddy;
+		double *dr = dx + r * lddx, d = 0;
+		for (int64_t c = 0; c < cols; c++)
+			d += yr[c] * gr[c];
+		for (int64_t c = 0; c < cols; c++)
+			dr[c] = yr[c] * (gr[c] - d);
+	}
+}
+
+void ktune__ref_rmsnorm(const double *x, int64_t ldx, const double *res, int64_t ldres, const double *w,
+			double eps, double *y, int64_t ldy, double *rstd, double *h_out, int64_t ldh,
+			int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		double s = 0;
+		for (int64_t c = 0; c < cols; c++) {
+			double h = x[r * ldx + c] + (res ? res[r * ldres + c] : 0);
+			s += h * h;
+		}
+		double k = 1 / sqrt(s / (double)cols + eps);
+		for (int64_t c = 0; c < cols; c++) {
+			double h = x[r * ldx + c] + (res ? res[r * ldres + c] : 0);
+			if (h_out)
+				h_out[r * ldh + c] = h;
+			y[r * ldy + c] = h * k * w[c];
+		}
+		rstd[r] = k;
+	}
+}
+
+void ktune__ref_rmsnorm_backward(const double *h, int64_t ldh, const double *w, const double *rstd,
+				 const double *dy, int64_t lddy, double *dx, int64_t lddx, double *dw,
+				 int64_t rows, int64_t cols)
+{
+	for (int64_t c = 0; c < cols; c++)
+		dw[c] = 0;
+	for (int64_t r = 0; r < rows; r++) {
+		const double *hr = h + r * ldh, *gr = dy + r * lddy, k = rstd[r];
+		double s = 0;
+		for (int64_t c = 0; c < cols; c++) {
+			s += gr[c] * w[c] * hr[c];
+			dw[c] += gr[c] * hr[c] * k;
+		}
+		for (int64_t c = 0; c < cols; c++)
+			dx[r * lddx + c] = k * (gr[c] * w[c] - hr[c] * k * k * s / (double)cols);
+	}
+}

@@ -1,0 +1,196 @@
+/*
+ * rowwise.c - the tunables and launch contract the row-wise ops share
+ * (rowwise.h).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/rowwise.h"
+
+static int64_t pow2_ceil(int64_t n)
+{
+	int64_t b = 1;
+	while (b < n && b < KTUNE_OP_MAX_SIZE)
+		b <<= 1;
+	return b;
+}
+
+void ktune__rw_key_bucket(struct ktune_key *key)
+{
+	key->m = pow2_ceil(key->m);
+	if (key->n > KTUNE_ROWWISE_EXACT_COLS)
+		key->n = pow2_ceil(key->n);
+}
+
+struct ktune_rw_shape ktune__rw_shape(const struct ktune_key *key, const struct ktune_config *c)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_rw_shape s;
+	s.vec = key->aligned ? (int)ktune__op_param(op, c, "VEC", 1) : 1;
+	s.threads = (int)ktune__op_param(op, c, "THREADS", 256);
+	s.row_threads = (int)ktune__op_param(op, c, "ROW_THREADS", s.threads);
+	s.cluster = (int)ktune__op_param(op, c, "CLUSTER", 1);
+	s.blocks_per_sm = ktune__op_param(op, c, "BLOCKS_PER_SM", 0);
+	if (s.vec < 1)
+		s.vec = 1;
+	if (s.row_threads < 1 || s.row_threads > s.threads)
+		s.row_threads = s.threads;
+	if (s.cluster < 1)
+		s.cluster = 1;
+	s.rows_per_block = s.threads / s.row_threads;
+	int64_t span = (int64_t)s.cluster * s.row_threads * s.vec;
+	int64_t items = (key->n + span - 1) / span;
+	s.items = items < 1 ? 1 : items > 1 << 20 ? 1 << 20 : (int)items;
+	return s;
+}
+
+static int is_launch_param(const char *name)
+{
+	return !strcmp(name, "BLOCKS_PER_SM");
+}
+
+int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	const struct ktune_space *sp = op ? ktune__op_space(op, c->family, NULL) : NULL;
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	int n = 0;
+	if (!sp || max < 3 + sp->nparams)
+		return -1;
+	snprintf(opts[n++], 48, "-DDTYPE=%d", (int)key->dtype);
+	snprintf(opts[n++], 48, "-DALIGNED=%d", key->aligned != 0);
+	snprintf(opts[n++], 48, "-DCOLS=%lld", (long long)s.items * s.cluster * s.row_threads * s.vec);
+	for (int i = 0; i < sp->nparams; i++)
+		if (!is_launch_param(sp->params[i].name))
+			snprintf(opts[n++], 48, "-D%.24s=%ld", sp->params[i].name, c->v[i]);
+	return n;
+}
+
+int64_t ktune__rw_clusters(const struct ktune_rw_shape *s, int64_t rows, int sm_count)
+{
+	int64_t clusters = (rows + s->rows_per_block - 1) / s->rows_per_block;
+	if (s->blocks_per_sm > 0 && sm_count > 0 && clusters > s->blocks_per_sm * sm_count / s->cluster)
+		clusters = s->blocks_per_sm * sm_count / s->cluster;
+	if (clusters < 1)
+		clusters = 1;
+	if (clusters > 0x7fffffff / s->cluster)
+		clusters = 0x7fffffff / s->cluster; /* the kernels walk the rest */
+	return clusters;
+}
+
+void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct ktune_op_launch *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->grid[0] = (unsigned)(clusters * s->cluster);
+	out->grid[1] = out->grid[2] = 1;
+	out->block[0] = (unsigned)s->threads;
+	out->block[1] = out->block[2] = 1;
+}
+
+/*
+ * Registers a thread may hold row elements in: what __launch_bounds__
+ * (THREADS, MIN_BLOCKS) leaves it (65536 a block's worth, at most 255),
+ * less what the kernels need besides (addresses, indices, sums).
+ */
+static int row_registers(const struct ktune_key *key, const struct ktune_config *c, int threads)
+{
+	long min_warps = ktune__op_param(ktune__op_of(key), c, "MIN_WARPS", 0);
+	long min_blocks = min_warps * 32 / threads > 1 ? min_warps * 32 / threads : 1;
+	long regs = 65536 / (threads * min_blocks);
+	return (int)(regs > 255 ? 255 : regs) - 48;
+}
+
+int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int arrays, char *why,
+		    size_t len)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	long vec = ktune__op_param(op, c, "VEC", 1);
+	int size = ktune__dtype_size(key->dtype), regs = row_registers(key, c, s.threads);
+	int64_t span = (int64_t)s.cluster * s.row_threads * s.vec;
+
+	if (vec * size > 16) {
+		snprintf(why, len, "VEC=%ld of %d-byte elements is wider than 16 bytes", vec, size);
+		return 1;
+	}
+	if (!key->aligned && vec > 1) {
+		snprintf(why, len, "the unaligned class takes the scalar path: VEC=%ld is VEC=1", vec);
+		return 1;
+	}
+	if ((int64_t)s.items * s.vec * arrays > regs) {
+		snprintf(why, len, "%d rows of %d x %d elements a thread, over %d registers", arrays, s.items, s.vec,
+			 regs);
+		return 1;
+	}
+	if (span >= 2 * key->n && (s.cluster > 1 || s.row_threads > 4 || s.vec > 1)) {
+		snprintf(why, len, "a row span of %lld for %lld cols: mostly idle", (long long)span,
+			 (long long)key->n);
+		return 1;
+	}
+	if (s.rows_per_block > 1 && s.rows_per_block > key->m && s.threads > 128) {
+		snprintf(why, len, "%d rows a block for %lld rows", s.rows_per_block, (long long)key->m);
+		return 1;
+	}
+	return 0;
+}
+
+/* The space's value of parameter i nearest to want (its first if none is). */
+static long nearest(const struct ktune_space *sp, int i, long want)
+{
+	long best = sp->params[i].values[0];
+	for (int j = 0; j < sp->params[i].nvalues; j++)
+		if (labs(sp->params[i].values[j] - want) < labs(best - want))
+			best = sp->params[i].values[j];
+	return best;
+}
+
+/* A config of the op's first family with these values (the space's nearest), the rest 0. */
+static struct ktune_config config_of(const struct ktune_space *sp, long vec, long row_threads, long threads,
+				     long cluster, long blocks_per_sm)
+{
+	struct ktune_config c = { .family = 0 };
+	for (int i = 0; sp && i < sp->nparams; i++) {
+		const char *name = sp->params[i].name;
+		long want = !strcmp(name, "VEC")             ? vec
+			    : !strcmp(name, "ROW_THREADS")   ? row_threads
+			    : !strcmp(name, "THREADS")       ? threads
+			    : !strcmp(name, "CLUSTER")       ? cluster
+			    : !strcmp(name, "BLOCKS_PER_SM") ? blocks_per_sm
+							     : 0;
+		c.v[i] = nearest(sp, i, want);
+	}
+	return c;
+}
+
+struct ktune_config ktune__rw_default(const struct ktune_op *op, const struct ktune_key *key, long blocks_per_sm)
+{
+	const struct ktune_space *sp = ktune__op_space(op, 0, NULL);
+	int size = ktune__dtype_size(key->dtype);
+	long vec = key->aligned && size ? 16 / size : 1;
+	int64_t nvec = (key->n + vec - 1) / vec;
+	long first = (long)pow2_ceil((nvec + 7) / 8);
+	struct ktune_config c = { .family = 0 };
+	char why[160];
+
+	/* the fewest threads per row the prune admits, from 8 vectors a thread; then clusters */
+	for (long cluster = 1; cluster <= 8; cluster *= 2)
+		for (long rt = cluster > 1 ? 256 : first < 4 ? 4 : first > 1024 ? 1024 : first; rt <= 1024; rt *= 2) {
+			long threads = cluster > 1 || rt > 256 ? rt : 256; /* a cluster's blocks are one row each */
+			c = config_of(sp, vec, rt, threads, cluster, blocks_per_sm);
+			if (!op->prune(key, &c, 0, why, sizeof(why)))
+				return c;
+		}
+	return c; /* nothing admitted (a row too long for registers): the largest, which still runs */
+}
+
+double ktune__rw_distance(const struct ktune_key *a, const struct ktune_key *b)
+{
+	double dr = 0, dc = 0;
+	if (a->m > 0 && b->m > 0)
+		dr = log((double)a->m) - log((double)b->m);
+	if (a->n > 0 && b->n > 0)
+		dc = log((double)a->n) - log((double)b->n);
+	return dr * dr + 4 * dc * dc + (a->aligned != b->aligned ? 0.01 : 0);
+}

@@ -1,0 +1,73 @@
+/*
+ * rowwise.h - what the row-wise ops (softmax.c, and the ones after it) share: their
+ * keys, tunables, compiled constants, launch geometry, pruning and default
+ * config (kernels/templates/rowwise.cuh holds the device side).
+ *
+ * A row-wise key is [rows, cols]: rows (the key's m) tuned by power-of-two
+ * bucket, cols (n) exactly up to 65536 and by power-of-two bucket above;
+ * strides are runtime arguments.  Every row-wise space has VEC (elements
+ * per vector access), ROW_THREADS (threads per row), THREADS (per block),
+ * CLUSTER (blocks per row), MIN_WARPS, CACHE and BLOCKS_PER_SM (a launch
+ * parameter: the grid is at most SMs x BLOCKS_PER_SM blocks walking the
+ * rows; 0: one pass).  The element type, the alignment class and COLS
+ * (the row length the registers are sized for) are compiled in.  The
+ * element types, kernel-argument helpers and tolerances are elementwise.h's.
+ */
+#ifndef KTUNE_ROWWISE_H
+#define KTUNE_ROWWISE_H
+
+#include "ops/elementwise.h"
+
+/* Rows by power of two; cols exactly up to this, by power of two above. */
+#define KTUNE_ROWWISE_EXACT_COLS 65536
+
+/* The row-wise bucketing of a key's rows and cols. */
+void ktune__rw_key_bucket(struct ktune_key *key);
+
+/* A config's parameters as the kernels see them for a key. */
+struct ktune_rw_shape {
+	int vec;         /* VEC_W: VEC when aligned, else 1 */
+	int row_threads; /* ROW_THREADS */
+	int threads;     /* THREADS */
+	int cluster;     /* CLUSTER */
+	int rows_per_block;
+	int items;       /* vectors per thread: ceil(cols / (CLUSTER * ROW_THREADS * VEC_W)) */
+	long blocks_per_sm;
+};
+struct ktune_rw_shape ktune__rw_shape(const struct ktune_key *key, const struct ktune_config *c);
+
+/*
+ * -DDTYPE, -DALIGNED, -DCOLS (items x span, so that keys needing as many
+ * registers share a kernel) and the space's compiled parameters.
+ */
+int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max);
+
+/*
+ * Clusters of the grid for `rows` rows: one per ROWS_PER_BLOCK rows, at
+ * most SMs x BLOCKS_PER_SM blocks when that is set.
+ */
+int64_t ktune__rw_clusters(const struct ktune_rw_shape *s, int64_t rows, int sm_count);
+/* The launch of a row kernel: CLUSTER x clusters blocks of THREADS. */
+void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct ktune_op_launch *out);
+
+/*
+ * Vectors wider than 16 bytes or than one element unaligned; `arrays` rows
+ * of a thread's share in registers beyond what THREADS and MIN_WARPS leave
+ * it; groups
+ * mostly idle (a row span of twice cols, beyond the smallest group), or
+ * blocks of idle groups (more groups than rows).
+ */
+int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int arrays, char *why,
+		    size_t len);
+
+/*
+ * The analytic default: 16-byte vectors and the fewest threads per row
+ * the op's prune admits, from 8 vectors a thread up, 256 threads a block at
+ * least, a cluster when one block's registers cannot hold a row.
+ */
+struct ktune_config ktune__rw_default(const struct ktune_op *op, const struct ktune_key *key, long blocks_per_sm);
+
+/* Squared distance in log space of rows and cols, cols weighing 4 times (same op, dtype, variant). */
+double ktune__rw_distance(const struct ktune_key *a, const struct ktune_key *b);
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * device.c - what an open context tells of its device and of where its
+ * dispatch entries came from, as the plain structs of device.h.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/context.h"
+#include "runtime/device.h"
+
+void ktune__ctx_device_info(ktune_ctx *ctx, struct ktune_device_info *out)
+{
+	size_t mem = 0;
+	memset(out, 0, sizeof(*out));
+	ktune_cu.cuDeviceTotalMem_v2(&mem, ctx->dev); /* 0 if it fails: "not known" */
+	out->id = ctx->id;
+	out->total_mem = mem;
+	out->smem_optin = ctx->smem_optin;
+	out->l2_bytes = ctx->l2_bytes;
+	out->driver_version = ctx->driver_version;
+}
+
+void ktune__ctx_dispatch_sources(ktune_ctx *ctx, struct ktune_dispatch_sources *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&ctx->lock);
+	out->from_device = ctx->from_device;
+	out->from_arch = ctx->from_arch;
+	out->from_shipped = ctx->from_shipped;
+	/* a shipped file per GPU: those tuned on this one serve first */
+	for (int i = 0; i < ctx->nentries; i++)
+		out->shipped_here += ctx->entries[i].shipped && ctx->entries[i].same_device;
+	snprintf(out->shipped_names, sizeof(out->shipped_names), "%s", ctx->shipped_names);
+	pthread_mutex_unlock(&ctx->lock);
+}

@@ -1,0 +1,329 @@
+/*
+ * test-rowwise-gpu.c - the row-wise kernels (softmax, rmsnorm) on a GPU
+ * against their float64 CPU references (src/ops/rowwise-ref.c).  Skipped
+ * where no GPU is present.
+ *
+ * Every config: each op's variants on awkward row lengths (cols 1, 7, 33,
+ * 4097, 65537 and, for softmax, 262144; rows 67), through the tuner's own
+ * problem (src/tuner/worker-op.c: seeded inputs rounded to the dtype, the
+ * reference, outputs poisoned with NaN, the on-GPU check against each
+ * output's tolerance): every candidate the prune keeps in bf16 aligned, and
+ * the default with a seeded sample of 3 in f16 and f32, in the unaligned
+ * class (pointers one element off) and for a single row.
+ *
+ * Through the public API, with row strides larger than cols: softmax rows
+ * of -inf but one element (one-hot), of -inf only (zeros, not NaN), and of
+ * +-1e4 (no overflow); RMSNorm with the residual fused, then its backward,
+ * twice, bit-identical (dw is reduced without atomics).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "gpu_test.h"
+#include "ops/rowwise-ref.h"
+#include "runtime/context.h"
+#include "tuner/worker-op.h"
+
+static ktune_ctx *ctx;
+static int sm_count;
+static int failures;
+
+static const int64_t all_cols[] = { 1, 7, 33, 4097, 65537, 262144 };
+#define NCOLS (int)(sizeof(all_cols) / sizeof(all_cols[0]))
+
+struct job {
+	struct ktune_key key;
+	struct ktune_config cfg;
+	struct ktune_cubin cubin;
+	int compiled;
+	char err[512];
+};
+
+static void compile_job(int i, void *arg)
+{
+	struct job *j = &((struct job *)arg)[i];
+	struct ktune_err e;
+	if (ktune__kernel_compile(&j->key, &j->cfg, ctx->id.arch, NULL, &j->cubin, &e))
+		snprintf(j->err, sizeof(j->err), "%.500s", e.msg);
+	else
+		j->compiled = 1;
+}
+
+/* One key's problem, and `budget` of its candidates (0: all) with the default, each run and checked. */
+static void run_key(struct ktune_key key, int offset, int budget)
+{
+	const struct ktune_op *op = ktune__op_of(&key);
+	struct ktune_op_problem *p;
+	struct ktune_config *cfgs = NULL;
+	struct ktune_err e;
+	char what[128];
+	int n = 0, npruned = 0;
+
+	ktune__key_format(&key, what, sizeof(what));
+	if (ktune__op_problem_open(ctx, &key, 1, offset, &p, &e))
+		fail_msg("%s: %s", what, e.msg);
+	key = p->key; /* its alignment class, as allocated */
+	ktune__key_format(&key, what, sizeof(what));
+	assert_int_equal(ktune__op_candidates(op, &key, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
+	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
+	assert_non_null(jobs);
+	jobs[0] = (struct job){ .key = key, .cfg = op->default_config(&key, sm_count) };
+	for (int i = 0; i < n; i++)
+		jobs[i + 1] = (struct job){ .key = key, .cfg = cfgs[i] };
+	ktune__parallel_for(n + 1, 0, compile_job, jobs);
+	for (int i = 0; i <= n; i++) {
+		struct job *j = &jobs[i];
+		struct ktune_kernel *k;
+		struct ktune_check check;
+		char cfg[160];
+		ktune__op_config_format(op, &j->cfg, cfg, sizeof(cfg));
+		if (!j->compiled) {
+			fprintf(stderr, "FAIL %s %s: %s\n", what, cfg, j->err);
+			failures++;
+			continue;
+		}
+		pthread_mutex_lock(&ctx->lock);
+		int rc = ktune__kernel_get(ctx, &key, &j->cfg, &j->cubin, &k, &e);
+		pthread_mutex_unlock(&ctx->lock);
+		ktune__cubin_free(&j->cubin);
+		if (rc || ktune__op_problem_poison(p, &e) ||
+		    ktune__op_launch(ctx, k, &key, &j->cfg, &p->call, NULL, &e) ||
+		    ktune_cu.cuCtxSynchronize() != CUDA_SUCCESS || ktune__op_problem_check(p, &check, &e)) {
+			fprintf(stderr, "FAIL %s %s: %s\n", what, cfg, rc ? e.msg : "launch or check failed");
+			failures++;
+			fail_msg("%s: the GPU may be in an error state", what);
+		}
+		if (!check.pass) {
+			fprintf(stderr, "FAIL %s %s: err_fro %.3g, worst %.3g, %llu NaN/Inf\n", what, cfg,
+				check.err_fro, check.err_max, check.bad);
+			failures++;
+		}
+	}
+	printf("%s: %d configs (%d pruned)\n", what, n + 1, npruned);
+	free(jobs);
+	free(cfgs);
+	ktune__op_problem_close(p);
+}
+
+static void run_op(const char *name, int max_cols)
+{
+	const struct ktune_op *op = ktune__op_find(name);
+	const struct ktune_op_field *variant = &op->fields[0];
+	static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16, KTUNE_F32 };
+	failures = 0;
+	for (int v = 0; variant->choices[v]; v++)
+		for (int c = 0; c < NCOLS && all_cols[c] <= max_cols; c++)
+			for (int d = 0; d < 3; d++)
+				for (int offset = 0; offset <= 1; offset++) {
+					struct ktune_key key = { .dtype = dtypes[d], .m = 67, .n = all_cols[c] };
+					const char *values[] = { variant->choices[v], NULL };
+					snprintf(key.op, sizeof(key.op), "%s", name);
+					assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+					op->key_bucket(&key);
+					key.m = 67; /* an odd row count: the last block's groups run past it */
+					int full = d == 0 && offset == 0;
+					run_key(key, offset, full ? 0 : 3);
+					if (full) { /* a single row */
+						key.m = 1;
+						run_key(key, 0, 3);
+					}
+				}
+	assert_int_equal(failures, 0);
+}
+
+static void test_rowwise_gpu__softmax_every_config(void **state)
+{
+	(void)state;
+	run_op("softmax", 262144);
+}
+
+static void test_rowwise_gpu__rmsnorm_every_config(void **state)
+{
+	(void)state;
+	run_op("rmsnorm", 65537);
+}
+
+/* ------------------------------------------------------------ the public API */
+
+static CUdeviceptr upload(const float *host, size_t n)
+{
+	CUdeviceptr d;
+	assert_int_equal(ktune_cu.cuMemAlloc_v2(&d, n * sizeof(float) + 16), CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d, host, n * sizeof(float)), CUDA_SUCCESS);
+	return d;
+}
+
+static void download(float *host, CUdeviceptr d, size_t n)
+{
+	assert_int_equal(ktune_cu.cuCtxSynchronize(), CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(host, d, n * sizeof(float)), CUDA_SUCCESS);
+}
+
+static void test_rowwise_gpu__softmax_edges_with_strides(void **state)
+{
+	(void)state;
+	enum { ROWS = 4, COLS = 37, LD = 40 };
+	float x[ROWS * LD], y[ROWS * LD];
+	double xd[ROWS * LD], want[ROWS * LD];
+	for (int i = 0; i < ROWS * LD; i++)
+		x[i] = (float)((i * 37 % 101) - 50) / 8;
+	for (int c = 0; c < COLS; c++) {
+		x[0 * LD + c] = c == 5 ? 0.5f : -INFINITY; /* one finite element: one-hot */
+		x[1 * LD + c] = -INFINITY;                /* all -inf: zeros */
+		x[2 * LD + c] = c % 2 ? 1e4f : -1e4f;     /* large: no overflow */
+	}
+	for (int i = 0; i < ROWS * LD; i++)
+		xd[i] = x[i];
+	CUdeviceptr dx = upload(x, ROWS * LD), dy = upload(x, ROWS * LD);
+	assert_int_equal(ktune_softmax(ctx, ROWS, COLS, (void *)dx, LD, (void *)dy, LD, KTUNE_F32, NULL), KTUNE_OK);
+	download(y, dy, ROWS * LD);
+	ktune__ref_softmax(xd, LD, want, LD, ROWS, COLS);
+	for (int r = 0; r < ROWS; r++)
+		for (int c = 0; c < LD; c++) {
+			float got = y[r * LD + c];
+			if (c >= COLS) /* past the row: untouched */
+				assert_true(got == x[r * LD + c] || (isnan(got) && isnan(x[r * LD + c])));
+			else if (!(fabs(got - want[r * LD + c]) <= 1e-5))
+				fail_msg("softmax [%d, %d] = %g, want %g", r, c, got, want[r * LD + c]);
+		}
+	assert_true(y[0 * LD + 5] == 1.0f && y[1 * LD + 0] == 0.0f);
+	ktune_cu.cuMemFree_v2(dx);
+	ktune_cu.cuMemFree_v2(dy);
+}
+
+static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **state)
+{
+	(void)state;
+	enum { ROWS = 300, COLS = 1000, LD = 1003 };
+	size_t n = (size_t)ROWS * LD;
+	float *x = malloc(n * 4), *res = malloc(n * 4), *w = malloc(COLS * 4), *got = malloc(n * 4);
+	float *dw1 = malloc(COLS * 4), *dw2 = malloc(COLS * 4), *dx1 = malloc(n * 4), *dx2 = malloc(n * 4);
+	double *xd = malloc(n * 8), *rd = malloc(n * 8), *wd = malloc(COLS * 8), *y = malloc(n * 8);
+	double *h = malloc(n * 8), *rstd = malloc(ROWS * 8), *dy = malloc(n * 8), *dx = malloc(n * 8);
+	double *dw = malloc(COLS * 8);
+	float rstd_got[ROWS];
+	assert_true(x && res && w && got && dw1 && dw2 && dx1 && dx2 && xd && rd && wd && y && h && rstd && dy && dx && dw);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((i * 7919 % 2001) - 1000) / 300;
+		res[i] = (float)((i * 104729 % 1999) - 999) / 500;
+		xd[i] = x[i];
+		rd[i] = res[i];
+	}
+	for (int c = 0; c < COLS; c++)
+		wd[c] = w[c] = 0.5f + (float)(c % 17) / 16;
+	CUdeviceptr d_x = upload(x, n), d_res = upload(res, n), d_w = upload(w, COLS), d_y = upload(x, n);
+	CUdeviceptr d_h = upload(x, n), d_rstd = upload(rstd_got, ROWS), d_dx = upload(x, n), d_dw = upload(w, COLS);
+	assert_int_equal(ktune_rmsnorm(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_res, LD, (void *)d_w, 1e-5f,
+				       (void *)d_y, LD, (float *)d_rstd, (void *)d_h, LD, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_rmsnorm(xd, LD, rd, LD, wd, 1e-5, y, LD, rstd, h, LD, ROWS, COLS);
+	download(got, d_y, n);
+	download(rstd_got, d_rstd, ROWS);
+	for (int r = 0; r < ROWS; r++) {
+		assert_true(fabs(rstd_got[r] - rstd[r]) <= 1e-5 * rstd[r]);
+		for (int c = 0; c < COLS; c++)
+			if (!(fabs(got[r * LD + c] - y[r * LD + c]) <= 1e-5 * fmax(1, fabs(y[r * LD + c]))))
+				fail_msg("rmsnorm y[%d, %d] = %g, want %g", r, c, got[r * LD + c], y[r * LD + c]);
+	}
+	/* backward from h, twice: the same bits */
+	for (size_t i = 0; i < n; i++)
+		dy[i] = x[(i * 31) % n] / 4;
+	float *dyf = malloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		dyf[i] = (float)dy[i];
+	CUdeviceptr d_dy = upload(dyf, n);
+	download(got, d_h, n); /* h as the kernel rounded it (f32: exact) */
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ktune_rmsnorm_backward(ctx, ROWS, COLS, (void *)d_h, LD, (void *)d_w, (float *)d_rstd,
+							(void *)d_dy, LD, (void *)d_dx, LD, (void *)d_dw, KTUNE_F32, NULL),
+				 KTUNE_OK);
+		download(round ? dx2 : dx1, d_dx, n);
+		download(round ? dw2 : dw1, d_dw, COLS);
+	}
+	assert_memory_equal(dw1, dw2, COLS * 4);
+	assert_memory_equal(dx1, dx2, n * 4);
+	double *hr = malloc(n * 8);
+	assert_non_null(hr);
+	for (size_t i = 0; i < n; i++)
+		hr[i] = got[i];
+	for (int r = 0; r < ROWS; r++)
+		rstd[r] = rstd_got[r];
+	ktune__ref_rmsnorm_backward(hr, LD, wd, rstd, dy, LD, dx, LD, dw, ROWS, COLS);
+	for (int r = 0; r < ROWS; r++)
+		for (int c = 0; c < COLS; c++)
+			if (!(fabs(dx1[r * LD + c] - dx[r * LD + c]) <= 1e-5 * fmax(1, fabs(dx[r * LD + c]))))
+				fail_msg("rmsnorm dx[%d, %d] = %g, want %g", r, c, dx1[r * LD + c], dx[r * LD + c]);
+	for (int c = 0; c < COLS; c++)
+		if (!(fabs(dw1[c] - dw[c]) <= 1e-5 * fmax(1, fabs(dw[c]))))
+			fail_msg("rmsnorm dw[%d] = %g, want %g", c, dw1[c], dw[c]);
+	CUdeviceptr all[] = { d_x, d_res, d_w, d_y, d_h, d_rstd, d_dx, d_dw, d_dy };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+	free(x), free(res), free(w), free(got), free(dw1), free(dw2), free(dx1), free(dx2), free(dyf);
+	free(xd), free(rd), free(wd), free(y), free(h), free(rstd), free(dy), free(dx), free(dw), free(hr);
+}
+
+static void test_rowwise_gpu__bad_arguments(void **state)
+{
+	(void)state;
+	CUdeviceptr d;
+	assert_int_equal(ktune_cu.cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
+	assert_int_equal(ktune_softmax(ctx, 2, 16, (void *)d, 8, (void *)d, 16, KTUNE_F32, NULL), KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "row stride (8) is less than cols = 16"));
+	assert_int_equal(ktune_rmsnorm(ctx, 2, 16, (void *)d, 16, NULL, 0, (void *)d, -1.0f, (void *)d, 16,
+				       (float *)d, NULL, 0, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_int_equal(ktune_rmsnorm(ctx, 2, 200000, (void *)d, 200000, NULL, 0, (void *)d, 1e-5f, (void *)d,
+				       200000, (float *)d, NULL, 0, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "over 131072"));
+	assert_int_equal(ktune_rmsnorm_backward(ctx, 2, 16, (void *)d, 16, (void *)d, NULL, (void *)d, 16, (void *)d,
+						16, (void *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "rstd is NULL"));
+	ktune_cu.cuMemFree_v2(d);
+}
+
+static int setup(void **state)
+{
+	struct ktune_err e;
+	char err[4096];
+	int pushed;
+	(void)state;
+	if (ktune_open("", 0, &ctx, err, sizeof(err))) { /* an empty path: no database */
+		fprintf(stderr, "ktune_open: %s\n", err);
+		return -1;
+	}
+	if (ktune__ctx_enter(ctx, &pushed, &e)) {
+		fprintf(stderr, "context: %s\n", e.msg);
+		return -1;
+	}
+	sm_count = ctx->id.sm_count;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	ktune_close(ctx);
+	return 0;
+}
+
+int main(void)
+{
+	int skip = gpu_test_available("test-rowwise-gpu");
+	if (skip)
+		return skip;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rowwise_gpu__bad_arguments),
+		cmocka_unit_test(test_rowwise_gpu__softmax_edges_with_strides),
+		cmocka_unit_test(test_rowwise_gpu__rmsnorm_residual_backward_deterministic),
+		cmocka_unit_test(test_rowwise_gpu__softmax_every_config),
+		cmocka_unit_test(test_rowwise_gpu__rmsnorm_every_config),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,180 @@
+/*
+ * test-compile-rowwise.c - NVRTC compiles of the row-wise templates
+ * (softmax, rmsnorm; no GPU needed) for sm_90, through the registry: for
+ * every key of each op's part of the default suite, and for awkward row
+ * lengths (1, 7, 33, 4097, 65537, 262144 columns, as far as the op takes
+ * them; unaligned too), the op's
+ * default config and a seeded sample of the candidates the prune keeps
+ * compile, their cubins hold every kernel the call's steps launch, and the
+ * default config, where the prune admits one, does not spill (but for
+ * unaligned rows over 65536 columns, which go element by element).  rowwise.cuh reaches NVRTC as a second
+ * in-memory header.  KTUNE_TEST_FULL=1 compiles every candidate of every
+ * suite key (thousands: the GPU check's job, not CI's).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "runtime/context.h"
+#include "templates.h"
+#include "search/spec.h"
+
+#define ARCH "sm_90"
+#define SM_COUNT 132
+#define SAMPLE 3
+
+static const char *const ops[] = { "softmax", "rmsnorm" };
+static const int64_t awkward_cols[] = { 1, 7, 33, 4097, 65537, 262144 };
+
+struct job {
+	struct ktune_key key;
+	struct ktune_config cfg;
+	int is_default; /* the op's default config, and the prune admits it */
+	int failed, spills;
+	char what[160];
+};
+
+static void compile_one(int i, void *arg)
+{
+	struct job *j = &((struct job *)arg)[i];
+	const struct ktune_op *op = ktune__op_of(&j->key);
+	struct ktune_cubin cubin;
+	struct ktune_err e;
+	char cfg[128];
+	ktune__key_format(&j->key, j->what, sizeof(j->what));
+	ktune__op_config_format(op, &j->cfg, cfg, sizeof(cfg));
+	size_t used = strlen(j->what);
+	snprintf(j->what + used, sizeof(j->what) - used, " %s", cfg);
+	if (ktune__kernel_compile(&j->key, &j->cfg, ARCH, "", &cubin, &e)) {
+		fprintf(stderr, "FAIL %s: %s\n", j->what, e.msg);
+		j->failed = 1;
+		return;
+	}
+	/* every kernel the call launches is in the cubin */
+	struct ktune_op_call call = { .size = { j->key.m, j->key.n, j->key.k } };
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	int n = ktune__op_steps(op, &j->key, &j->cfg, &call, SM_COUNT, steps);
+	for (int s = 0; s < n; s++) {
+		const char *entry = op->families[j->cfg.family].entries[steps[s].entry];
+		if (!entry || !memmem(cubin.data, cubin.size, entry, strlen(entry))) {
+			fprintf(stderr, "FAIL %s: no kernel %s in the cubin\n", j->what, entry ? entry : "(none)");
+			j->failed = 1;
+		}
+	}
+	j->spills = cubin.res.spill_stores + cubin.res.spill_loads;
+	ktune__cubin_free(&cubin);
+}
+
+/* The op's keys to compile: its suite keys, and awkward row lengths of its first suite variant. */
+static int keys_of(const struct ktune_op *op, const struct ktune_spec *suite, struct ktune_key *out, int max)
+{
+	int n = 0;
+	for (int i = 0; i < suite->nkeys && n < max; i++)
+		if (!strcmp(suite->keys[i].op, op->name))
+			out[n++] = suite->keys[i];
+	int first = 0;
+	for (int i = 0; i < n; i++)
+		if (out[i].n != out[0].n)
+			break;
+		else
+			first = i;
+	for (size_t c = 0; c < sizeof(awkward_cols) / sizeof(awkward_cols[0]) && n + 2 <= max; c++)
+		for (int aligned = 1; aligned >= 0; aligned--) {
+			struct ktune_key k = out[first];
+			k.m = 8;
+			k.n = awkward_cols[c];
+			k.aligned = aligned;
+			op->key_bucket(&k);
+			if (!ktune__op_key_check(&k, NULL)) /* within the op's longest row */
+				out[n++] = k;
+		}
+	return n;
+}
+
+static void test_compile_rowwise__suite_and_awkward_rows(void **state)
+{
+	(void)state;
+	struct ktune_spec suite;
+	struct ktune_err e;
+	int full = getenv("KTUNE_TEST_FULL") && !strcmp(getenv("KTUNE_TEST_FULL"), "1");
+	assert_int_equal(ktune__spec_default(&suite, &e), 0);
+
+	int cap = 200000, njobs = 0, failed = 0, default_spills = 0, spilling = 0;
+	struct job *jobs = calloc((size_t)cap, sizeof(*jobs));
+	assert_non_null(jobs);
+	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+		const struct ktune_op *op = ktune__op_find(ops[o]);
+		struct ktune_key keys[128];
+		assert_non_null(op);
+		int nkeys = keys_of(op, &suite, keys, 128);
+		assert_true(nkeys > 12);
+		for (int k = 0; k < nkeys; k++) {
+			struct ktune_config *cfgs = NULL;
+			int n = 0, npruned = 0;
+			assert_int_equal(ktune__op_key_check(&keys[k], &e), 0);
+			assert_int_equal(ktune__op_candidates(op, &keys[k], SM_COUNT, full ? 0 : SAMPLE,
+							      (unsigned)(k * 7 + 1), &cfgs, &n, &npruned, &e), 0);
+			if (n < 1) {
+				char k_[128];
+				ktune__key_format(&keys[k], k_, sizeof(k_));
+				fprintf(stderr, "no candidates for %s\n", k_);
+			}
+			assert_true(n >= 1);
+			struct ktune_config d = op->default_config(&keys[k], SM_COUNT);
+			char why[160];
+			jobs[njobs++] = (struct job){ .key = keys[k], .cfg = d,
+						      .is_default = !op->prune(&keys[k], &d, SM_COUNT, why, sizeof(why)) };
+			for (int i = 0; i < n && njobs < cap; i++)
+				jobs[njobs++] = (struct job){ .key = keys[k], .cfg = cfgs[i] };
+			free(cfgs);
+		}
+	}
+	ktune__parallel_for(njobs, 0, compile_one, jobs);
+	for (int i = 0; i < njobs; i++) {
+		failed += jobs[i].failed;
+		spilling += jobs[i].spills > 0;
+		/* the unaligned class of rows over 64K (element by element) may spill a little: correct, slower */
+		if (jobs[i].is_default && jobs[i].spills && (jobs[i].key.aligned || jobs[i].key.n <= 65536)) {
+			fprintf(stderr, "FAIL %s: the default config spills %d bytes\n", jobs[i].what, jobs[i].spills);
+			default_spills++;
+		}
+	}
+	printf("compiled %d row-wise kernels: %d failed, %d spill (the tuner prunes those), %d defaults spill\n",
+	       njobs, failed, spilling, default_spills);
+	assert_int_equal(failed, 0);
+	assert_int_equal(default_spills, 0);
+	free(jobs);
+	ktune__spec_free(&suite);
+}
+
+/* rowwise.cuh is an embedded header the row-wise templates include, and the elementwise ones do not. */
+static void test_compile_rowwise__header_reaches_only_its_templates(void **state)
+{
+	(void)state;
+	const struct ktune_template_file *h[KTUNE_MAX_HEADERS];
+	const struct ktune_template_file *softmax = ktune__template_file("softmax.cu");
+	const struct ktune_template_file *add = ktune__template_file("add.cu");
+	assert_non_null(softmax);
+	assert_non_null(add);
+	assert_int_equal(ktune__template_headers(softmax->text, softmax->len, h), 2);
+	assert_string_equal(h[0]->name, "prelude.cuh");
+	assert_string_equal(h[1]->name, "rowwise.cuh");
+	assert_int_equal(ktune__template_headers(add->text, add->len, h), 1);
+	assert_string_equal(h[0]->name, "prelude.cuh");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_compile_rowwise__header_reaches_only_its_templates),
+		cmocka_unit_test(test_compile_rowwise__suite_and_awkward_rows),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
