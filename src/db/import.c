@@ -68,7 +68,7 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 	struct ktune_result ours;
 	sqlite3_stmt *ins = NULL;
 	long i;
-	int ret, found;
+	int ret = KTUNE_OK, found;
 
 	if (counts)
 		memset(counts, 0, sizeof(*counts));
