@@ -71,6 +71,20 @@ int cli_common(const char *name, int opt, const char *arg, struct cli *cli);
 /* Handles -m -n -k and the filter options (1), not one (0), a bad value (-1). */
 int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *f);
 
+/*
+ * The usage error for what getopt_long (optstring starting with ':')
+ * returned for a bad option: ':' is a missing value ("option '--db' needs a
+ * value"), anything else an unknown option.  Returns EXIT_USAGE.
+ */
+int cli_bad_option(const char *name, int opt, char **argv);
+
+/*
+ * The database path (--db, else ktune__default_db_path), malloc'd into *out;
+ * -1 after a message when it is too long or its default folder is not to be
+ * trusted.
+ */
+int cli_db_path(const struct cli *cli, char **out);
+
 /* Parses a positive integer argument; -1 with a message on a bad one. */
 int cli_parse_int(const char *name, const char *what, const char *arg, long min, long max,
 		  long *out);

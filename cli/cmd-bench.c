@@ -211,7 +211,7 @@ int cmd_bench(int argc, char **argv, struct cli *cli)
 	int c, n, rc = EXIT_OK, show_progress = isatty(2);
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hm:n:k:", opts, NULL)) != -1) {
 		int r = cli_common("bench", c, optarg, cli);
 		if (!r)
 			r = cli_filter("bench", c, optarg, &f);
@@ -224,7 +224,7 @@ int cmd_bench(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("bench", c, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);

@@ -53,7 +53,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 	struct ktune_key probe;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		int r = cli_common("compile", c, optarg, cli);
 		if (r < 0)
 			return EXIT_USAGE;
@@ -99,7 +99,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 			csv = !strcmp(optarg, "csv");
 			break;
 		default:
-			return cli_usage_error("compile", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("compile", c, argv);
 		}
 	}
 	if (optind < argc)

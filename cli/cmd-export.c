@@ -63,7 +63,7 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 	struct ktune_db *db = NULL;
 	struct ktune_err e;
 	const char *output = NULL;
-	char path[4096], *text = NULL;
+	char *path = NULL, *text = NULL;
 	size_t len = 0;
 	int sqlite = 0, force = 0, defaults = 0, opt, rc;
 
@@ -72,7 +72,7 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 	for (;;) {
 		int longindex = -1, r;
 
-		if ((opt = getopt_long(argc, argv, "ho:m:n:k:", opts, &longindex)) == -1)
+		if ((opt = getopt_long(argc, argv, ":ho:m:n:k:", opts, &longindex)) == -1)
 			break;
 		if (opt == 'o' && longindex < 0) /* -o FILE; --op is the filter */
 			opt = 'O';
@@ -95,20 +95,23 @@ int cmd_export(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("export", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("export", opt, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error("export", "unexpected argument '%s'", argv[optind]);
 	if (sqlite && !output)
 		return cli_usage_error("export", "--format sqlite needs -o FILE");
 
-	if (cli->db_path)
-		snprintf(path, sizeof(path), "%s", cli->db_path);
-	else
-		ktune__default_db_path(path, sizeof(path));
-	rc = ktune__db_open(path, 0, &db, &e);
-	if (rc == KTUNE_ERR_NOT_FOUND)
-		return cli_error(EXIT_FAIL, "no database at '%s' yet: run 'ktune sweep'", path);
+	if (cli_db_path(cli, &path))
+		return EXIT_USAGE;
+	/* export only reads: the database is opened read-only, never migrated */
+	rc = ktune__db_open_read(path, &db, &e);
+	if (rc == KTUNE_ERR_NOT_FOUND) {
+		cli_error(EXIT_FAIL, "no database at '%s' yet: run 'ktune sweep'", path);
+		free(path);
+		return EXIT_FAIL;
+	}
+	free(path);
 	if (rc)
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	rc = ktune__db_query(db, &f, collect_one, &c, &e);

@@ -53,12 +53,12 @@ int cmd_import(int argc, char **argv, struct cli *cli)
 	struct ktune_db *db = NULL;
 	struct ktune_err e;
 	const char *file;
-	char path[4096];
+	char *path = NULL;
 	int dry_run = 0, opt, rc;
 	long i;
 
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		int r = cli_common("import", opt, optarg, cli);
 
 		if (!r && opt == 'P')
@@ -68,7 +68,7 @@ int cmd_import(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("import", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("import", opt, argv);
 	}
 	if (optind >= argc)
 		return cli_usage_error("import", "missing FILE");
@@ -84,11 +84,13 @@ int cmd_import(int argc, char **argv, struct cli *cli)
 		ktune__share_free(&share);
 		return cli_error(EXIT_FAIL, "out of memory");
 	}
-	if (cli->db_path)
-		snprintf(path, sizeof(path), "%s", cli->db_path);
-	else
-		ktune__default_db_path(path, sizeof(path));
-	rc = ktune__db_open(path, !dry_run, &db, &e);
+	if (cli_db_path(cli, &path)) {
+		free(items);
+		ktune__share_free(&share);
+		return EXIT_USAGE;
+	}
+	/* a dry run writes nothing: it reads the database as show does */
+	rc = dry_run ? ktune__db_open_read(path, &db, &e) : ktune__db_open(path, 1, &db, &e);
 	if (rc == KTUNE_ERR_NOT_FOUND && dry_run) {
 		/* a dry run creates nothing: into no database, everything current is added */
 		for (i = 0; i < share.count; i++) {
@@ -112,6 +114,7 @@ int cmd_import(int argc, char **argv, struct cli *cli)
 		       dry_run ? " (nothing written)" : "");
 	}
 	free(items);
+	free(path);
 	ktune__share_free(&share);
 	if (rc)
 		return cli_error(EXIT_FAIL, "%s", e.msg);

@@ -2,6 +2,7 @@
  * cmd-info.c - ktune info: the GPU, the toolchain and the database.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -43,24 +44,22 @@ static void print_gpu(const struct cli *cli, const char *db_path)
 int cmd_info(int argc, char **argv, struct cli *cli)
 {
 	static const struct option opts[] = { CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
-	char path[4096], cache[4096];
+	char *path = NULL, *cache = NULL;
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		int r = cli_common("info", c, optarg, cli);
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("info", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("info", c, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
 
-	if (cli->db_path)
-		snprintf(path, sizeof(path), "%s", cli->db_path);
-	else
-		ktune__default_db_path(path, sizeof(path));
+	if (cli_db_path(cli, &path))
+		return EXIT_USAGE;
 	printf("ktune:        %s\n", ktune_version());
 	printf("nvrtc:        %s\n", ktune__nvrtc_version());
 	/* the template hash each family's results carry: another one is stale */
@@ -69,25 +68,31 @@ int cmd_info(int argc, char **argv, struct cli *cli)
 			printf("family:       %-11s %s (op %s)\n", ktune__ops[i]->families[f].name,
 			       ktune__result_hash(ktune__ops[i], f), ktune__ops[i]->name);
 	print_gpu(cli, path);
-	ktune__cache_dir(cache, sizeof(cache));
-	printf("cache:        %s/cubin\n", cache);
+	if (ktune__cache_dir(&cache, NULL) == KTUNE_OK)
+		printf("cache:        %s/cubin%s\n", cache,
+		       ktune__dir_trusted(cache) ? "" : " (not used: another user owns it or others may write to it)");
+	free(cache);
 
 	struct ktune_db *db;
 	struct ktune_err e;
 	long results = 0, trials = 0;
-	int rc = ktune__db_open(path, 0, &db, &e);
+	int rc = ktune__db_open_read(path, &db, &e);
 	if (rc == KTUNE_ERR_NOT_FOUND) {
 		printf("database:     %s (not created yet)\n", path);
+		free(path);
 		return EXIT_OK;
 	}
 	if (rc) {
 		printf("database:     %s (unusable: %s)\n", path, e.msg);
+		free(path);
 		return EXIT_FAIL;
 	}
 	rc = ktune__db_count(db, &results, &trials, &e);
 	ktune__db_close(db);
+	if (!rc)
+		printf("database:     %s (%ld results, %ld trials)\n", path, results, trials);
+	free(path);
 	if (rc)
 		return cli_error(EXIT_FAIL, "%s", e.msg);
-	printf("database:     %s (%ld results, %ld trials)\n", path, results, trials);
 	return EXIT_OK;
 }

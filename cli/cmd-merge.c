@@ -69,7 +69,7 @@ int cmd_merge(int argc, char **argv, struct cli *cli)
 	int sqlite = 0, force = 0, opt, rc = KTUNE_OK, i;
 
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
 		int r = cli_common("merge", opt, optarg, cli);
 
 		if (!r) {
@@ -88,7 +88,7 @@ int cmd_merge(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("merge", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("merge", opt, argv);
 	}
 	if (argc - optind < 2)
 		return cli_usage_error("merge", "give two or more files to merge");

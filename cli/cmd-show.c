@@ -2,6 +2,7 @@
  * cmd-show.c - ktune show: the tuned entries as a table, CSV, JSON or YAML.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -26,6 +27,28 @@ static void print_quoted(const char *s)
 			putchar(*s);
 	}
 	putchar('"');
+}
+
+/*
+ * A CSV field per RFC 4180: in double quotes, a quote inside doubled.
+ * `always`: quoted even when nothing in it needs it (the free-text fields,
+ * so that a column's form does not change from row to row).
+ */
+static void print_csv(const char *s, int always, int comma)
+{
+	if (always || strpbrk(s, ",\"\r\n")) {
+		putchar('"');
+		for (; *s; s++) {
+			if (*s == '"')
+				putchar('"');
+			putchar(*s);
+		}
+		putchar('"');
+	} else {
+		fputs(s, stdout);
+	}
+	if (comma)
+		putchar(',');
 }
 
 static int show_one(const struct ktune_result *r, void *arg)
@@ -56,14 +79,21 @@ static int show_one(const struct ktune_result *r, void *arg)
 			printf("device,arch,sms,op,dtype,variant,m,n,k,aligned,time_us,p20_us,p80_us,"
 			       "tflops,gbps,baseline_us,ratio,err_fro,err_max,candidates,tune_s,config,"
 			       "template_hash,created_at\n");
-		printf("\"%s\",%s,%d,%s,%s,\"%s\",%lld,%lld,%lld,%d,%.3f,%.3f,%.3f,%.2f,%.1f,%.3f,%.4f,"
-		       "%.3e,%.3e,%d,%.2f,\"%s\",%s,%s\n",
-		       r->device.name, r->device.arch, r->device.sm_count, r->key.op,
-		       ktune__dtype_name(r->key.dtype), layout, (long long)r->key.m,
-		       (long long)r->key.n, (long long)r->key.k, r->key.aligned, r->time_us, r->p20_us,
-		       r->p80_us, r->tflops, op ? op->bytes(&r->key) / (r->time_us * 1e3) : 0.0,
-		       r->cublas_us, ratio, r->err_fro, r->err_max, r->candidates, r->tune_s, r->config,
-		       r->template_hash, r->created_at);
+		print_csv(r->device.name, 1, 1);
+		print_csv(r->device.arch, 0, 0);
+		printf(",%d,", r->device.sm_count);
+		print_csv(r->key.op, 0, 1);
+		print_csv(ktune__dtype_name(r->key.dtype), 0, 1);
+		print_csv(layout, 1, 0);
+		printf(",%lld,%lld,%lld,%d,%.3f,%.3f,%.3f,%.2f,%.1f,%.3f,%.4f,%.3e,%.3e,%d,%.2f,",
+		       (long long)r->key.m, (long long)r->key.n, (long long)r->key.k, r->key.aligned,
+		       r->time_us, r->p20_us, r->p80_us, r->tflops,
+		       op ? op->bytes(&r->key) / (r->time_us * 1e3) : 0.0, r->cublas_us, ratio,
+		       r->err_fro, r->err_max, r->candidates, r->tune_s);
+		print_csv(r->config, 1, 1);
+		print_csv(r->template_hash, 0, 1);
+		print_csv(r->created_at, 0, 0);
+		putchar('\n');
 		break;
 	case JSON:
 		printf("%s\n  {\"device\": ", s->count ? "," : "[");
@@ -107,11 +137,11 @@ int cmd_show(int argc, char **argv, struct cli *cli)
 	struct show s = { TABLE, 0 };
 	struct ktune_db *db;
 	struct ktune_err e;
-	char path[4096];
+	char *path = NULL;
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hm:n:k:", opts, NULL)) != -1) {
 		int r = cli_common("show", c, optarg, cli);
 		if (!r)
 			r = cli_filter("show", c, optarg, &f);
@@ -132,22 +162,23 @@ int cmd_show(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("show", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("show", c, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error("show", "unexpected argument '%s'", argv[optind]);
-	if (cli->db_path)
-		snprintf(path, sizeof(path), "%s", cli->db_path);
-	else
-		ktune__default_db_path(path, sizeof(path));
-	int rc = ktune__db_open(path, 0, &db, &e);
+	if (cli_db_path(cli, &path))
+		return EXIT_USAGE;
+	/* show only reads: the database is opened read-only, never migrated */
+	int rc = ktune__db_open_read(path, &db, &e);
 	if (rc == KTUNE_ERR_NOT_FOUND) {
 		if (s.format == JSON)
 			printf("[]\n");
 		else if (s.format == TABLE)
 			fprintf(stderr, "ktune: no database at '%s' yet: run 'ktune sweep'\n", path);
+		free(path);
 		return EXIT_OK;
 	}
+	free(path);
 	if (rc)
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	rc = ktune__db_query(db, &f, show_one, &s, &e);

@@ -100,7 +100,7 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 	const char *device_list = NULL;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		int r = cli_common("sweep", c, optarg, cli);
 		if (!r)
 			r = cli_tune_option("sweep", c, optarg, &o);
@@ -117,7 +117,7 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("sweep", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("sweep", c, argv);
 	}
 	if (argc - optind > 1)
 		return cli_usage_error("sweep", "expected at most one spec file, got %d", argc - optind);

@@ -94,7 +94,7 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 	key.dtype = op ? op->dtypes[0] : KTUNE_F16;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hm:n:k:", opts, NULL)) != -1) {
 		int r = cli_common("tune", c, optarg, cli);
 		if (!r)
 			r = cli_tune_option("tune", c, optarg, &o);
@@ -125,7 +125,7 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("tune", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("tune", c, argv);
 	}
 	if (!op)
 		return cli_usage_error("tune", "which op? one of %s, e.g. 'ktune tune gemm -m 16 -n 4096 -k 4096'",

@@ -22,7 +22,7 @@ int cmd_verify(int argc, char **argv, struct cli *cli)
 	int c, n, rc = EXIT_OK, failed = 0;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "hm:n:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hm:n:k:", opts, NULL)) != -1) {
 		int r = cli_common("verify", c, optarg, cli);
 		if (!r)
 			r = cli_filter("verify", c, optarg, &f);
@@ -31,7 +31,7 @@ int cmd_verify(int argc, char **argv, struct cli *cli)
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
-			return cli_usage_error("verify", "unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option("verify", c, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);

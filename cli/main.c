@@ -1,6 +1,7 @@
 /*
  * main.c - the ktune command: finds the subcommand in the table and runs it.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,8 @@ const struct cmd cli_commands[] = {
 	  "merges it into that machine's database.  Entries that an import would refuse\n"
 	  "(say, a configuration no longer in the template's space) are left out with\n"
 	  "a warning.  Default: to stdout.\n\n"
-	  "  -o, --output FILE      write FILE atomically instead of stdout\n"
+	  "  -o, --output FILE      write FILE atomically instead of stdout (a new file or\n"
+	  "                         a regular one: a symlink, device or directory is refused)\n"
 	  "  --format sqlite        a standalone SQLite database instead (needs -o)\n"
 	  "  --force                replace an existing SQLite FILE\n"
 	  "  --defaults             one entry per key and arch: the config best on average\n"
@@ -74,7 +76,9 @@ const struct cmd cli_commands[] = {
 	  "the database in one transaction, and prints what was added, replaced, kept\n"
 	  "and skipped, and why.  The file is untrusted: every field is checked, and a\n"
 	  "malformed file is refused whole (file:line: field: what is wrong) with\n"
-	  "nothing written.  Entries tuned for another template source are skipped.\n\n"
+	  "nothing written; an SQLite file whose schema is not ktune's is refused\n"
+	  "unread.  Entries tuned for another source of their family's template are\n"
+	  "skipped (docs/security.md).\n\n"
 	  "  --policy faster  for a key on both sides from the same device: the faster\n"
 	  "                   if both used the same measurement protocol, else ours (default)\n"
 	  "  --policy ours    keep ours\n"
@@ -219,6 +223,33 @@ int cli_error(int code, const char *fmt, ...)
 	return code;
 }
 
+int cli_bad_option(const char *name, int opt, char **argv)
+{
+	if (opt == ':')
+		return cli_usage_error(name, "option '%s' needs a value", argv[optind - 1]);
+	return cli_usage_error(name, "unknown option '%s'", argv[optind - 1]);
+}
+
+int cli_db_path(const struct cli *cli, char **out)
+{
+	struct ktune_err e;
+	int rc;
+
+	*out = NULL;
+	if (cli->db_path) {
+		if ((rc = ktune__path_check(cli->db_path, "--db", &e)) == KTUNE_OK &&
+		    !(*out = strdup(cli->db_path)))
+			rc = ktune__fail(&e, KTUNE_ERR_NOMEM, "out of memory");
+	} else {
+		rc = ktune__default_db_path(out, &e);
+	}
+	if (rc) {
+		cli_error(EXIT_USAGE, "%s", e.msg);
+		return -1;
+	}
+	return 0;
+}
+
 int cli_parse_int(const char *name, const char *what, const char *arg, long min, long max,
 		  long *out)
 {
@@ -237,6 +268,11 @@ int cli_common(const char *name, int opt, const char *arg, struct cli *cli)
 	long v;
 	switch (opt) {
 	case 'D':
+		if (strlen(arg) >= PATH_MAX) {
+			cli_usage_error(name, "--db path of %zu bytes is longer than the system allows (%d)",
+					strlen(arg), PATH_MAX - 1);
+			return -1;
+		}
 		cli->db_path = arg;
 		return 1;
 	case 'G':
@@ -366,7 +402,7 @@ const char *cli_worker_exe(void)
 	static char path[4096];
 	if (!path[0]) {
 		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-		if (n <= 0)
+		if (n <= 0 || (size_t)n >= sizeof(path) - 1) /* none, or cut: run it by its link */
 			snprintf(path, sizeof(path), "%s", "/proc/self/exe");
 		else
 			path[n] = 0;

@@ -82,9 +82,12 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
 /*
  * Opens a context on CUDA device `device` (an ordinal) using the tuning
  * database at `db_path`; NULL means the default path: $KTUNE_DB, else
- * $XDG_CACHE_HOME/ktune/ktune.db, else ~/.cache/ktune/ktune.db; "" means no
- * database.  A missing database is not an error: dispatch then uses
- * built-in defaults.  The context
+ * $XDG_CACHE_HOME/ktune/ktune.db, else ~/.cache/ktune/ktune.db, a default
+ * folder that another user owns or others may write to being skipped; ""
+ * means no database.  The database is opened read-only and never changed.
+ * A missing database is not an error: dispatch then uses the shipped tuning
+ * and built-in defaults.  A path longer than the system allows is
+ * KTUNE_ERR_INVALID.  The context
  * uses the device's primary context, so pointers from cudaMalloc work.
  *
  * On success stores a new context in *out and returns KTUNE_OK.  On failure

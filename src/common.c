@@ -7,13 +7,16 @@
 #define _GNU_SOURCE /* mkostemp */
 #endif
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,7 +41,46 @@ static int errno_status(int err)
 	return err == ENOENT ? KTUNE_ERR_NOT_FOUND : KTUNE_ERR_IO;
 }
 
-int ktune__read_file(const char *path, size_t max_bytes, char **out, size_t *len,
+int ktune__path_check(const char *path, const char *what, struct ktune_err *e)
+{
+	size_t n;
+
+	if (!path || !*path)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "%s: the path is empty", what);
+	n = strlen(path);
+	if (n >= PATH_MAX)
+		return ktune__fail(e, KTUNE_ERR_INVALID,
+				   "%s path '%.40s...' is %zu bytes, longer than the system allows (%d)",
+				   what, path, n, PATH_MAX - 1);
+	return KTUNE_OK;
+}
+
+const char *ktune__file_kind(unsigned mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return "a regular file";
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a FIFO";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFSOCK:
+		return "a socket";
+	case S_IFLNK:
+		return "a symbolic link";
+	}
+	return "not a regular file";
+}
+
+/*
+ * Opened without blocking (a FIFO with no writer would block open() for
+ * good) and checked with fstat before a byte is read: only a regular file.
+ */
+static int read_file(const char *path, size_t max_bytes, int private, char **out, size_t *len,
 		     struct ktune_err *e)
 {
 	struct stat st;
@@ -52,8 +94,10 @@ int ktune__read_file(const char *path, size_t max_bytes, char **out, size_t *len
 		*len = 0;
 	if (!path || !*path)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot read a file with an empty path");
+	if ((ret = ktune__path_check(path, "file", e)) != KTUNE_OK)
+		return ret;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (private ? O_NOFOLLOW : 0));
 	if (fd < 0) {
 		ret = ktune__fail(e, errno_status(errno), "cannot open '%s': %s", path,
 				  strerror(errno));
@@ -67,18 +111,29 @@ int ktune__read_file(const char *path, size_t max_bytes, char **out, size_t *len
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot read '%s': is a directory", path);
 		goto out;
 	}
-	if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > max_bytes) {
+	if (!S_ISREG(st.st_mode)) {
+		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot read '%s': is %s, not a regular file",
+				  path, ktune__file_kind(st.st_mode));
+		goto out;
+	}
+	if (private && (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+		ret = ktune__fail(e, KTUNE_ERR_IO,
+				  "cannot trust '%s': %s", path,
+				  st.st_uid != geteuid() ? "another user owns it"
+							 : "others may write to it");
+		goto out;
+	}
+	if ((uintmax_t)st.st_size > max_bytes) {
 		ret = ktune__fail(e, KTUNE_ERR_IO,
 				  "cannot read '%s': %jd bytes, larger than the limit of %zu bytes",
 				  path, (intmax_t)st.st_size, max_bytes);
 		goto out;
 	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 
-	/* Read one byte past the limit to notice a file that grew or has no size (a pipe). */
+	/* Read one byte past the limit to notice a file that grew or has no size (/proc). */
 	limit = max_bytes < SIZE_MAX - 1 ? max_bytes + 1 : SIZE_MAX - 1;
-	cap = 4096;
-	if (S_ISREG(st.st_mode))
-		cap = (size_t)st.st_size + 1;
+	cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;
 	if (cap > limit)
 		cap = limit;
 	buf = malloc(cap + 1);
@@ -127,6 +182,18 @@ out:
 		close(fd);
 	free(buf);
 	return ret;
+}
+
+int ktune__read_file(const char *path, size_t max_bytes, char **out, size_t *len,
+		     struct ktune_err *e)
+{
+	return read_file(path, max_bytes, 0, out, len, e);
+}
+
+int ktune__read_private_file(const char *path, size_t max_bytes, char **out, size_t *len,
+			     struct ktune_err *e)
+{
+	return read_file(path, max_bytes, 1, out, len, e);
 }
 
 /*
@@ -180,22 +247,81 @@ static int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
+/*
+ * Removes the temp files ".<base>.tmp-XXXXXX" that a killed writer left in
+ * dir: a writer holds an flock on its temp file until it is renamed, so one
+ * we can lock is nobody's.  Best effort: anything odd is left alone.
+ */
+static void remove_stale_temps(const char *dir, const char *base)
+{
+	size_t blen = strlen(base);
+	struct dirent *d;
+	DIR *dp;
+	int dfd;
+
+	if (!(dp = opendir(dir)))
+		return;
+	dfd = dirfd(dp);
+	while ((d = readdir(dp)) != NULL) {
+		const char *n = d->d_name;
+		struct stat st;
+		int fd;
+
+		if (n[0] != '.' || strncmp(n + 1, base, blen) != 0 ||
+		    strncmp(n + 1 + blen, ".tmp-", 5) != 0 || strlen(n + 1 + blen + 5) != 6)
+			continue;
+		fd = openat(dfd, n, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(dfd, n, 0); /* still locked: a writer that waits sees it gone */
+		close(fd);
+	}
+	closedir(dp);
+}
+
+static int write_atomic(const char *path, const void *data, size_t len, int mode,
+			struct ktune_err *e);
+
 int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 			     struct ktune_err *e)
 {
+	return write_atomic(path, data, len, -1, e);
+}
+
+int ktune__write_private_file(const char *path, const void *data, size_t len,
+			      struct ktune_err *e)
+{
+	return write_atomic(path, data, len, 0600, e);
+}
+
+/* mode -1: the mode of the file it replaces, or a new file's (0666 less the umask). */
+static int write_atomic(const char *path, const void *data, size_t len, int mode,
+			struct ktune_err *e)
+{
 	const char *base;
 	char *tmp = NULL, *dir = NULL;
+	struct stat st;
 	size_t dirlen;
-	int fd = -1, dfd, ret = KTUNE_OK, have_tmp = 0;
+	int fd = -1, dfd, ret = KTUNE_OK, have_tmp = 0, tries;
 
 	if (!path || !*path)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot write a file with an empty path");
+	if ((ret = ktune__path_check(path, "output", e)) != KTUNE_OK)
+		return ret;
 	if (len > 0 && !data)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot write '%s': no data", path);
 	base = strrchr(path, '/');
 	base = base ? base + 1 : path;
 	if (!*base)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot write '%s': is a directory", path);
+	/* rename() replaces whatever is there: only a regular file may be */
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return ktune__fail(e, KTUNE_ERR_IO,
+				   "cannot write '%s': it is %s, and only a regular file is replaced%s",
+				   path, ktune__file_kind(st.st_mode),
+				   S_ISLNK(st.st_mode) ? " (give the path it points to)" : "");
 
 	/* The temp file is "<dir>/.<name>.tmp-XXXXXX", so that rename() stays on one filesystem. */
 	dirlen = (size_t)(base - path);
@@ -205,27 +331,36 @@ int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 		ret = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory writing '%s'", path);
 		goto out;
 	}
-	sprintf(tmp, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
 	if (dirlen == 0)
 		strcpy(dir, ".");
 	else if (dirlen == 1)
 		strcpy(dir, "/");
 	else
 		sprintf(dir, "%.*s", (int)dirlen - 1, path);
+	remove_stale_temps(dir, base);
 
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		ret = ktune__fail(e, errno_status(errno),
-				  "cannot create a temporary file for '%s': %s", path,
-				  strerror(errno));
-		goto out;
+	for (tries = 0;; tries++) {
+		sprintf(tmp, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
+		fd = mkostemp(tmp, O_CLOEXEC);
+		if (fd < 0) {
+			ret = ktune__fail(e, errno_status(errno),
+					  "cannot create a temporary file for '%s': %s", path,
+					  strerror(errno));
+			goto out;
+		}
+		have_tmp = 1;
+		/* locked until renamed: another writer's cleanup leaves it alone */
+		if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0 || st.st_nlink > 0 || tries >= 3)
+			break;
+		close(fd); /* removed as stale before we locked it: again */
+		fd = -1;
+		have_tmp = 0;
 	}
-	have_tmp = 1;
 	if (write_all(fd, data, len) != 0) {
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
 		goto out;
 	}
-	if (fchmod(fd, new_file_mode(path)) != 0) {
+	if (fchmod(fd, mode >= 0 ? (mode_t)mode : new_file_mode(path)) != 0) {
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot set the mode of '%s': %s", path,
 				  strerror(errno));
 		goto out;
@@ -234,18 +369,18 @@ int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot sync '%s': %s", path, strerror(errno));
 		goto out;
 	}
-	if (close(fd) != 0) {
-		fd = -1;
-		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-		goto out;
-	}
-	fd = -1;
 	if (rename(tmp, path) != 0) {
 		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
 				  strerror(errno));
 		goto out;
 	}
 	have_tmp = 0;
+	if (close(fd) != 0) {
+		fd = -1;
+		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+		goto out;
+	}
+	fd = -1;
 
 	/* Make the rename itself durable; some filesystems cannot sync a directory. */
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -259,10 +394,10 @@ int ktune__write_file_atomic(const char *path, const void *data, size_t len,
 				  strerror(errno));
 	close(dfd);
 out:
-	if (fd >= 0)
-		close(fd);
 	if (have_tmp)
 		unlink(tmp);
+	if (fd >= 0)
+		close(fd);
 	free(tmp);
 	free(dir);
 	return ret;
@@ -316,47 +451,89 @@ out:
 	return ret;
 }
 
-static int format_path(char *buf, size_t len, const char *fmt, const char *a, const char *b)
+/* A malloc'd "<a><b>", refused if longer than the system allows. */
+static int join_path(char **out, const char *a, const char *b, const char *what,
+		     struct ktune_err *e)
 {
-	int n;
+	char *p = malloc(strlen(a) + strlen(b) + 1);
+	int ret;
 
-	if (!buf || len == 0)
-		return KTUNE_ERR_INVALID;
-	n = snprintf(buf, len, fmt, a, b);
-	if (n < 0 || (size_t)n >= len) {
-		buf[0] = '\0';
-		return KTUNE_ERR_INVALID;
+	*out = NULL;
+	if (!p)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	strcpy(p, a);
+	strcat(p, b);
+	if ((ret = ktune__path_check(p, what, e)) != KTUNE_OK) {
+		free(p);
+		return ret;
 	}
+	*out = p;
 	return KTUNE_OK;
 }
 
-int ktune__cache_dir(char *buf, size_t len)
+int ktune__dir_trusted(const char *dir)
+{
+	struct stat st;
+	char *parent = strdup(dir), *slash;
+	int ok = 1;
+
+	if (!parent)
+		return 0;
+	slash = strrchr(parent, '/');
+	if (slash && slash != parent)
+		*slash = '\0';
+	else if (slash)
+		slash[1] = '\0';
+	else
+		strcpy(parent, ".");
+	if (stat(dir, &st) == 0 &&
+	    (!S_ISDIR(st.st_mode) || (st.st_uid != geteuid() && st.st_uid != 0) ||
+	     (st.st_mode & (S_IWGRP | S_IWOTH))))
+		ok = 0;
+	/* a parent others may write to is fine when sticky (/tmp): they cannot rename ours */
+	if (ok && stat(parent, &st) == 0 &&
+	    ((st.st_uid != geteuid() && st.st_uid != 0) ||
+	     ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))))
+		ok = 0;
+	free(parent);
+	return ok;
+}
+
+int ktune__cache_dir(char **out, struct ktune_err *e)
 {
 	const char *xdg = getenv("XDG_CACHE_HOME");
 	const char *home = getenv("HOME");
+	char shared[64];
 
 	if (xdg && *xdg)
-		return format_path(buf, len, "%s%s", xdg, "/ktune");
+		return join_path(out, xdg, "/ktune", "cache", e);
 	if (home && *home)
-		return format_path(buf, len, "%s%s", home, "/.cache/ktune");
-	return format_path(buf, len, "%s%s", "/tmp/ktune-cache", "");
+		return join_path(out, home, "/.cache/ktune", "cache", e);
+	/* no home: a folder of this user's own under /tmp, never one shared by all */
+	snprintf(shared, sizeof(shared), "/tmp/ktune-cache-%lu", (unsigned long)geteuid());
+	return join_path(out, shared, "", "cache", e);
 }
 
-int ktune__default_db_path(char *buf, size_t len)
+int ktune__default_db_path(char **out, struct ktune_err *e)
 {
 	const char *env = getenv("KTUNE_DB");
-	char dir[4096];
+	char *dir = NULL;
 	int ret;
 
+	*out = NULL;
 	if (env && *env)
-		return format_path(buf, len, "%s%s", env, "");
-	ret = ktune__cache_dir(dir, sizeof(dir));
-	if (ret != KTUNE_OK) {
-		if (buf && len)
-			buf[0] = '\0';
+		return join_path(out, env, "", "KTUNE_DB", e);
+	if ((ret = ktune__cache_dir(&dir, e)) != KTUNE_OK)
 		return ret;
-	}
-	return format_path(buf, len, "%s%s", dir, "/ktune.db");
+	/* results steer what runs: the default folder is trusted as the cubin cache is */
+	if (!ktune__dir_trusted(dir))
+		ret = ktune__fail(e, KTUNE_ERR_IO,
+				  "the default database folder '%s' (or its parent) belongs to another user or others may write to it: give --db or set KTUNE_DB",
+				  dir);
+	else
+		ret = join_path(out, dir, "/ktune.db", "database", e);
+	free(dir);
+	return ret;
 }
 
 /* SHA-256 as FIPS 180-4 section 6.2 gives it. */

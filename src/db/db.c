@@ -356,12 +356,16 @@ static uint32_t be32(const unsigned char *p)
 
 static int file_exists(const char *path, const char *suffix)
 {
-	char buf[4096];
+	char *buf = malloc(strlen(path) + strlen(suffix) + 1);
 	struct stat st;
+	int ret;
 
-	if ((size_t)snprintf(buf, sizeof(buf), "%s%s", path, suffix) >= sizeof(buf))
+	if (!buf)
 		return 1; /* unknown: assume it does, which only skips a check */
-	return stat(buf, &st) == 0;
+	sprintf(buf, "%s%s", path, suffix);
+	ret = stat(buf, &st) == 0;
+	free(buf);
+	return ret;
 }
 
 /*
@@ -379,7 +383,7 @@ static int check_header(const char *path, const struct stat *st, struct ktune_er
 
 	if (st->st_size == 0)
 		return KTUNE_OK;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never blocks, should it be a FIFO now */
 	if (fd < 0)
 		return ktune__fail(e, KTUNE_ERR_IO, "cannot open database '%s': %s", path,
 				   strerror(errno));
@@ -465,7 +469,8 @@ static int make_parent(const char *path, struct ktune_err *e)
 static int writable(const char *path)
 {
 	const char *slash = strrchr(path, '/');
-	char dir[4096];
+	char *dir;
+	int ret;
 
 	if (access(path, W_OK) != 0)
 		return 0;
@@ -473,11 +478,11 @@ static int writable(const char *path)
 		return access(".", W_OK) == 0;
 	if (slash == path)
 		return access("/", W_OK) == 0;
-	if ((size_t)(slash - path) >= sizeof(dir))
+	if (!(dir = strndup(path, (size_t)(slash - path))))
 		return 1; /* let SQLite find out */
-	memcpy(dir, path, (size_t)(slash - path));
-	dir[slash - path] = '\0';
-	return access(dir, W_OK) == 0;
+	ret = access(dir, W_OK) == 0;
+	free(dir);
+	return ret;
 }
 
 /* The message for an SQLite failure while first reading a file. */
@@ -636,23 +641,33 @@ out:
 	return ret;
 }
 
-int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e)
+/* The oldest schema a reader reads as it is (5 only added a version). */
+#define READ_MIN_VERSION 4
+
+/*
+ * Opens the database at path.  A writer (mode 'w', 'c' to create it) gets
+ * it in WAL mode and migrated; a reader (mode 'r') opens it read-only and
+ * changes nothing in it: no journal mode, no migration.
+ */
+static int open_db(const char *path, char mode, struct ktune_db **out, struct ktune_err *e)
 {
 	struct ktune_db *db = NULL;
 	struct stat st;
 	long version = 0;
-	int rc, flags = SQLITE_OPEN_READWRITE, ret = KTUNE_OK;
+	int rc, flags = mode == 'r' ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE, ret = KTUNE_OK;
 
 	if (out)
 		*out = NULL;
 	if (!path || !*path || !out)
 		return ktune__fail(e, KTUNE_ERR_INVALID, "cannot open a database without a path");
+	if ((ret = ktune__path_check(path, "database", e)) != KTUNE_OK)
+		return ret;
 
 	if (stat(path, &st) != 0) {
 		if (errno != ENOENT)
 			return ktune__fail(e, KTUNE_ERR_IO, "cannot open database '%s': %s", path,
 					   strerror(errno));
-		if (!create)
+		if (mode != 'c')
 			return ktune__fail(e, KTUNE_ERR_NOT_FOUND,
 					   "cannot open database '%s': no such file", path);
 		flags |= SQLITE_OPEN_CREATE;
@@ -660,7 +675,12 @@ int ktune__db_open(const char *path, int create, struct ktune_db **out, struct k
 	} else if (S_ISDIR(st.st_mode)) {
 		return ktune__fail(e, KTUNE_ERR_DB, "cannot open database '%s': is a directory",
 				   path);
-	} else if (st.st_size == 0 && !create) {
+	} else if (!S_ISREG(st.st_mode)) {
+		/* SQLite would block on a FIFO, and write a -journal beside a device */
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "cannot open database '%s': it is %s, not a regular file", path,
+				   ktune__file_kind(st.st_mode));
+	} else if (st.st_size == 0 && mode != 'c') {
 		/* an empty file holds no results, and a reader must not write a schema into it */
 		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "database '%s' is empty", path);
 	} else {
@@ -689,15 +709,37 @@ int ktune__db_open(const char *path, int create, struct ktune_db **out, struct k
 	 */
 	sqlite3_busy_timeout(db->h, KTUNE_DB_BUSY_TIMEOUT_MS);
 
-	if ((ret = inspect(db, &version, e)) != KTUNE_OK ||
-	    (ret = configure(db, e)) != KTUNE_OK ||
-	    (ret = migrate(db, version, e)) != KTUNE_OK)
+	if ((ret = inspect(db, &version, e)) != KTUNE_OK)
 		goto out;
+	if (mode == 'r') {
+		if (version == 0) {
+			ret = ktune__fail(e, KTUNE_ERR_DB, "database '%s' holds no ktune tables", path);
+			goto out;
+		}
+		if (version < READ_MIN_VERSION) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' has schema version %ld, older than this ktune's (%d): a ktune command that writes to it (sweep, tune, import) migrates it",
+					  path, version, KTUNE_DB_SCHEMA_VERSION);
+			goto out;
+		}
+	} else if ((ret = configure(db, e)) != KTUNE_OK || (ret = migrate(db, version, e)) != KTUNE_OK) {
+		goto out;
+	}
 	*out = db;
 	db = NULL;
 out:
 	ktune__db_close(db);
 	return ret;
+}
+
+int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e)
+{
+	return open_db(path, create ? 'c' : 'w', out, e);
+}
+
+int ktune__db_open_read(const char *path, struct ktune_db **out, struct ktune_err *e)
+{
+	return open_db(path, 'r', out, e);
 }
 
 void ktune__db_close(struct ktune_db *db)
@@ -737,7 +779,154 @@ out:
 	return ret;
 }
 
+int ktune__db_open_memory(const char *name, struct ktune_db **out, struct ktune_err *e)
+{
+	struct ktune_db *db = calloc(1, sizeof(*db));
+	int rc, ret;
+
+	*out = NULL;
+	if (!db || !(db->path = strdup(name))) {
+		free(db);
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory opening database '%s'", name);
+	}
+	rc = sqlite3_open_v2(":memory:", &db->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+	if (rc != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot open database '%s': %s", name,
+				  db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
+		ktune__db_close(db);
+		return ret;
+	}
+	if ((ret = migrate(db, 0, e)) != KTUNE_OK) {
+		ktune__db_close(db);
+		return ret;
+	}
+	*out = db;
+	return KTUNE_OK;
+}
+
 /* An untrusted source, opened read-only: the database an import reads (share-read.c). */
+
+/* Copies s for a message, every byte that is not printable ASCII as '?'. */
+static const char *printable_copy(const unsigned char *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (; s && *s && n + 1 < len; s++)
+		buf[n++] = *s >= 0x20 && *s < 0x7f ? (char)*s : '?';
+	buf[n] = '\0';
+	return buf;
+}
+
+/* A text column, "" for NULL (a hostile sqlite_master may hold one). */
+static const char *column_or_empty(sqlite3_stmt *st, int col)
+{
+	const unsigned char *s = sqlite3_column_text(st, col);
+
+	return s ? (const char *)s : "";
+}
+
+/*
+ * A file's schema is code to SQLite: a generated column, an expression
+ * index, a CHECK constraint or a trigger runs as rows are read or checked.
+ * So the schema of an untrusted file must be, object for object and text
+ * for text, the one ktune's migrations write (an in-memory database made
+ * by them), before any of its rows is read.
+ */
+static int check_schema(struct ktune_db *db, struct ktune_err *e)
+{
+	static const char sql[] = "SELECT type, name, tbl_name, sql FROM sqlite_master"
+				  " ORDER BY type, name";
+	struct ktune_db *ref = NULL;
+	sqlite3_stmt *theirs = NULL, *ours = NULL;
+	char name[80];
+	int rt, ro, i, ret;
+
+	if ((ret = ktune__db_open_memory("reference", &ref, e)) != KTUNE_OK)
+		return ret;
+	if (sqlite3_prepare_v2(ref->h, sql, -1, &ours, NULL) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read ktune's schema: %s",
+				  sqlite3_errmsg(ref->h));
+		goto out;
+	}
+	if (sqlite3_prepare_v2(db->h, sql, -1, &theirs, NULL) != SQLITE_OK) {
+		ret = open_failure(db, "open", e);
+		goto out;
+	}
+	for (;;) {
+		rt = sqlite3_step(theirs);
+		ro = sqlite3_step(ours);
+		if (rt != SQLITE_ROW && rt != SQLITE_DONE) {
+			ret = open_failure(db, "open", e);
+			goto out;
+		}
+		if (rt == SQLITE_DONE && ro == SQLITE_DONE)
+			break;
+		/* in the order of (type, name): the lesser is missing on the other side */
+		int order = rt == SQLITE_DONE ? 1 : ro == SQLITE_DONE ? -1 : 0;
+		for (i = 0; i < 2 && !order; i++)
+			order = strcmp(column_or_empty(theirs, i), column_or_empty(ours, i));
+		if (order > 0) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' is not a ktune database: it lacks %s '%s'",
+					  db->path, sqlite3_column_text(ours, 0),
+					  sqlite3_column_text(ours, 1));
+			goto out;
+		}
+		for (i = 0; i < 4; i++) {
+			const unsigned char *a = sqlite3_column_text(theirs, i);
+			const unsigned char *b = ro == SQLITE_ROW ? sqlite3_column_text(ours, i) : NULL;
+
+			if (ro != SQLITE_ROW || (!a) != (!b) ||
+			    (a && (sqlite3_column_bytes(theirs, i) != sqlite3_column_bytes(ours, i) ||
+				   strcmp((const char *)a, (const char *)b) != 0)))
+				break;
+		}
+		if (i < 4) {
+			ret = ktune__fail(e, KTUNE_ERR_DB,
+					  "database '%s' is not a ktune export: its %s '%s' is not %s, and is refused unread",
+					  db->path,
+					  printable_copy(sqlite3_column_text(theirs, 0), name, 16),
+					  printable_copy(sqlite3_column_text(theirs, 1), name + 16,
+							 sizeof(name) - 16),
+					  order ? "one of ktune's" : "as ktune writes it");
+			goto out;
+		}
+	}
+	ret = KTUNE_OK;
+out:
+	sqlite3_finalize(theirs);
+	sqlite3_finalize(ours);
+	ktune__db_close(ref);
+	return ret;
+}
+
+/* The settings of a connection to an untrusted file, before it reads anything. */
+static void distrust(sqlite3 *h)
+{
+	/* the schema is the file's own: run nothing it defines, write nothing */
+	sqlite3_db_config(h, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+#ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
+	sqlite3_db_config(h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+#endif
+	sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, NULL);
+#ifdef SQLITE_DBCONFIG_ENABLE_VIEW
+	sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_VIEW, 0, NULL);
+#endif
+	sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
+	/* no value or statement larger than an export's needs (SQLite's own advice) */
+	sqlite3_limit(h, SQLITE_LIMIT_LENGTH, 1000000);
+	sqlite3_limit(h, SQLITE_LIMIT_SQL_LENGTH, 100000);
+	sqlite3_limit(h, SQLITE_LIMIT_COLUMN, 100);
+	sqlite3_limit(h, SQLITE_LIMIT_EXPR_DEPTH, 10);
+	sqlite3_limit(h, SQLITE_LIMIT_COMPOUND_SELECT, 3);
+	sqlite3_limit(h, SQLITE_LIMIT_VDBE_OP, 25000);
+	sqlite3_limit(h, SQLITE_LIMIT_FUNCTION_ARG, 8);
+	sqlite3_limit(h, SQLITE_LIMIT_ATTACHED, 0);
+	sqlite3_limit(h, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 50);
+	sqlite3_limit(h, SQLITE_LIMIT_VARIABLE_NUMBER, 10);
+	sqlite3_limit(h, SQLITE_LIMIT_TRIGGER_DEPTH, 1);
+	sqlite3_exec(h, "PRAGMA query_only = ON", NULL, NULL, NULL);
+}
 
 int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktune_err *e)
 {
@@ -769,18 +958,13 @@ int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktun
 		goto out;
 	}
 	sqlite3_busy_timeout(db->h, KTUNE_DB_BUSY_TIMEOUT_MS); /* it may be another sweep's */
-	/* The schema is the file's own: run nothing it defines, write nothing. */
-	sqlite3_db_config(db->h, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-#ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
-	sqlite3_db_config(db->h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-#endif
-	sqlite3_exec(db->h, "PRAGMA query_only = ON", NULL, NULL, NULL);
-	if ((ret = inspect(db, &version, e)) != KTUNE_OK)
+	distrust(db->h);
+	if ((ret = inspect(db, &version, e)) != KTUNE_OK || (ret = check_schema(db, e)) != KTUNE_OK)
 		goto out;
 	if (version < KTUNE_DB_SCHEMA_VERSION) {
 		ret = ktune__fail(e, KTUNE_ERR_DB,
 				  "database '%s' has schema version %ld, older than this ktune's (%d): "
-				  "open it once with 'ktune show --db' to migrate it",
+				  "a ktune command that writes to it (sweep, tune, import) migrates it",
 				  path, version, KTUNE_DB_SCHEMA_VERSION);
 		goto out;
 	}

@@ -83,11 +83,22 @@ struct ktune_filter {
 
 /*
  * Opens (creating it and its directory if `create`) the database at `path`,
- * migrating an older schema.  A file that is not a ktune database, is
- * truncated or has a newer schema gets a clear error naming the path.
+ * migrating an older schema, for a command that writes.  A file that is not
+ * a ktune database, is truncated, has a newer schema, or is not a regular
+ * file (a FIFO, a device) gets a clear error naming the path; a path longer
+ * than the system allows is refused, never cut.
  */
 int ktune__db_open(const char *path, int create, struct ktune_db **out, struct ktune_err *e);
 void ktune__db_close(struct ktune_db *db); /* NULL is a no-op */
+
+/*
+ * Opens an existing database read-only for a command that only reads (show,
+ * export, info, the runtime's lookups): it writes nothing into the file,
+ * neither a journal mode nor a migration.  A schema older than version 4
+ * is refused (a command that writes migrates it); a missing or empty file is
+ * KTUNE_ERR_NOT_FOUND.
+ */
+int ktune__db_open_read(const char *path, struct ktune_db **out, struct ktune_err *e);
 
 /*
  * Stores a result, replacing the one for the same (device, key), and its
@@ -208,10 +219,21 @@ const char *ktune__db_path(const struct ktune_db *db);
 
 /*
  * Opens an existing database read-only, without migrating, configuring or
- * otherwise changing it: the source of an import, which is untrusted.  An
- * older schema is refused too (ktune opens it for writing once to migrate it).
+ * otherwise changing it: the source of an import, which is untrusted.  The
+ * connection is defensive (SQLITE_DBCONFIG_DEFENSIVE, trusted_schema off, no
+ * triggers or views, low limits on lengths and SQL), and the file's schema
+ * must be exactly the one ktune writes before a row is read: a generated
+ * column, an expression index or a trigger is refused unread.  An older
+ * schema is refused too (a command that writes to it migrates it).
  */
 int ktune__db_open_readonly(const char *path, struct ktune_db **out, struct ktune_err *e);
+
+/*
+ * A new database in memory with the current schema (every migration
+ * applied); `name` stands for its path in messages.  What a standalone
+ * export is built in, and the schema an untrusted file is compared with.
+ */
+int ktune__db_open_memory(const char *name, struct ktune_db **out, struct ktune_err *e);
 
 /* What an import did with one entry. */
 enum ktune_import_outcome {
@@ -246,8 +268,10 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 
 /*
  * Writes the results into a new standalone database file at path (no WAL or
- * journal beside it, no trials), atomically: a temporary file renamed over
- * path.  An existing path is refused unless force.
+ * journal beside it, no trials): built in memory, then written by
+ * ktune__write_file_atomic (a locked temp file renamed over path, which
+ * must be a regular file if it exists).  An existing path is refused unless
+ * force.
  */
 int ktune__db_write_standalone(const char *path, const struct ktune_result *rs, long n,
 			       int force, struct ktune_err *e);

@@ -5,15 +5,13 @@
  * an import is opened read-only by ktune__db_open_readonly (db.c).
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* mkstemp, fchmod, lstat under -std=c11 */
+#define _GNU_SOURCE /* lstat under -std=c11 */
 #endif
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -70,15 +68,19 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 	struct ktune_result ours;
 	sqlite3_stmt *ins = NULL;
 	long i;
-	int ret, found;
+	int ret = KTUNE_OK, found;
 
 	if (counts)
 		memset(counts, 0, sizeof(*counts));
 	if (!db || n < 0 || (n > 0 && !rs))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to import results");
-	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
+	/* a dry run only reads (its database may be open read-only): the same decisions, no writes */
+	if (dry_run && sqlite3_exec(db->h, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				   sqlite3_errmsg(db->h));
+	if (!dry_run && (ret = ktune__db_begin(db, e)) != KTUNE_OK)
 		return ret;
-	if ((ret = ktune__db_prepare(db, sql_import_result, &ins, e)) != KTUNE_OK)
+	if (!dry_run && (ret = ktune__db_prepare(db, sql_import_result, &ins, e)) != KTUNE_OK)
 		goto out;
 	for (i = 0; i < n; i++) {
 		const struct ktune_result *r = &rs[i];
@@ -102,7 +104,7 @@ int ktune__db_import(struct ktune_db *db, const struct ktune_result *rs,
 			} else {
 				item.outcome = KTUNE_IMPORT_KEPT;
 			}
-			if (item.outcome != KTUNE_IMPORT_KEPT &&
+			if (item.outcome != KTUNE_IMPORT_KEPT && !dry_run &&
 			    (ret = import_one(db, ins, r, e)) != KTUNE_OK)
 				goto out;
 		}
@@ -138,61 +140,37 @@ out:
 	return ret;
 }
 
+/*
+ * Built in memory and written as one file by ktune__write_file_atomic: no
+ * SQLite journal, WAL or temporary database ever lies beside the output, so
+ * a killed export leaves at most the locked temp file of that write, which
+ * the next write of the same output removes.
+ */
 int ktune__db_write_standalone(const char *path, const struct ktune_result *rs, long n,
 			       int force, struct ktune_err *e)
 {
 	struct ktune_db *db = NULL;
+	unsigned char *bytes = NULL;
+	sqlite3_int64 size = 0;
 	struct stat st;
-	char *tmp = NULL;
-	int fd, ret;
+	int ret;
 
 	if (!path || !*path || n < 0 || (n > 0 && !rs))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to write a database");
 	if (!force && lstat(path, &st) == 0)
 		return ktune__fail(e, KTUNE_ERR_IO, "'%s' exists: give --force to replace it", path);
-	tmp = malloc(strlen(path) + sizeof(".tmp-XXXXXX"));
-	if (!tmp)
-		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory writing '%s'", path);
-	sprintf(tmp, "%s.tmp-XXXXXX", path);
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot create a temporary file for '%s': %s",
-				  path, strerror(errno));
-		free(tmp);
-		return ret;
-	}
-	fchmod(fd, 0644); /* mkstemp makes it private; an export is meant to be shared */
-	close(fd);
-	if ((ret = ktune__db_open(tmp, 1, &db, e)) != KTUNE_OK ||
+	if ((ret = ktune__db_open_memory(path, &db, e)) != KTUNE_OK ||
 	    (ret = ktune__db_import(db, rs, NULL, n, KTUNE_POLICY_THEIRS, 0, NULL, NULL, e)) !=
 		    KTUNE_OK)
 		goto out;
-	/* One self-contained file: back out of WAL, which checkpoints and removes the -wal. */
-	if (sqlite3_exec(db->h, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL) != SQLITE_OK) {
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot finish database '%s': %s", path,
-				  sqlite3_errmsg(db->h));
+	bytes = sqlite3_serialize(db->h, "main", &size, 0);
+	if (!bytes) {
+		ret = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory writing database '%s'", path);
 		goto out;
 	}
-	if (sqlite3_close(db->h) != SQLITE_OK) {
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot close database '%s': %s", path,
-				  sqlite3_errmsg(db->h));
-		goto out;
-	}
-	db->h = NULL;
-	if (rename(tmp, path) != 0)
-		ret = ktune__fail(e, KTUNE_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-				  strerror(errno));
+	ret = ktune__write_file_atomic(path, bytes, (size_t)size, e);
 out:
+	sqlite3_free(bytes);
 	ktune__db_close(db);
-	if (ret != KTUNE_OK) {
-		char side[4200];
-
-		unlink(tmp);
-		snprintf(side, sizeof(side), "%s-wal", tmp);
-		unlink(side);
-		snprintf(side, sizeof(side), "%s-shm", tmp);
-		unlink(side);
-	}
-	free(tmp);
 	return ret;
 }

@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
 #include <yaml.h>
 
+#include "db/db-internal.h"
 #include "db/share.h"
 #include "db/share-fields.h"
 #include "yaml-read.h"
@@ -143,65 +145,77 @@ static int parse_real(const char *s, double *out)
 	return 0; /* an overflow gives inf, which the range check refuses */
 }
 
+/*
+ * Sets one field of res from its text, as a YAML scalar or an SQLite value
+ * holds it: the one conversion and range check of an imported field,
+ * whichever format it came in.  On failure e says what is wrong, without
+ * where ("'abc' is not an integer").
+ */
+static int set_field(const struct ktune_share_field *f, struct ktune_result *res, const char *s,
+		     struct ktune_err *e)
+{
+	char *p = (char *)res + f->off;
+	char q[96];
+	double d;
+	long v;
+	int rc;
+
+	switch (f->kind) {
+	case FIELD_STR:
+	case FIELD_CONFIG:
+	case FIELD_VARIANT:
+		if (strlen(s) >= f->cap)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is longer than %zu characters",
+					   ktune__share_quote(s, q, 40), f->cap - 1);
+		memset(p, 0, f->cap);
+		memcpy(p, s, strlen(s));
+		return KTUNE_OK;
+	case FIELD_INT:
+	case FIELD_I64:
+		if ((rc = ktune__yaml_long(s, &v)) == -1)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not an integer",
+					   ktune__share_quote(s, q, 64));
+		if (rc || v < f->lo || v > f->hi)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not in %ld..%ld",
+					   ktune__share_quote(s, q, 64), f->lo, f->hi);
+		if (f->kind == FIELD_INT)
+			*(int *)p = (int)v;
+		else
+			*(int64_t *)p = v;
+		return KTUNE_OK;
+	case FIELD_REAL:
+	case FIELD_RATIO:
+		if (parse_real(s, &d) != 0)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not a number",
+					   ktune__share_quote(s, q, 64));
+		if ((rc = ktune__share_check_real(f, d, e)) != KTUNE_OK)
+			return rc;
+		if (f->kind == FIELD_REAL)
+			*(double *)p = d;
+		return KTUNE_OK;
+	case FIELD_DTYPE:
+		if (ktune__dtype_parse(s, &res->key.dtype) != 0)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not one of f16, bf16, f32",
+					   ktune__share_quote(s, q, 64));
+		return KTUNE_OK;
+	}
+	return ktune__fail(e, KTUNE_ERR_PARSE, "unknown field kind");
+}
+
 /* Reads the value of one field (the current event) into r. */
 static int read_field(struct reader *rd, const struct ktune_share_field *f,
 		      struct ktune_result *res, const char *path)
 {
 	const char *s = scalar(rd);
-	char *p = (char *)res + f->off;
-	char q[96];
 	struct ktune_err sub;
-	double d;
-	long v;
-	int rc;
 
 	if (!s)
 		return bad(rd, "%s: expected %s", path,
 			   f->kind == FIELD_STR || f->kind == FIELD_CONFIG ? "a string"
 										  : "a scalar value");
-	switch (f->kind) {
-	case FIELD_STR:
-	case FIELD_CONFIG:
-		if (strlen(s) >= f->cap)
-			return bad(rd, "%s: '%s' is longer than %zu characters", path,
-				   ktune__share_quote(s, q, 40), f->cap - 1);
-		memcpy(p, s, strlen(s) + 1);
-		return 0;
-	case FIELD_INT:
-	case FIELD_I64:
-		if ((rc = ktune__yaml_long(s, &v)) == -1)
-			return bad(rd, "%s: '%s' is not an integer", path, ktune__share_quote(s, q, 64));
-		if (rc || v < f->lo || v > f->hi)
-			return bad(rd, "%s: '%s' is not in %ld..%ld", path, ktune__share_quote(s, q, 64),
-				   f->lo, f->hi);
-		if (f->kind == FIELD_INT)
-			*(int *)p = (int)v;
-		else
-			*(int64_t *)p = v;
-		return 0;
-	case FIELD_REAL:
-	case FIELD_RATIO:
-		if (parse_real(s, &d) != 0)
-			return bad(rd, "%s: '%s' is not a number", path, ktune__share_quote(s, q, 64));
-		if (ktune__share_check_real(f, d, &sub) != KTUNE_OK)
-			return bad(rd, "%s: %s", path, sub.msg);
-		if (f->kind == FIELD_REAL)
-			*(double *)p = d;
-		return 0;
-	case FIELD_DTYPE:
-		if (ktune__dtype_parse(s, &res->key.dtype) != 0)
-			return bad(rd, "%s: '%s' is not one of f16, bf16, f32", path,
-				   ktune__share_quote(s, q, 64));
-		return 0;
-	case FIELD_VARIANT:
-		if (strlen(s) >= f->cap)
-			return bad(rd, "%s: '%s' is longer than %zu characters", path,
-				   ktune__share_quote(s, q, 40), f->cap - 1);
-		memset(p, 0, f->cap);
-		memcpy(p, s, strlen(s));
-		return 0;
-	}
-	return bad(rd, "%s: unknown field kind", path);
+	if (set_field(f, res, s, &sub) != KTUNE_OK)
+		return bad(rd, "%s: %s", path, sub.msg);
+	return 0;
 }
 
 /*
@@ -465,35 +479,132 @@ int ktune__share_is_sqlite(const void *data, size_t len)
 	return len >= 16 && memcmp(data, "SQLite format 3", 16) == 0;
 }
 
-struct load {
-	struct ktune_share *out;
-	const char *path;
-	long row;
-	struct ktune_err *e;
+/*
+ * A standalone SQLite export: where each field of an entry is in the
+ * schema ktune writes (db.c).  The ratio is derived, never stored.
+ */
+static const struct {
+	const char *field, *column;
+} sqlite_columns[] = {
+	{ "device.name", "d.name" }, { "device.arch", "d.arch" }, { "device.sms", "d.sm_count" },
+	{ "key.op", "r.op" }, { "key.dtype", "r.dtype" }, { "key.variant", "r.layout" },
+	{ "key.m", "r.m" }, { "key.n", "r.n" }, { "key.k", "r.k" }, { "key.aligned", "r.aligned" },
+	{ "family", "r.family" }, { "config", "r.config" }, { "template_hash", "r.template_hash" },
+	{ "protocol", "r.protocol" }, { "time_us", "r.time_us" }, { "p20_us", "r.p20_us" },
+	{ "p80_us", "r.p80_us" }, { "tflops", "r.tflops" }, { "cublas_us", "r.cublas_us" },
+	{ "err_fro", "r.err_fro" }, { "err_max", "r.err_max" }, { "candidates", "r.candidates" },
+	{ "tune_s", "r.tune_s" }, { "nvrtc_version", "r.nvrtc_version" },
+	{ "driver_version", "r.driver_version" }, { "ktune_version", "r.ktune_version" },
+	{ "created_at", "r.created_at" },
 };
+#define NCOLUMNS ((int)(sizeof(sqlite_columns) / sizeof(sqlite_columns[0])))
 
-/* Each database row passes the same checks as a YAML entry. */
-static int load_row(const struct ktune_result *r, void *arg)
+/*
+ * One SQLite value into a field, by the field's type: an integer field
+ * takes an INTEGER only (never a REAL or a text SQLite might convert), a
+ * number field an INTEGER or a REAL, a text field a TEXT without a NUL
+ * byte.  Then set_field checks it exactly as it checks a YAML scalar.
+ */
+static int set_column(const struct ktune_share_field *f, struct ktune_result *res,
+		      sqlite3_stmt *st, int col, struct ktune_err *e)
 {
-	struct load *l = arg;
-	struct ktune_result res = *r;
-	struct ktune_err sub;
-	const char *field = NULL;
-	int rc;
+	int type = sqlite3_column_type(st, col);
+	char num[64], q[96];
+	const char *text;
 
-	l->row++;
-	if (ktune__share_check(&res, &field, &sub) != KTUNE_OK)
-		return ktune__fail(l->e, KTUNE_ERR_PARSE, "%s: row %ld: %s: %s", l->path, l->row,
-				   field, sub.msg);
-	if ((rc = ktune__share_add(l->out, &res, l->row, &sub)))
-		return ktune__fail(l->e, rc, "%s: %s", l->path, sub.msg);
-	return 0;
+	switch (type) {
+	case SQLITE_NULL:
+		return ktune__fail(e, KTUNE_ERR_PARSE, "is NULL");
+	case SQLITE_BLOB:
+		return ktune__fail(e, KTUNE_ERR_PARSE, "is a blob of %d bytes, not %s",
+				   sqlite3_column_bytes(st, col),
+				   f->kind == FIELD_INT || f->kind == FIELD_I64 ? "an integer"
+				   : f->kind == FIELD_REAL ? "a number" : "text");
+	case SQLITE_INTEGER:
+		snprintf(num, sizeof(num), "%lld", (long long)sqlite3_column_int64(st, col));
+		if (f->kind != FIELD_INT && f->kind != FIELD_I64 && f->kind != FIELD_REAL)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is an integer, not text", num);
+		return set_field(f, res, num, e);
+	case SQLITE_FLOAT:
+		/* the shortest text that reads back as the same double */
+		snprintf(num, sizeof(num), "%.15g", sqlite3_column_double(st, col));
+		if (strtod(num, NULL) != sqlite3_column_double(st, col))
+			snprintf(num, sizeof(num), "%.17g", sqlite3_column_double(st, col));
+		if (f->kind == FIELD_INT || f->kind == FIELD_I64)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not an integer", num);
+		if (f->kind != FIELD_REAL)
+			return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is a number, not text", num);
+		return set_field(f, res, num, e);
+	}
+	text = (const char *)sqlite3_column_text(st, col);
+	if (!text)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	if (strlen(text) != (size_t)sqlite3_column_bytes(st, col))
+		return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' holds a NUL byte",
+				   ktune__share_quote(text, q, 64));
+	return set_field(f, res, text, e);
+}
+
+/* Reads the results of an untrusted SQLite export, each row as strictly as a YAML entry. */
+static int load_rows(sqlite3 *h, const char *path, struct ktune_share *out, struct ktune_err *e)
+{
+	const struct ktune_share_field *fields[NCOLUMNS];
+	struct ktune_result res;
+	struct ktune_err sub;
+	sqlite3_stmt *st = NULL;
+	char sql[1024];
+	size_t used;
+	int i, j, rc, ret = KTUNE_OK;
+
+	used = (size_t)snprintf(sql, sizeof(sql), "SELECT r.rowid");
+	for (i = 0; i < NCOLUMNS; i++) {
+		for (j = 0; j < ktune__share_nfields &&
+			    strcmp(ktune__share_fields[j].name, sqlite_columns[i].field);
+		     j++)
+			;
+		if (j == ktune__share_nfields)
+			return ktune__fail(e, KTUNE_ERR_INVALID, "no field '%s'", sqlite_columns[i].field);
+		fields[i] = &ktune__share_fields[j];
+		used += (size_t)snprintf(sql + used, sizeof(sql) - used, ", %s",
+					 sqlite_columns[i].column);
+	}
+	snprintf(sql + used, sizeof(sql) - used,
+		 " FROM results r LEFT JOIN devices d ON d.id = r.device_id ORDER BY r.rowid");
+	if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) != SQLITE_OK)
+		return ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", path,
+				   sqlite3_errmsg(h));
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		long row = (long)sqlite3_column_int64(st, 0);
+		const char *field = NULL;
+
+		memset(&res, 0, sizeof(res));
+		for (i = 0; i < NCOLUMNS && !field; i++) {
+			if (set_column(fields[i], &res, st, i + 1, &sub) != KTUNE_OK)
+				field = fields[i]->name;
+		}
+		if (!field && ktune__share_check(&res, &field, &sub) != KTUNE_OK && !field)
+			field = "entry";
+		if (field) {
+			ret = ktune__fail(e, KTUNE_ERR_PARSE, "%s: row %ld: %s: %s", path, row, field,
+					  sub.msg);
+			goto out;
+		}
+		if ((ret = ktune__share_add(out, &res, row, &sub)) != KTUNE_OK) {
+			ret = ktune__fail(e, ret, "%s: %s", path, sub.msg);
+			goto out;
+		}
+	}
+	if (rc != SQLITE_DONE)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", path,
+				  sqlite3_errmsg(h));
+out:
+	sqlite3_finalize(st);
+	return ret;
 }
 
 int ktune__share_load(const char *path, struct ktune_share *out, struct ktune_err *e)
 {
 	struct ktune_db *db = NULL;
-	struct load l = { out, path, 0, e };
 	char *text = NULL;
 	size_t len = 0;
 	long count = 0;
@@ -508,6 +619,7 @@ int ktune__share_load(const char *path, struct ktune_share *out, struct ktune_er
 		return rc;
 	}
 	free(text);
+	/* opened read-only and defensively, its schema compared with ours before a row is read */
 	if ((rc = ktune__db_open_readonly(path, &db, e)) ||
 	    (rc = ktune__db_count(db, &count, NULL, e)))
 		goto out;
@@ -516,7 +628,7 @@ int ktune__share_load(const char *path, struct ktune_share *out, struct ktune_er
 				 KTUNE_SHARE_MAX_ENTRIES);
 		goto out;
 	}
-	if ((rc = ktune__db_query(db, NULL, load_row, &l, e)))
+	if ((rc = load_rows(db->h, path, out, e)))
 		goto out;
 	rc = ktune__share_finish(out, path, "row", e);
 out:

@@ -582,9 +582,19 @@ int ktune__policy_decide(const struct ktune_result *ours, const struct ktune_res
 	case KTUNE_POLICY_FASTER:
 		break;
 	}
-	if (strcmp(ours->template_hash, theirs->template_hash) != 0) {
+	/*
+	 * Freshness is each result's own: its hash against the current source of
+	 * its own family (an mma.sync result and a wgmma one never share a hash).
+	 */
+	int ours_fresh = ktune__result_fresh(&ours->key, ours->family, ours->template_hash);
+	int theirs_fresh = ktune__result_fresh(&theirs->key, theirs->family, theirs->template_hash);
+	if (!ours_fresh && theirs_fresh) {
 		snprintf(why, len, "ours was tuned for an older template");
 		return 1;
+	}
+	if (ours_fresh && !theirs_fresh) {
+		snprintf(why, len, "theirs was tuned for an older template");
+		return 0;
 	}
 	if (strcmp(ours->protocol, theirs->protocol) != 0) {
 		snprintf(why, len, "theirs measured with another protocol: kept ours");

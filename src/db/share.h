@@ -4,11 +4,15 @@
  * in git), its strict reader, the checks every imported entry passes, and
  * the policy that decides between two results for the same device and key.
  *
- * Imported files are untrusted.  An entry carries parameters, never code:
- * every field is checked for type and range, the config must be admitted by
- * the template's declared space, and only known template families pass.  A
- * file with any malformed entry is refused whole with
- * "file:line: entries[3].key.m: '0' is not in 1..2147483647".
+ * Imported files are untrusted, YAML and SQLite alike (docs/security.md).
+ * An entry carries parameters, never code: every field is converted from its
+ * text by one function whichever format it came in (an SQLite value must be
+ * of its field's type: no REAL for an integer, no NUL in a text) and checked
+ * for type and range, the config must be admitted by the template's declared
+ * space, and only known template families pass.  A file with any malformed
+ * entry is refused whole with
+ * "file:line: entries[3].key.m: '0' is not in 1..2147483647"
+ * ("file: row 7: key.m: '4096.7' is not an integer" for an SQLite row).
  *
  * The format, version 1:
  *
@@ -91,7 +95,9 @@ int ktune__share_parse(const char *text, size_t len, const char *file, struct kt
 
 /*
  * Reads an export file or a standalone SQLite export (told apart by the
- * SQLite header) at path, refusing files over KTUNE_SHARE_MAX_BYTES.
+ * SQLite header) at path, refusing files over KTUNE_SHARE_MAX_BYTES and
+ * anything but a regular file.  An SQLite file is opened by
+ * ktune__db_open_readonly: a schema other than ktune's is refused unread.
  */
 int ktune__share_load(const char *path, struct ktune_share *out, struct ktune_err *e);
 
@@ -119,9 +125,12 @@ enum ktune_policy {
 int ktune__policy_parse(const char *s, enum ktune_policy *out);
 
 /*
- * Decides between ours and theirs (same device and key; theirs is for the
- * current template): returns 1 to take theirs, 0 to keep ours, with the
- * reason in why ("theirs is faster: 10.2 us vs 11.5 us").
+ * Decides between ours and theirs (same device and key): returns 1 to take
+ * theirs, 0 to keep ours, with the reason in why ("theirs is faster: 10.2 us
+ * vs 11.5 us").  Under 'faster', a result is fresh when its template hash is
+ * the current one of its own family (ktune__result_fresh): a fresh result
+ * beats a stale one; two of the same freshness are compared by time when
+ * measured with the same protocol, else ours is kept.
  */
 int ktune__policy_decide(const struct ktune_result *ours, const struct ktune_result *theirs,
 			 enum ktune_policy policy, char *why, size_t len);

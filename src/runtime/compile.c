@@ -3,8 +3,8 @@
  *
  * A cache entry is two files named by the hash: <hash>.cubin and <hash>.res
  * (the resource usage parsed from ptxas's log, which a cached load cannot
- * recompute).  Both are written atomically, .res first, so a .cubin on disk
- * always has its .res.
+ * recompute).  Both are written atomically and private (0600), .res first,
+ * so a .cubin on disk always has its .res.
  */
 #include <nvrtc.h>
 #include <pthread.h>
@@ -73,27 +73,11 @@ static void parse_resources(const char *log, struct ktune_resources *res)
 /*
  * A cubin from the cache is code that will run: use a cache directory only
  * if it and its parent belong to this user (or root) and no one else may
- * write to them, so that another user cannot plant one (the last-resort
- * cache lives under /tmp).  A directory that does not exist yet is created
- * by us with the umask's permissions.
+ * write to them (ktune__dir_trusted), so that another user cannot plant one
+ * (the last-resort cache lives under /tmp); and load a file from it only if
+ * it too is ours and not writable by others (ktune__read_private_file).  A
+ * directory that does not exist yet is created by us, private.
  */
-static int cache_dir_trusted(const char *dir)
-{
-	char parent[4096];
-	struct stat st;
-	snprintf(parent, sizeof(parent), "%s", dir);
-	char *slash = strrchr(parent, '/');
-	if (slash && slash != parent)
-		*slash = 0;
-	const char *paths[2] = { dir, parent };
-	for (int i = 0; i < 2; i++) {
-		if (stat(paths[i], &st) != 0)
-			continue; /* not there yet: ktune__mkdirs makes it ours */
-		if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
-			return 0;
-	}
-	return 1;
-}
 
 static void cache_key(const char *source, size_t len, const char *const *options,
 		      int noptions, const char *arch, char out[65])
@@ -123,42 +107,59 @@ static void cache_key(const char *source, size_t len, const char *const *options
 	free(buf);
 }
 
+/* "<dir>/<hash><ext>", malloc'd; NULL when out of memory. */
+static char *cache_path(const char *dir, const char *hash, const char *ext)
+{
+	size_t n = strlen(dir) + strlen(hash) + strlen(ext) + 2;
+	char *p = malloc(n);
+
+	if (p)
+		snprintf(p, n, "%s/%s%s", dir, hash, ext);
+	return p;
+}
+
 static int cache_load(const char *dir, const char *hash, struct ktune_cubin *out)
 {
-	char path[4200];
+	char *res_path = cache_path(dir, hash, ".res"), *cubin_path = cache_path(dir, hash, ".cubin");
 	char *res = NULL, *data = NULL;
 	size_t res_len, size;
+	int n, hit = 0;
 
-	snprintf(path, sizeof(path), "%s/%s.res", dir, hash);
-	if (ktune__read_file(path, 4096, &res, &res_len, NULL))
-		return 0;
-	int n = sscanf(res, "%d %d %d %d %d", &out->res.registers, &out->res.spill_stores,
-		       &out->res.spill_loads, &out->res.smem_static, &out->res.stack);
-	free(res);
-	if (n != 5)
-		return 0;
-	snprintf(path, sizeof(path), "%s/%s.cubin", dir, hash);
-	if (ktune__read_file(path, 64u << 20, &data, &size, NULL))
-		return 0;
+	if (!res_path || !cubin_path ||
+	    ktune__read_private_file(res_path, 4096, &res, &res_len, NULL))
+		goto out;
+	n = sscanf(res, "%d %d %d %d %d", &out->res.registers, &out->res.spill_stores,
+		   &out->res.spill_loads, &out->res.smem_static, &out->res.stack);
+	if (n != 5 || ktune__read_private_file(cubin_path, 64u << 20, &data, &size, NULL))
+		goto out;
 	out->data = data;
 	out->size = size;
 	out->cached = 1;
-	return 1;
+	hit = 1;
+out:
+	free(res);
+	free(res_path);
+	free(cubin_path);
+	return hit;
 }
 
 static void cache_store(const char *dir, const char *hash, const struct ktune_cubin *c)
 {
-	char path[4200], res[128];
+	char *path = NULL, res[128];
 	if (ktune__mkdirs(dir, NULL))
 		return;
 	int n = snprintf(res, sizeof(res), "%d %d %d %d %d\n", c->res.registers,
 			 c->res.spill_stores, c->res.spill_loads, c->res.smem_static,
 			 c->res.stack);
-	snprintf(path, sizeof(path), "%s/%s.res", dir, hash);
-	if (ktune__write_file_atomic(path, res, (size_t)n, NULL))
-		return;
-	snprintf(path, sizeof(path), "%s/%s.cubin", dir, hash);
-	ktune__write_file_atomic(path, c->data, c->size, NULL); /* a failed store only costs a recompile */
+	if (!(path = cache_path(dir, hash, ".res")) ||
+	    ktune__write_private_file(path, res, (size_t)n, NULL))
+		goto out;
+	free(path);
+	/* a failed store only costs a recompile */
+	if ((path = cache_path(dir, hash, ".cubin")))
+		ktune__write_private_file(path, c->data, c->size, NULL);
+out:
+	free(path);
 }
 
 int ktune__compile(const char *name, const char *source, size_t len,
@@ -166,7 +167,7 @@ int ktune__compile(const char *name, const char *source, size_t len,
 		   const char *cache_dir, struct ktune_cubin *out, struct ktune_err *e)
 {
 	const char *opts[KTUNE_MAX_OPTIONS + 4];
-	char arch_opt[64], dir[4096], hash[65];
+	char arch_opt[64], hash[65], *dir = NULL;
 	nvrtcProgram prog = NULL;
 	char *log = NULL;
 	int rc = KTUNE_OK;
@@ -176,17 +177,22 @@ int ktune__compile(const char *name, const char *source, size_t len,
 		return ktune__fail(e, KTUNE_ERR_INVALID, "too many compile options (%d)", noptions);
 
 	if (!cache_dir) {
-		char base[4000];
-		ktune__cache_dir(base, sizeof(base));
-		snprintf(dir, sizeof(dir), "%s/cubin", base);
-	} else {
-		snprintf(dir, sizeof(dir), "%s", cache_dir);
+		char *base = NULL;
+		if (ktune__cache_dir(&base, NULL) == KTUNE_OK && (dir = malloc(strlen(base) + 7)))
+			sprintf(dir, "%s/cubin", base);
+		free(base);
+	} else if (cache_dir[0] && ktune__path_check(cache_dir, "cache", NULL) == KTUNE_OK) {
+		dir = strdup(cache_dir);
 	}
-	if (dir[0] && !cache_dir_trusted(dir))
-		dir[0] = 0; /* compile every time rather than load what someone else may have put there */
+	if (dir && !ktune__dir_trusted(dir)) {
+		free(dir); /* compile every time rather than load what someone else may have put there */
+		dir = NULL;
+	}
 	cache_key(source, len, options, noptions, arch, hash);
-	if (dir[0] && hash[0] && cache_load(dir, hash, out))
+	if (dir && hash[0] && cache_load(dir, hash, out)) {
+		free(dir);
 		return KTUNE_OK;
+	}
 
 	double t0 = ktune__now();
 	snprintf(arch_opt, sizeof(arch_opt), "--gpu-architecture=%s", arch);
@@ -207,9 +213,11 @@ int ktune__compile(const char *name, const char *source, size_t len,
 	}
 	nvrtcResult r = nvrtcCreateProgram(&prog, source, name, nheaders, nheaders ? header_text : NULL,
 					   nheaders ? header_name : NULL);
-	if (r != NVRTC_SUCCESS)
+	if (r != NVRTC_SUCCESS) {
+		free(dir);
 		return ktune__fail(e, KTUNE_ERR_COMPILE, "cannot create NVRTC program '%s': %s",
 				   name, nvrtcGetErrorString(r));
+	}
 	nvrtcResult cr = nvrtcCompileProgram(prog, n, opts);
 	size_t log_size = 0;
 	nvrtcGetProgramLogSize(prog, &log_size);
@@ -238,11 +246,12 @@ int ktune__compile(const char *name, const char *source, size_t len,
 	nvrtcGetCUBIN(prog, out->data);
 	parse_resources(log, &out->res);
 	out->seconds = ktune__now() - t0;
-	if (dir[0] && hash[0])
+	if (dir && hash[0])
 		cache_store(dir, hash, out);
 out:
 	if (rc)
 		ktune__cubin_free(out);
+	free(dir);
 	free(log);
 	nvrtcDestroyProgram(&prog);
 	return rc;

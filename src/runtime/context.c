@@ -96,17 +96,28 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 	}
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->ordinal = device;
-	if (db_path)
-		snprintf(ctx->db_path, sizeof(ctx->db_path), "%s", db_path);
-	else
-		ktune__default_db_path(ctx->db_path, sizeof(ctx->db_path));
+	if (db_path && *db_path) {
+		if ((rc = ktune__path_check(db_path, "database", &e)))
+			goto fail;
+		ctx->db_path = strdup(db_path);
+	} else if (db_path) {
+		ctx->db_path = strdup(""); /* no database, by request */
+	} else if (ktune__default_db_path(&ctx->db_path, NULL) != KTUNE_OK) {
+		/* an untrusted default folder is not read, as the cubin cache is not */
+		ctx->db_path = strdup("");
+	}
 	const char *no_cache = getenv("KTUNE_NO_CACHE");
-	if (no_cache && *no_cache && strcmp(no_cache, "0")) {
-		ctx->cache_dir[0] = 0;
-	} else {
-		char base[4000];
-		ktune__cache_dir(base, sizeof(base));
-		snprintf(ctx->cache_dir, sizeof(ctx->cache_dir), "%s/cubin", base);
+	char *base = NULL;
+	if (no_cache && *no_cache && strcmp(no_cache, "0"))
+		ctx->cache_dir = strdup("");
+	else if (ktune__cache_dir(&base, NULL) == KTUNE_OK && (ctx->cache_dir = malloc(strlen(base) + 7)))
+		sprintf(ctx->cache_dir, "%s/cubin", base);
+	else
+		ctx->cache_dir = strdup(""); /* no cache rather than a cut path */
+	free(base);
+	if (!ctx->db_path || !ctx->cache_dir) {
+		rc = ktune__fail(&e, KTUNE_ERR_NOMEM, "out of memory");
+		goto fail;
 	}
 	if ((rc = read_device(ctx, &e)))
 		goto fail;
@@ -211,6 +222,8 @@ void ktune_close(ktune_ctx *ctx)
 			free(r);
 		}
 	free(ctx->entries);
+	free(ctx->db_path);
+	free(ctx->cache_dir);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }

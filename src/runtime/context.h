@@ -76,8 +76,8 @@ struct ktune_ctx {
 	int smem_optin;  /* shared memory per block after opt-in */
 	int l2_bytes;
 	int driver_version;
-	char db_path[4096];
-	char cache_dir[4096]; /* cubin cache; "" disables */
+	char *db_path;   /* malloc'd; "" for none */
+	char *cache_dir; /* malloc'd cubin cache; "" disables */
 
 	pthread_mutex_t lock; /* guards everything below */
 	struct ktune_entry *entries;

@@ -120,7 +120,7 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 
 	int rc = KTUNE_OK;
 	/* "": no database, by request; a missing one is no error either */
-	if (ctx->db_path[0] && (rc = ktune__db_open(ctx->db_path, 0, &db, e)) != KTUNE_ERR_NOT_FOUND) {
+	if (ctx->db_path[0] && (rc = ktune__db_open_read(ctx->db_path, &db, e)) != KTUNE_ERR_NOT_FOUND) {
 		if (rc)
 			return rc;
 		snprintf(f.arch, sizeof(f.arch), "%s", ctx->id.arch);

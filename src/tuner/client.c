@@ -175,6 +175,12 @@ int ktune__client_open(const char *exe, int device, const char *cache_dir,
 		free(c);
 		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 	}
+	if (strlen(exe) >= sizeof(c->exe) || (cache_dir && strlen(cache_dir) >= sizeof(c->req.cache_dir))) {
+		free(c->buf);
+		free(c);
+		return ktune__fail(e, KTUNE_ERR_INVALID, "the worker's %s path is longer than the system allows",
+				   strlen(exe) >= sizeof(c->exe) ? "program" : "cache");
+	}
 	snprintf(c->exe, sizeof(c->exe), "%s", exe);
 	c->fd = -1;
 	c->compile_timeout_s = 120;

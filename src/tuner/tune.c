@@ -64,17 +64,17 @@ int ktune__tuner_open(const char *db_path, int device, const char *worker_exe,
 		      struct ktune_tuner **out, struct ktune_err *e)
 {
 	struct ktune_tuner *t = calloc(1, sizeof(*t));
-	char path[4096];
+	char *path = NULL;
 	int rc;
 
 	*out = NULL;
 	if (!t)
 		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
-	if (db_path)
-		snprintf(path, sizeof(path), "%s", db_path);
-	else
-		ktune__default_db_path(path, sizeof(path));
-	if ((rc = ktune__db_open(path, 1, &t->db, e)))
+	if (!db_path && (rc = ktune__default_db_path(&path, e)))
+		goto fail;
+	rc = ktune__db_open(db_path ? db_path : path, 1, &t->db, e);
+	free(path);
+	if (rc)
 		goto fail;
 	if ((rc = ktune__client_open(worker_exe, device, NULL, &t->client, e)))
 		goto fail;

@@ -39,8 +39,13 @@ static int gpu_hello(void *state, const struct ktune_hello_req *req, struct ktun
 	/* no database: the worker only runs what the tuner sends */
 	if ((rc = ktune_open("", req->device, &g->ctx, e->msg, sizeof(e->msg))))
 		return rc;
-	if (req->has_cache_dir)
-		snprintf(g->ctx->cache_dir, sizeof(g->ctx->cache_dir), "%s", req->cache_dir);
+	if (req->has_cache_dir) {
+		char *dir = strndup(req->cache_dir, sizeof(req->cache_dir) - 1);
+		if (!dir)
+			return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+		free(g->ctx->cache_dir);
+		g->ctx->cache_dir = dir;
+	}
 	if ((rc = ktune__ctx_enter(g->ctx, &g->pushed, e)) ||
 	    (rc = ktune__worker_open(g->ctx, &g->w, e)))
 		return rc;

@@ -220,6 +220,122 @@ run show
 expect_rc 0
 out_has "GPU A"
 
+# ------------------------------------------------ issue 30: hostile input
+
+# An option missing its value is reported as such, not as unknown.
+run import a.yaml --db
+expect_rc 2
+err_has "option '--db' needs a value"
+run export -o
+expect_rc 2
+err_has "option '-o' needs a value"
+
+# A path longer than the system allows is refused, never cut to the file
+# its first PATH_MAX - 1 bytes name.
+"$KTUNE" import a.yaml --db other.db >/dev/null || fail "cannot make other.db"
+cp other.db other.before
+long="$TMP/"
+while [ $(( ${#long} + 10 )) -le 4095 ]; do long="$long./"; done
+while [ $(( ${#long} + 8 )) -lt 4095 ]; do long="$long/"; done
+long="${long}other.db"
+[ ${#long} = 4095 ] || fail "the long path is ${#long} bytes"
+[ -f "$long" ] || fail "the long path does not name other.db"
+long="${long}-and-more-12"
+run show --db "$long"
+expect_rc 2
+err_has "longer than the system allows"
+run import faster.yaml --db "$long"
+expect_rc 2
+err_has "longer than the system allows"
+same other.db other.before
+
+# What is not a regular file is refused at once (a FIFO with no writer
+# would block open() for good); 'run' gives up after 60 s.
+mkfifo fifo
+run import fifo
+expect_rc 1
+err_has "'fifo': is a FIFO, not a regular file"
+run sweep fifo
+expect_rc 2
+err_has "'fifo': is a FIFO, not a regular file"
+run show --db fifo
+expect_rc 1
+err_has "'fifo': it is a FIFO, not a regular file"
+run import a.yaml --db fifo
+expect_rc 1
+err_has "it is a FIFO"
+run show --db /dev/null
+expect_rc 1
+err_has "it is a character device"
+run import a.yaml --db /dev/null
+expect_rc 1
+err_has "it is a character device"
+[ ! -e /dev/null-journal ] || { rm -f /dev/null-journal; fail "a -journal beside /dev/null"; }
+
+# -o replaces a regular file only: a symlink, a FIFO or a directory stays.
+echo keep >kept.txt
+ln -s kept.txt link.yaml
+mkdir dir.yaml
+for out in link.yaml fifo dir.yaml; do
+	run export -o $out
+	expect_rc 1
+	err_has "only a regular file is replaced"
+	run merge a.yaml faster.yaml -o $out
+	expect_rc 1
+	err_has "only a regular file is replaced"
+	run export --format sqlite --force -o $out
+	expect_rc 1
+	err_has "only a regular file is replaced"
+done
+[ -L link.yaml ] && [ -p fifo ] && [ -d dir.yaml ] || fail "an -o target was replaced"
+[ "$(cat kept.txt)" = keep ] || fail "the symlink's target was written"
+
+# A killed export leaves no SQLite journal, and its temp file is removed by
+# the next export of the same file.
+: >.out.sqlite.tmp-AbC123
+"$KTUNE" export --format sqlite -o out.sqlite & pid=$!
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+run export --format sqlite --force -o out.sqlite
+expect_rc 0
+leftovers=$(ls -A | grep -E '^\.out\.sqlite\.tmp-|^out\.sqlite-(wal|shm|journal)$|^out\.sqlite\.tmp-')
+[ -z "$leftovers" ] || fail "left beside out.sqlite: $leftovers"
+run import out.sqlite --dry-run
+expect_rc 0
+
+# Reading commands write nothing: no WAL switch, no migration.
+cp out.sqlite plain.sqlite
+run show --db plain.sqlite
+expect_rc 0
+run export --db plain.sqlite
+expect_rc 0
+run import a.yaml --db plain.sqlite --dry-run
+expect_rc 0
+same out.sqlite plain.sqlite
+[ ! -e plain.sqlite-wal ] || fail "show or export left plain.sqlite-wal"
+cp out.sqlite v4.sqlite
+printf '\000\000\000\004' | dd of=v4.sqlite bs=1 seek=60 conv=notrunc 2>/dev/null
+cp v4.sqlite v4.before
+run export --db v4.sqlite
+expect_rc 0
+out_has "GPU A"
+same v4.sqlite v4.before
+
+# CSV per RFC 4180: a quote in a device name is doubled, the row keeps its fields.
+sed 's/name: "GPU A"/name: "GPU \\"A\\", 2"/' a.yaml >quoted.yaml
+run import quoted.yaml --db quoted.db
+expect_rc 0
+run show --db quoted.db --format csv
+expect_rc 0
+out_has '^"GPU ""A"", 2",sm_90,132,gemm,f16,"nt",'
+
+# The default database folder gets the cache's ownership check.
+mkdir -m 0777 shared
+chmod 0777 shared
+run_default() { (unset KTUNE_DB; XDG_CACHE_HOME="$TMP/shared" run "$@"; echo "$RC" >rc.txt); RC=$(cat rc.txt); }
+run_default show
+expect_rc 2
+err_has "others may write to it"
+
 # ------------------------------------------------------------------ the other ops
 
 # Entries of the registry's other ops, format 2 (the key's variant): the

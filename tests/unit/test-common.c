@@ -14,9 +14,12 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -327,55 +330,226 @@ static int teardown_env(void **state)
 	return 0;
 }
 
+static void expect_path(int (*fn)(char **, struct ktune_err *), const char *want)
+{
+	struct ktune_err e = { "" };
+	char *p = NULL;
+
+	if (fn(&p, &e) != KTUNE_OK)
+		fail_msg("%s", e.msg);
+	assert_string_equal(p, want);
+	free(p);
+}
+
 static void test_common__cache_dir_honours_env(void **state)
 {
-	char buf[256];
+	struct ktune_err e = { "" };
+	char want[64], *p = NULL, *big;
 
 	(void)state;
 	env("XDG_CACHE_HOME", "/xdg/cache");
 	env("HOME", "/home/someone");
-	assert_int_equal(ktune__cache_dir(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/xdg/cache/ktune");
-
+	expect_path(ktune__cache_dir, "/xdg/cache/ktune");
 	env("XDG_CACHE_HOME", "");
-	assert_int_equal(ktune__cache_dir(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/home/someone/.cache/ktune");
-
+	expect_path(ktune__cache_dir, "/home/someone/.cache/ktune");
 	env("XDG_CACHE_HOME", NULL);
-	assert_int_equal(ktune__cache_dir(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/home/someone/.cache/ktune");
+	expect_path(ktune__cache_dir, "/home/someone/.cache/ktune");
 
+	/* no home: a folder of this user's own, never one all users share */
 	env("HOME", NULL);
-	assert_int_equal(ktune__cache_dir(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/tmp/ktune-cache");
+	snprintf(want, sizeof(want), "/tmp/ktune-cache-%lu", (unsigned long)geteuid());
+	expect_path(ktune__cache_dir, want);
 
-	/* Too small a buffer is an error, not a cut path. */
-	env("HOME", "/home/someone");
-	assert_int_not_equal(ktune__cache_dir(buf, 10), KTUNE_OK);
-	assert_string_equal(buf, "");
+	/* longer than the system allows: an error, never a cut path */
+	big = malloc(5000);
+	assert_non_null(big);
+	memset(big, 'a', 4999);
+	big[0] = '/';
+	big[4999] = '\0';
+	env("HOME", big);
+	assert_int_not_equal(ktune__cache_dir(&p, &e), KTUNE_OK);
+	assert_null(p);
+	assert_non_null(strstr(e.msg, "longer than the system allows"));
+	free(big);
 }
 
 static void test_common__default_db_path_honours_env(void **state)
 {
-	char buf[256];
-
 	(void)state;
 	env("XDG_CACHE_HOME", "/xdg/cache");
 	env("KTUNE_DB", "/data/tuning.db");
-	assert_int_equal(ktune__default_db_path(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/data/tuning.db");
-
+	expect_path(ktune__default_db_path, "/data/tuning.db");
 	env("KTUNE_DB", "");
-	assert_int_equal(ktune__default_db_path(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/xdg/cache/ktune/ktune.db");
-
+	expect_path(ktune__default_db_path, "/xdg/cache/ktune/ktune.db");
 	env("KTUNE_DB", NULL);
 	env("XDG_CACHE_HOME", NULL);
 	env("HOME", "/home/someone");
-	assert_int_equal(ktune__default_db_path(buf, sizeof(buf)), KTUNE_OK);
-	assert_string_equal(buf, "/home/someone/.cache/ktune/ktune.db");
+	expect_path(ktune__default_db_path, "/home/someone/.cache/ktune/ktune.db");
+}
 
-	assert_int_not_equal(ktune__default_db_path(buf, 12), KTUNE_OK);
+/* Issue 30: the default database folder gets the cache's ownership check. */
+static void test_common__default_db_folder_must_be_trusted(void **state)
+{
+	struct test_scratch *t = NULL;
+	struct ktune_err e = { "" };
+	char cache[TEST_PATH_MAX], dir[TEST_PATH_MAX + 16], *p = NULL;
+
+	(void)state;
+	assert_int_equal(test_scratch_setup((void **)&t, "ktune-test-dbdir"), 0);
+	snprintf(cache, sizeof(cache), "%s/cache", t->dir);
+	snprintf(dir, sizeof(dir), "%s/ktune", cache);
+	assert_int_equal(ktune__mkdirs(dir, &e), KTUNE_OK);
+	env("KTUNE_DB", NULL);
+	env("XDG_CACHE_HOME", cache);
+	assert_int_equal(ktune__default_db_path(&p, &e), KTUNE_OK);
+	free(p);
+	p = NULL;
+	assert_int_equal(chmod(dir, 0777), 0);
+	assert_int_not_equal(ktune__default_db_path(&p, &e), KTUNE_OK);
+	assert_null(p);
+	assert_non_null(strstr(e.msg, "others may write to it"));
+	assert_int_equal(chmod(dir, 0700), 0);
+	assert_int_equal(chmod(cache, 0777), 0); /* the parent too */
+	assert_int_not_equal(ktune__default_db_path(&p, &e), KTUNE_OK);
+	assert_int_equal(chmod(cache, 01777), 0); /* sticky, as /tmp: fine */
+	assert_int_equal(ktune__default_db_path(&p, &e), KTUNE_OK);
+	free(p);
+	assert_int_equal(chmod(cache, 0700), 0);
+	assert_true(ktune__dir_trusted(dir));
+	test_scratch_teardown((void **)&t);
+}
+
+/* Issue 30: a FIFO with no writer would block open() for good; a device is no file either. */
+static void test_common__read_file_refuses_what_is_not_a_regular_file(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	char path[TEST_PATH_MAX], *data = NULL;
+
+	path_in(t, "fifo", path, sizeof(path));
+	assert_int_equal(mkfifo(path, 0600), 0);
+	alarm(10); /* a hang fails the test rather than the run */
+	assert_int_equal(ktune__read_file(path, 1 << 20, &data, NULL, &e), KTUNE_ERR_IO);
+	alarm(0);
+	assert_null(data);
+	assert_non_null(strstr(e.msg, "is a FIFO, not a regular file"));
+	assert_int_equal(ktune__read_file("/dev/null", 1 << 20, &data, NULL, &e), KTUNE_ERR_IO);
+	assert_non_null(strstr(e.msg, "is a character device"));
+}
+
+/* Issue 30: a path longer than PATH_MAX is refused, never cut to another file's. */
+static void test_common__overlong_paths_are_refused(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	char *big = malloc(PATH_MAX + 64), *data = NULL;
+
+	assert_non_null(big);
+	snprintf(big, PATH_MAX + 64, "%s/x", t->dir);
+	write_bytes(big, "x", 1);
+	/* the first PATH_MAX - 1 bytes name that file: cut, it would be read */
+	memset(big + strlen(big), '/', PATH_MAX + 63 - strlen(big));
+	big[PATH_MAX + 12] = '\0';
+	assert_int_equal(ktune__path_check(big, "database", &e), KTUNE_ERR_INVALID);
+	assert_non_null(strstr(e.msg, "longer than the system allows"));
+	assert_int_not_equal(ktune__read_file(big, 1 << 20, &data, NULL, &e), KTUNE_OK);
+	assert_null(data);
+	assert_non_null(strstr(e.msg, "longer than the system allows"));
+	assert_int_not_equal(ktune__write_file_atomic(big, "y", 1, &e), KTUNE_OK);
+	assert_non_null(strstr(e.msg, "longer than the system allows"));
+	free(big);
+}
+
+/* Issue 30: -o writes over a regular file only: a link, a FIFO or a directory stays. */
+static void test_common__write_file_atomic_replaces_regular_files_only(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	char target[TEST_PATH_MAX], link[TEST_PATH_MAX], fifo[TEST_PATH_MAX], sub[TEST_PATH_MAX];
+	char *data = NULL;
+	struct stat st;
+
+	path_in(t, "target", target, sizeof(target));
+	path_in(t, "link", link, sizeof(link));
+	path_in(t, "fifo", fifo, sizeof(fifo));
+	path_in(t, "sub", sub, sizeof(sub));
+	write_bytes(target, "old", 3);
+	assert_int_equal(symlink(target, link), 0);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(mkdir(sub, 0700), 0);
+
+	assert_int_equal(ktune__write_file_atomic(link, "new", 3, &e), KTUNE_ERR_IO);
+	assert_non_null(strstr(e.msg, "is a symbolic link, and only a regular file is replaced"));
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(ktune__read_file(target, 16, &data, NULL, &e), KTUNE_OK);
+	assert_string_equal(data, "old");
+	free(data);
+	assert_int_equal(ktune__write_file_atomic(fifo, "new", 3, &e), KTUNE_ERR_IO);
+	assert_non_null(strstr(e.msg, "is a FIFO"));
+	assert_int_equal(lstat(fifo, &st), 0);
+	assert_true(S_ISFIFO(st.st_mode));
+	assert_int_equal(ktune__write_file_atomic(sub, "new", 3, &e), KTUNE_ERR_IO);
+	assert_non_null(strstr(e.msg, "is a directory"));
+	assert_int_equal(ktune__write_file_atomic(target, "new", 3, &e), KTUNE_OK);
+	assert_int_equal(count_entries(t->dir), 4);
+}
+
+/*
+ * Issue 30: a writer killed mid-way leaves its temp file; the next write of
+ * the same file removes it, but never one a live writer holds (locked).
+ */
+static void test_common__write_file_atomic_removes_stale_temps(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	char path[TEST_PATH_MAX], stale[TEST_PATH_MAX], live[TEST_PATH_MAX], other[TEST_PATH_MAX];
+	int fd;
+
+	path_in(t, "out.yaml", path, sizeof(path));
+	path_in(t, ".out.yaml.tmp-AbC123", stale, sizeof(stale));
+	path_in(t, ".out.yaml.tmp-LiVe99", live, sizeof(live));
+	path_in(t, ".other.tmp-AbC123", other, sizeof(other));
+	write_bytes(stale, "half", 4);
+	write_bytes(live, "half", 4);
+	write_bytes(other, "half", 4);
+	fd = open(live, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX), 0);
+	assert_int_equal(ktune__write_file_atomic(path, "x", 1, &e), KTUNE_OK);
+	assert_int_not_equal(access(stale, F_OK), 0);
+	assert_int_equal(access(live, F_OK), 0);
+	assert_int_equal(access(other, F_OK), 0);
+	close(fd);
+	assert_int_equal(ktune__write_file_atomic(path, "y", 1, &e), KTUNE_OK);
+	assert_int_not_equal(access(live, F_OK), 0);
+	assert_int_equal(count_entries(t->dir), 2); /* out.yaml and the other file's */
+}
+
+/* Issue 30: a cached file is code: only ours, writable by no one else. */
+static void test_common__read_private_file_refuses_others_writable(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	char path[TEST_PATH_MAX], link[TEST_PATH_MAX], *data = NULL;
+
+	path_in(t, "x.cubin", path, sizeof(path));
+	path_in(t, "y.cubin", link, sizeof(link));
+	write_bytes(path, "code", 4);
+	assert_int_equal(chmod(path, 0666), 0);
+	assert_int_equal(ktune__read_private_file(path, 64, &data, NULL, &e), KTUNE_ERR_IO);
+	assert_null(data);
+	assert_non_null(strstr(e.msg, "others may write to it"));
+	assert_int_equal(chmod(path, 0620), 0);
+	assert_int_equal(ktune__read_private_file(path, 64, &data, NULL, &e), KTUNE_ERR_IO);
+	assert_int_equal(chmod(path, 0644), 0);
+	assert_int_equal(ktune__read_private_file(path, 64, &data, NULL, &e), KTUNE_OK);
+	assert_string_equal(data, "code");
+	free(data);
+	data = NULL;
+	assert_int_equal(symlink(path, link), 0);
+	assert_int_not_equal(ktune__read_private_file(link, 64, &data, NULL, &e), KTUNE_OK);
+	assert_null(data);
 }
 
 static void test_common__now_is_monotonic(void **state)
@@ -426,6 +600,18 @@ int main(void)
 						teardown_env),
 		cmocka_unit_test_setup_teardown(test_common__default_db_path_honours_env, setup_env,
 						teardown_env),
+		cmocka_unit_test_setup_teardown(test_common__default_db_folder_must_be_trusted,
+						setup_env, teardown_env),
+		cmocka_unit_test_setup_teardown(test_common__read_file_refuses_what_is_not_a_regular_file,
+						setup_tmp, test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_common__overlong_paths_are_refused, setup_tmp,
+						test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_common__write_file_atomic_replaces_regular_files_only,
+						setup_tmp, test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_common__write_file_atomic_removes_stale_temps,
+						setup_tmp, test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_common__read_private_file_refuses_others_writable,
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test(test_common__now_is_monotonic),
 		cmocka_unit_test(test_common__status_strings_follow_the_map),
 	};

@@ -436,6 +436,54 @@ static void test_compile__untrusted_cache_dir_is_not_used(void **state)
 	assert_int_equal(count_files(cache), 2); /* the cubin and its resources */
 }
 
+/*
+ * Issue 30: a cached cubin is code that runs on the GPU; in a private
+ * directory, a cache file that others may write to (or another user owns)
+ * is not loaded: the kernel is compiled again.
+ */
+static void test_compile__writable_cache_files_are_not_loaded(void **state)
+{
+	const struct ktune_template_file *f = ktune__template_file("util.cu");
+	char cache[4200], path[4200 + 260];
+	struct ktune_cubin c, fresh;
+	struct ktune_err e = { "" };
+	struct dirent *d;
+	DIR *dp;
+	(void)state;
+
+	fresh_dir("private-cache", cache, sizeof(cache));
+	assert_int_equal(ktune__compile(f->name, f->text, f->len, NULL, 0, ARCH, cache, &fresh, &e),
+			 KTUNE_OK);
+	assert_int_equal(fresh.cached, 0);
+	assert_int_equal(count_files(cache), 2);
+	/* someone else's bytes in a world-writable cubin */
+	assert_non_null(dp = opendir(cache));
+	while ((d = readdir(dp)) != NULL) {
+		if (!strstr(d->d_name, ".cubin"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", cache, d->d_name);
+		FILE *out = fopen(path, "wb");
+		assert_non_null(out);
+		fputs("planted", out);
+		fclose(out);
+		assert_int_equal(chmod(path, 0666), 0);
+	}
+	closedir(dp);
+	assert_int_equal(ktune__compile(f->name, f->text, f->len, NULL, 0, ARCH, cache, &c, &e),
+			 KTUNE_OK);
+	assert_int_equal(c.cached, 0);
+	assert_int_equal(c.size, fresh.size);
+	assert_memory_equal(c.data, fresh.data, c.size);
+	ktune__cubin_free(&c);
+	/* rewritten by that compile, ours and private again: loaded */
+	assert_int_equal(ktune__compile(f->name, f->text, f->len, NULL, 0, ARCH, cache, &c, &e),
+			 KTUNE_OK);
+	assert_int_equal(c.cached, 1);
+	assert_memory_equal(c.data, fresh.data, c.size);
+	ktune__cubin_free(&c);
+	ktune__cubin_free(&fresh);
+}
+
 static void test_compile__nvrtc_version(void **state)
 {
 	int major = 0, minor = -1;
@@ -456,6 +504,7 @@ int main(void)
 		cmocka_unit_test(test_compile__too_many_options),
 		cmocka_unit_test(test_compile__helper_kernels),
 		cmocka_unit_test(test_compile__untrusted_cache_dir_is_not_used),
+		cmocka_unit_test(test_compile__writable_cache_files_are_not_loaded),
 		cmocka_unit_test(test_compile__cache_keys_on_options),
 		cmocka_unit_test(test_compile__every_gemm_kernel_then_cache),
 		cmocka_unit_test(test_compile__every_wgmma_kernel),

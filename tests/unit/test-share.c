@@ -31,6 +31,7 @@
 #include "db/db.h"
 #include "db/share.h"
 #include "ops/gemm.h"
+#include "ops/op.h"
 #include "templates.h"
 #include "test_util.h"
 
@@ -264,6 +265,19 @@ static void test_share__sqlite_rows_are_checked(void **state)
 		{ "UPDATE devices SET name = 'a' || char(27) || '[2J'",
 		  "row 1: device.name: 'a\\x1b[2J' has a character" },
 		{ "UPDATE results SET time_us = -1", "row 1: time_us: '-1' must be greater than 0" },
+		/* issue 30: values the YAML reader refuses, never narrowed or cut */
+		{ "UPDATE devices SET sm_count = 4294967428",
+		  "row 1: device.sms: '4294967428' is not in 1..1024" },
+		{ "UPDATE results SET aligned = 7", "row 1: key.aligned: '7' is not in 0..1" },
+		{ "UPDATE results SET candidates = 4294967301",
+		  "row 1: candidates: '4294967301' is not in 0..100000000" },
+		{ "UPDATE results SET m = 4096.7", "row 1: key.m: '4096.7' is not an integer" },
+		{ "UPDATE results SET m = 'abc'", "row 1: key.m: 'abc' is not an integer" },
+		{ "UPDATE results SET time_us = 'fast'", "row 1: time_us: 'fast' is not a number" },
+		{ "UPDATE results SET config = x'00'", "row 1: config: is a blob of 1 bytes" },
+		{ "UPDATE devices SET name = 'NVIDIA' || char(0) || 'x'",
+		  "row 1: device.name: 'NVIDIA' holds a NUL byte" },
+		{ "UPDATE results SET device_id = 99", "row 1: device.name: is NULL" },
 	};
 	struct test_scratch *t = *state;
 	struct ktune_result r = make_result(0);
@@ -292,6 +306,46 @@ static void test_share__sqlite_rows_are_checked(void **state)
 	sqlite3_close(h);
 	assert_int_not_equal(ktune__share_load(path, &s, &e), KTUNE_OK);
 	assert_non_null(strstr(e.msg, "not a ktune database"));
+}
+
+/*
+ * Issue 30: an SQLite file's schema is code (a VIRTUAL generated column
+ * computed per row stalled an import for minutes): anything but the schema
+ * ktune writes is refused before a row is read, at once.
+ */
+static void test_share__sqlite_hostile_schema_is_refused_unread(void **state)
+{
+	static const char *const cases[][2] = {
+		{ "ALTER TABLE results ADD COLUMN x AS (length(hex(zeroblob(300000000))))",
+		  "its table 'results' is not as ktune writes it" },
+		{ "CREATE TRIGGER t AFTER INSERT ON results BEGIN SELECT 1; END",
+		  "its trigger 't' is not one of ktune's" },
+		{ "CREATE VIEW v AS SELECT length(hex(zeroblob(300000000)))",
+		  "its view 'v' is not one of ktune's" },
+		{ "DROP INDEX trials_key", "it lacks index 'trials_key'" },
+	};
+	struct test_scratch *t = *state;
+	struct ktune_result r = make_result(0);
+	struct ktune_share s;
+	struct ktune_err e;
+	char path[TEST_PATH_MAX];
+	sqlite3 *h;
+
+	snprintf(path, sizeof(path), "%s/hostile.sqlite", t->dir);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(ktune__db_write_standalone(path, &r, 1, 1, &e), KTUNE_OK);
+		assert_int_equal(sqlite3_open(path, &h), SQLITE_OK);
+		if (sqlite3_exec(h, cases[i][0], NULL, NULL, NULL) != SQLITE_OK)
+			fail_msg("%s: %s", cases[i][0], sqlite3_errmsg(h));
+		sqlite3_close(h);
+		double t0 = ktune__now();
+		e.msg[0] = '\0';
+		assert_int_not_equal(ktune__share_load(path, &s, &e), KTUNE_OK);
+		if (!strstr(e.msg, cases[i][1]))
+			fail_msg("message '%s' lacks '%s'", e.msg, cases[i][1]);
+		assert_true(ktune__now() - t0 < 0.5);
+		assert_int_equal(s.count, 0);
+	}
 }
 
 static void test_share__policy_faster(void **state)
@@ -553,6 +607,95 @@ static void test_share__wgmma_entries(void **state)
 	assert_non_null(strstr(e.msg, "not in the template's space"));
 }
 
+/* A current wgmma result of make_result(i)'s key. */
+static struct ktune_result wgmma_result(int i)
+{
+	struct ktune_result r = make_result(i);
+
+	snprintf(r.family, sizeof(r.family), "gemm_wgmma");
+	snprintf(r.config, sizeof(r.config), "FAMILY=wgmma,BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,"
+		 "STAGES=4,CONSUMERS=2,CLUSTER_M=1,GROUP_SIZE=8,SPLIT_K=1");
+	snprintf(r.template_hash, sizeof(r.template_hash), "%s",
+		 ktune__template_hash(KTUNE_GEMM_WGMMA_SOURCE));
+	return r;
+}
+
+/*
+ * Issue 30: freshness is each result's own (its hash against its own
+ * family's current source), so a current mma.sync result at 99,999 us does
+ * not replace a current wgmma one at 590 us as "tuned for an older
+ * template".  Each side stale in turn, under each policy, into a database.
+ */
+static void test_share__policy_judges_each_family_by_its_own_template(void **state)
+{
+	static const char zero[] = "0000000000000000000000000000000000000000000000000000000000000000";
+	static const enum ktune_policy policies[] = { KTUNE_POLICY_FASTER, KTUNE_POLICY_OURS,
+						      KTUNE_POLICY_THEIRS };
+	struct {
+		int ours_wgmma, ours_stale, theirs_stale;
+		double ours_us, theirs_us;
+		enum ktune_import_outcome want[3]; /* faster, ours, theirs */
+		const char *why_faster;
+	} cases[] = {
+		/* both current: the faster, whatever the families */
+		{ 1, 0, 0, 590, 99999, { KTUNE_IMPORT_KEPT, KTUNE_IMPORT_KEPT, KTUNE_IMPORT_REPLACED },
+		  "ours is faster" },
+		{ 0, 0, 0, 99999, 590, { KTUNE_IMPORT_REPLACED, KTUNE_IMPORT_KEPT, KTUNE_IMPORT_REPLACED },
+		  "theirs is faster" },
+		/* ours stale: a current result replaces it under 'faster', however slow */
+		{ 1, 1, 0, 590, 99999, { KTUNE_IMPORT_REPLACED, KTUNE_IMPORT_KEPT, KTUNE_IMPORT_REPLACED },
+		  "ours was tuned for an older template" },
+		{ 0, 1, 0, 99999, 590, { KTUNE_IMPORT_REPLACED, KTUNE_IMPORT_KEPT, KTUNE_IMPORT_REPLACED },
+		  "ours was tuned for an older template" },
+		/* theirs stale: never considered */
+		{ 1, 0, 1, 590, 99999, { KTUNE_IMPORT_SKIPPED, KTUNE_IMPORT_SKIPPED, KTUNE_IMPORT_SKIPPED },
+		  "another template source" },
+		{ 0, 0, 1, 99999, 590, { KTUNE_IMPORT_SKIPPED, KTUNE_IMPORT_SKIPPED, KTUNE_IMPORT_SKIPPED },
+		  "another template source" },
+	};
+	struct test_scratch *t = *state;
+	char path[TEST_PATH_MAX], why[128];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		for (size_t p = 0; p < 3; p++) {
+			struct ktune_result ours = cases[i].ours_wgmma ? wgmma_result(7) : make_result(7);
+			struct ktune_result theirs = cases[i].ours_wgmma ? make_result(7) : wgmma_result(7);
+			struct ktune_import_item item;
+			struct ktune_import_counts c;
+			struct ktune_db *db;
+			struct ktune_err e;
+			unsigned char stale;
+
+			ours.time_us = cases[i].ours_us;
+			theirs.time_us = cases[i].theirs_us;
+			if (cases[i].ours_stale)
+				memcpy(ours.template_hash, zero, sizeof(zero));
+			if (cases[i].theirs_stale)
+				memcpy(theirs.template_hash, zero, sizeof(zero));
+			stale = !ktune__result_fresh(&theirs.key, theirs.family, theirs.template_hash);
+			assert_int_equal(stale, cases[i].theirs_stale);
+			snprintf(path, sizeof(path), "%s/policy-%zu-%zu.db", t->dir, i, p);
+			put(path, &ours);
+			assert_int_equal(ktune__db_open(path, 1, &db, &e), KTUNE_OK);
+			assert_int_equal(ktune__db_import(db, &theirs, &stale, 1, policies[p], 0, &item,
+							  &c, &e), KTUNE_OK);
+			ktune__db_close(db);
+			if (item.outcome != cases[i].want[p])
+				fail_msg("case %zu, policy %zu: outcome %d (%s), want %d", i, p,
+					 (int)item.outcome, item.reason, (int)cases[i].want[p]);
+			if (p == 0 && !strstr(item.reason, cases[i].why_faster))
+				fail_msg("case %zu: reason '%s' lacks '%s'", i, item.reason,
+					 cases[i].why_faster);
+			assert_true(stored_time(path, &ours) ==
+				    (item.outcome == KTUNE_IMPORT_REPLACED ? theirs.time_us : ours.time_us));
+			/* merge decides by the same function: a stale theirs is kept out there too */
+			if (cases[i].theirs_stale && policies[p] == KTUNE_POLICY_FASTER)
+				assert_int_equal(ktune__policy_decide(&ours, &theirs, policies[p], why,
+								      sizeof(why)), 0);
+		}
+	}
+}
+
 static void test_share__rejects_duplicate_keys(void **state)
 {
 	char *text = make_text(2), *m = replace(text, "m: 2\n", "m: 1\n");
@@ -696,6 +839,8 @@ int main(void)
 						test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__sqlite_rows_are_checked, setup_tmp,
 						test_scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_share__sqlite_hostile_schema_is_refused_unread,
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__policy_faster, setup_tmp, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_share__policy_ours_and_theirs, setup_tmp,
 						test_scratch_teardown),
@@ -709,6 +854,8 @@ int main(void)
 						test_scratch_teardown),
 		cmocka_unit_test(test_share__rejects_values_outside_the_space),
 		cmocka_unit_test(test_share__wgmma_entries),
+		cmocka_unit_test_setup_teardown(test_share__policy_judges_each_family_by_its_own_template,
+						setup_tmp, test_scratch_teardown),
 		cmocka_unit_test(test_share__rejects_duplicate_keys),
 		cmocka_unit_test_setup_teardown(test_share__sql_looking_strings_are_data, setup_tmp,
 						test_scratch_teardown),

@@ -1,0 +1,2 @@
+--sql
+CREATE TRIGGER t AFTER INSERT ON results BEGIN SELECT 1; END; INSERT INTO results SELECT device_id, op, 'bf16', layout, m + 1, n, k, aligned, family, config, template_hash, time_us, tflops, cublas_us, err_fro, err_max, candidates, tune_s, nvrtc_version, driver_version, ktune_version, protocol, created_at, p20_us, p80_us, measure_note FROM results;

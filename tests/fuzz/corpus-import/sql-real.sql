@@ -1,0 +1,2 @@
+--sql
+UPDATE results SET m = 4096.7;
