@@ -42,15 +42,21 @@ const struct cmd cli_commands[] = {
 	  "  --seed N     random inputs (default 1)\n"
 	  "  --progress   progress on stderr even when it is not a terminal\n\n" SHOW_FILTERS
 	  "\n" COMMON },
-	{ "compile", cmd_compile, "compile every GEMM configuration with NVRTC (no GPU needed)",
-	  "usage: ktune compile [--arch sm_90] [--dtype D] [--layout L] [--aligned 0|1]\n"
-	  "                     [--family gemm|gemm_wgmma] [--jobs N] [--format table|csv]\n\n"
-	  "Compiles every configuration that the GEMM search spaces admit, for each\n"
-	  "selected dtype, layout and alignment variant, and reports registers, spills\n"
-	  "and shared memory.  Exits 1 if any admitted configuration fails to compile.\n"
-	  "The wgmma family (gemm_wgmma) is compiled, for sm_90a, when --arch is sm_90\n"
-	  "or sm_90a, and only in the aligned variant (the only one it serves).\n"
-	  "Default: every family, dtype, layout and alignment for --arch sm_90.\n\n" COMMON },
+	{ "compile", cmd_compile, "compile an op's configurations with NVRTC (no GPU needed)",
+	  "usage: ktune compile [--op gemm] [--arch sm_90] [--dtype D] [--layout L] [--aligned 0|1]\n"
+	  "                     [--family gemm|gemm_wgmma] [--jobs N] [--format table|csv]\n"
+	  "       ktune compile --op OP [--arch sm_90] [--dtype D] [--aligned 0|1] [--jobs N]\n"
+	  "                     [--format table|csv]\n\n"
+	  "GEMM (the default): compiles every configuration that the GEMM search spaces\n"
+	  "admit, for each selected dtype, layout and alignment variant.  The wgmma\n"
+	  "family (gemm_wgmma) is compiled, for sm_90a, when --arch is sm_90 or sm_90a,\n"
+	  "and only in the aligned variant (the only one it serves).\n"
+	  "Another op: every configuration its prune admits for each key of its part of\n"
+	  "the built-in default suite ('ktune help tune' lists the ops), aligned and\n"
+	  "unaligned, one compile per distinct kernel.\n"
+	  "Reports registers, spills and shared memory; exits 1 if any admitted\n"
+	  "configuration fails to compile.  Default: every family, dtype, layout and\n"
+	  "alignment for --arch sm_90.\n\n" COMMON },
 	{ "export", cmd_export, "write the tuned entries to a file to share",
 	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [--defaults] [filters]\n\n"
 	  "Writes the tuned entries as a versioned YAML file: sorted, with fixed number\n"

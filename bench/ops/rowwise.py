@@ -133,7 +133,7 @@ class RowBench(ew.Bench):
                 yt = torch.empty_like(x)
                 impls["torch"] = dict(fn=lambda: torch.ops.aten._softmax.out(x, -1, False, out=yt), outs=[yt],
                                       api="aten._softmax.out", check=lambda f: self.close_check([yt], [ref_y], tol * f))
-                if lig is not None:
+                if lig is not None and "liger" in c["libs"]:
                     impls["liger"] = dict(fn=lambda: lig["softmax_fwd"](x), api="_softmax_forward",
                                           check=lambda f: self.close_check([lig["softmax_fwd"](x)[0]], [ref_y], tol * f))
                 if have_kt:
@@ -151,7 +151,7 @@ class RowBench(ew.Bench):
                                                                                       grad_input=dxt),
                                   outs=[dxt], api="aten._softmax_backward_data.out",
                                   check=lambda f: self.close_check([dxt], [ref], tol * f))
-            if lig is not None:
+            if lig is not None and "liger" in c["libs"]:
                 _, block, warps, multi = lig["softmax_fwd"](x)
                 run = lambda: lig["softmax_bwd"](dy, y, block, warps, multi)
                 impls["liger"] = dict(fn=run, api="_softmax_backward",

@@ -421,7 +421,21 @@ for args in "--arch 90" "--arch sm_" "--arch sm_90b" "--dtype f64" "--layout xx"
 	err_has "Try 'ktune compile --help'"
 	out_empty
 done
+for args in "--op conv" "--op softmax --layout nt" "--op rmsnorm --family gemm" "--dtype f32"; do
+	run compile $args
+	expect_rc 2
+	err_has "Try 'ktune compile --help'"
+	out_empty
+done
 [ ! -e "$XDG_CACHE_HOME/ktune/cubin" ] || fail "a refused compile wrote to the cubin cache"
+
+# another op: every admitted kernel of its suite keys (add in f32, unaligned: 66 of them)
+run compile --op add --dtype f32 --aligned 0 --format csv
+expect_rc 0
+out_has '^key,config,status,registers'
+out_has '^"add f32 1048576 unaligned","VEC=1,UNROLL=1,THREADS=128,'
+[ "$(grep -c ',ok,' "$OUT")" -ge 60 ] || fail "compile --op add: fewer than 60 kernels ok"
+err_has "compiled, 0 failed"
 
 # --------------------------------------------------------------- linking
 
