@@ -220,7 +220,7 @@ KTUNE_API ktune_status ktune_dropout_backward(ktune_ctx *ctx, int64_t n, float p
  *
  * - Element (r, c) of a matrix t is t[r * ldt + c]; every row stride is
  *   >= cols.  Vectors over the columns (weight, dweight) are contiguous of
- *   `dtype`; rstd is contiguous fp32, one value a row.
+ *   `dtype`; mean and rstd are contiguous fp32, one value a row.
  * - Each row is reduced in a fixed order: the same inputs give bit-identical
  *   results on every run (no atomics).
  * - Tuned per [rows, cols]: rows by power-of-two bucket, cols exactly up to
@@ -260,6 +260,33 @@ KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int6
 					      const float *rstd, const void *dy, int64_t lddy, void *dx,
 					      int64_t lddx, void *dweight, ktune_dtype dtype,
 					      void *stream);
+
+/*
+ * LayerNorm: mean[r] = the mean of row r of x, rstd[r] = 1 / sqrt(mean over
+ * the row of (x - mean[r])^2 + eps) (two passes over the row: no
+ * cancellation), y = (x - mean) * rstd * weight + bias.  weight and bias
+ * (cols elements of `dtype`) are required; mean and rstd (rows floats each)
+ * are written for the backward pass.  A row of one value gives rstd =
+ * 1 / sqrt(eps) and y = bias.  y may be x.  cols up to 131072.
+ */
+KTUNE_API ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
+				       int64_t ldx, const void *weight, const void *bias, float eps,
+				       void *y, int64_t ldy, float *mean, float *rstd, ktune_dtype dtype,
+				       void *stream);
+/*
+ * The gradients of ktune_layernorm from dy, x and the forward's mean and
+ * rstd, with xhat = (x - mean) * rstd and g = dy * weight: dx = rstd * (g -
+ * mean over the row of g - xhat * mean over the row of g * xhat), dweight =
+ * sum over the rows of dy * xhat, dbias = sum over the rows of dy, both
+ * reduced deterministically (a second kernel adds per-block partial sums in
+ * a fixed order; the scratch for them is the context's, per stream).  Every
+ * pointer is required.  dx may be dy.
+ */
+KTUNE_API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
+						const void *x, int64_t ldx, const void *weight,
+						const float *mean, const float *rstd, const void *dy,
+						int64_t lddy, void *dx, int64_t lddx, void *dweight,
+						void *dbias, ktune_dtype dtype, void *stream);
 
 #ifdef __cplusplus
 }

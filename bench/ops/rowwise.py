@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/ops/rowwise.py - ktune's row-wise ops (softmax, RMSNorm) against PyTorch
+"""bench/ops/rowwise.py - ktune's row-wise ops (softmax, RMSNorm, LayerNorm) against PyTorch
 eager and Liger Kernel, in the same process on the same GPU.
 
     python3 bench/ops/rowwise.py --lib build-device/install/lib/libktune.so --csv $OUT/rowwise.csv
@@ -12,16 +12,21 @@ traffic, the same figure for every library):
   rmsnorm           y = x rstd w, rstd saved (fp32)              bytes 2 r c s + c s + 4 r
   rmsnorm_residual  h = x + res written, y = h rstd w            bytes 4 r c s + c s + 4 r
   rmsnorm_bwd       dx and dw from h, w, rstd, dy                bytes 3 r c s + 2 c s + 4 r
+  layernorm         y = (x - mean) rstd w + b, mean, rstd saved  bytes 2 r c s + 2 c s + 8 r
+  layernorm_bwd     dx, dw, db from x, w, mean, rstd, dy         bytes 3 r c s + 3 c s + 8 r
 Baselines: torch (softmax: aten._softmax.out and _softmax_backward_data.out;
 RMSNorm: F.rms_norm, its residual add as x + res first, its backward through
-autograd, eager only: capturing autograd.grad in a graph failed), Liger (liger_kernel.ops.softmax's _softmax_forward/_backward,
+autograd, eager only: capturing autograd.grad in a graph failed; LayerNorm:
+F.layer_norm, its backward through autograd, eager only), Liger
+(liger_kernel.ops.softmax's _softmax_forward/_backward,
 liger_kernel.ops.rms_norm's rms_norm_forward/backward in the llama casting
-mode; no residual variant).
+mode, no residual variant; liger_kernel.ops.layer_norm's layer_norm_forward
+and layer_norm_backward).
 
 The timing protocol is bench/ops/elementwise.py's (this script runs its Bench):
 seeded inputs, outputs poisoned with NaN, checked against a float32 reference
 before and after timing (ktune within 1e-2 relative to max(1, |ref|) in bf16,
-dw relative to max(1, rms(ref dw)) since it sums rows-many rounded terms; the
+dw and db relative to max(1, rms(ref)) since they sum rows-many rounded terms; the
 baselines within 4 times that), L2 flushed before every timed call, eager
 and CUDA-graph replay, the median of many reps, the 1 GiB copy first and last
 as the ceiling.  Exit status 0, 2 when a check failed, 1 on a fatal error.
@@ -47,11 +52,17 @@ SIGS = {
     "ktune_rmsnorm_backward": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_vp, c_vp, c_i64, c_vp, c_i64, c_vp, c_int,
                                 c_vp],
                                "ctx rows cols h ldh weight rstd dy lddy dx lddx dweight dtype stream"),
+    "ktune_layernorm": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_vp, c_f32, c_vp, c_i64, c_vp, c_vp, c_int, c_vp],
+                        "ctx rows cols x ldx weight bias eps y ldy mean rstd dtype stream"),
+    "ktune_layernorm_backward": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_vp, c_vp, c_vp, c_i64, c_vp, c_i64, c_vp,
+                                  c_vp, c_int, c_vp],
+                                 "ctx rows cols x ldx weight mean rstd dy lddy dx lddx dweight dbias dtype stream"),
 }
-OPS = ("softmax", "rmsnorm")
+OPS = ("softmax", "rmsnorm", "layernorm")
 SYMBOLS = {"softmax": ["ktune_softmax"], "softmax_bwd": ["ktune_softmax_backward"],
            "rmsnorm": ["ktune_rmsnorm"], "rmsnorm_residual": ["ktune_rmsnorm"],
-           "rmsnorm_bwd": ["ktune_rmsnorm_backward"]}
+           "rmsnorm_bwd": ["ktune_rmsnorm_backward"],
+           "layernorm": ["ktune_layernorm"], "layernorm_bwd": ["ktune_layernorm_backward"]}
 EPS = 1e-6
 
 # the elementwise bench's ctypes wrapper and header check take these ops too
@@ -62,19 +73,21 @@ ew.C_TYPES["float*"] = c_vp
 
 def shapes(args):
     if args.quick:
-        return dict(softmax=[(4096, 4096), (1024, 32768)], rmsnorm=[(4096, 4096), (1024, 32768)])
+        return dict(softmax=[(4096, 4096), (1024, 32768)], rmsnorm=[(4096, 4096), (1024, 32768)],
+                    layernorm=[(4096, 4096), (1024, 32768)])
     return dict(softmax=[(4096, 1024), (4096, 4096), (4096, 16384), (1024, 32768), (1024, 131072), (256, 262144)],
-                rmsnorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)])
+                rmsnorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)],
+                layernorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)])
 
 
 def plan(args):
     cases = []
     sz = shapes(args)
 
-    def case(op, shape, matrices, vectors, libs):
+    def case(op, shape, matrices, vectors, libs, stats=0):
         r, c = shape
         cases.append(dict(op=op, variant="-", dtype="bf16", shape=shape, shape_str=f"{r}x{c}", elements=r * c,
-                          bytes=matrices * r * c * 2 + vectors * c * 2 + (4 * r if op.startswith("rms") else 0),
+                          bytes=matrices * r * c * 2 + vectors * c * 2 + stats * r,
                           libs=libs))
 
     if "softmax" in args.ops:
@@ -87,18 +100,25 @@ def plan(args):
                                      ("rmsnorm_residual", 4, 1, ["ktune", "torch"]),
                                      ("rmsnorm_bwd", 3, 2, ["ktune", "torch", "liger"])):
             for shape in sz["rmsnorm"]:
-                case(op, shape, mats, vecs, libs)
+                case(op, shape, mats, vecs, libs, stats=4)
+    if "layernorm" in args.ops:
+        for op, mats, vecs in (("layernorm", 2, 2), ("layernorm_bwd", 3, 3)):
+            for shape in sz["layernorm"]:
+                # Liger's layer norm refuses rows over 65536 (calculate_settings' block size)
+                case(op, shape, mats, vecs, ["ktune", "torch"] + (["liger"] if shape[1] <= 65536 else []), stats=8)
     return cases
 
 
 class RowBench(ew.Bench):
     def grad_check(self, outs, refs, tol):
-        """close_check for dx, and dw (a sum over the rows, whose elements near 0 carry the rounding
-        of rows-many terms) against max(1, rms(ref dw)) rather than max(1, |ref|)."""
-        dx, dw = outs
-        rdx, rdw = refs
-        scale = max(1.0, float(rdw.float().pow(2).mean().sqrt()))
-        return self.close_check([dx, dw.float() / scale], [rdx, rdw / scale], tol)
+        """close_check for dx, and dw (and db: sums over the rows, whose elements near 0 carry the
+        rounding of rows-many terms) against max(1, rms(ref)) rather than max(1, |ref|)."""
+        got, want = [outs[0]], [refs[0]]
+        for o, r in zip(outs[1:], refs[1:]):
+            scale = max(1.0, float(r.float().pow(2).mean().sqrt()))
+            got.append(o.float() / scale)
+            want.append(r / scale)
+        return self.close_check(got, want, tol)
 
     def run_impl(self, c, lib, impl):
         """elementwise.py's, with graph mode left out for an impl marked eager_only."""
@@ -165,6 +185,8 @@ class RowBench(ew.Bench):
 
         w = (torch.rand(cols, device=self.dev, generator=gen) + 0.5).to(torch.bfloat16)
         wf = w.float()
+        if op in ("layernorm", "layernorm_bwd"):
+            return self.build_layernorm(c, gen, impls, x, w, have_kt)
         if op in ("rmsnorm", "rmsnorm_residual"):
             res = self.randn((rows, cols), "bf16", gen) if op == "rmsnorm_residual" else None
             h = (x + res) if res is not None else x  # rounded to bf16, as every library stores it
@@ -227,6 +249,66 @@ class RowBench(ew.Bench):
                 outs=[dxk, dwk], check=lambda f: self.grad_check([dxk, dwk], [ref_dx, ref_dw], tol * f))
         return impls
 
+    def build_layernorm(self, c, gen, impls, x, w, have_kt):
+        torch = self.torch
+        F = torch.nn.functional
+        op, (rows, cols) = c["op"], c["shape"]
+        tol = ew.TOL["bf16"]
+        kt, st, kdt = self.kt, self.stream, ew.KTUNE_DTYPE["bf16"]
+        lig = self.row_liger if "liger" in c["libs"] else None
+        b = (torch.rand(cols, device=self.dev, generator=gen) - 0.5).to(torch.bfloat16)
+        xf, wf, bf = x.float(), w.float(), b.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt((xf - mean).pow(2).mean(-1, keepdim=True) + EPS)
+        xhat = (xf - mean) * rstd
+        if op == "layernorm":
+            ref_y = xhat * wf + bf
+            impls["torch"] = dict(fn=lambda: F.layer_norm(x, (cols,), w, b, EPS), api="F.layer_norm",
+                                  check=lambda f: self.close_check([F.layer_norm(x, (cols,), w, b, EPS)], [ref_y],
+                                                                   tol * f))
+            if lig is not None:
+                run = lambda: lig["ln_fwd"](x, w, b, EPS)
+                impls["liger"] = dict(fn=run, api="layer_norm_forward",
+                                      check=lambda f: self.close_check([run()[0]], [ref_y], tol * f))
+            if have_kt:
+                yk = torch.empty_like(x)
+                mk, rk = (torch.empty(rows, dtype=torch.float32, device=self.dev) for _ in range(2))
+                impls["ktune"] = dict(
+                    fn=lambda: kt.call("ktune_layernorm", rows, cols, x.data_ptr(), cols, w.data_ptr(), b.data_ptr(),
+                                       ctypes.c_float(EPS), yk.data_ptr(), cols, mk.data_ptr(), rk.data_ptr(), kdt,
+                                       st()),
+                    outs=[yk, mk, rk],
+                    check=lambda f: self.close_check([yk, mk, rk], [ref_y, mean.squeeze(-1), rstd.squeeze(-1)],
+                                                     tol * f))
+            return impls
+
+        # layernorm_bwd: from x, w, mean, rstd and dy
+        dy = self.randn((rows, cols), "bf16", gen)
+        dyf = dy.float()
+        g = dyf * wf
+        ref_dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        ref_dw, ref_db = (dyf * xhat).sum(0), dyf.sum(0)
+        xr, wr, br = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+        yr = F.layer_norm(xr, (cols,), wr, br, EPS)
+        run_t = lambda: torch.autograd.grad(yr, (xr, wr, br), dy, retain_graph=True)
+        # eager only, as rmsnorm_bwd's
+        impls["torch"] = dict(fn=run_t, api="autograd of F.layer_norm (eager)", eager_only=True,
+                              check=lambda f: self.grad_check(list(run_t()), [ref_dx, ref_dw, ref_db], tol * f))
+        mean_s, rstd_s = mean.squeeze(-1).contiguous(), rstd.squeeze(-1).contiguous()
+        if lig is not None:
+            run_l = lambda: lig["ln_bwd"](dy, x, w, b, mean_s, rstd_s)
+            impls["liger"] = dict(fn=run_l, api="layer_norm_backward",
+                                  check=lambda f: self.grad_check(list(run_l()), [ref_dx, ref_dw, ref_db], tol * f))
+        if have_kt:
+            dxk, dwk, dbk = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+            impls["ktune"] = dict(
+                fn=lambda: kt.call("ktune_layernorm_backward", rows, cols, x.data_ptr(), cols, w.data_ptr(),
+                                   mean_s.data_ptr(), rstd_s.data_ptr(), dy.data_ptr(), cols, dxk.data_ptr(), cols,
+                                   dwk.data_ptr(), dbk.data_ptr(), kdt, st()),
+                outs=[dxk, dwk, dbk],
+                check=lambda f: self.grad_check([dxk, dwk, dbk], [ref_dx, ref_dw, ref_db], tol * f))
+        return impls
+
     def run(self, cases):
         self.row_liger, self.row_liger_why = None, "--no-liger"
         if not self.args.no_liger:
@@ -234,8 +316,10 @@ class RowBench(ew.Bench):
                 import importlib
                 sm = importlib.import_module("liger_kernel.ops.softmax")
                 rn = importlib.import_module("liger_kernel.ops.rms_norm")
+                ln = importlib.import_module("liger_kernel.ops.layer_norm")
                 self.row_liger = dict(softmax_fwd=sm._softmax_forward, softmax_bwd=sm._softmax_backward,
-                                      rms_fwd=rn.rms_norm_forward, rms_bwd=rn.rms_norm_backward)
+                                      rms_fwd=rn.rms_norm_forward, rms_bwd=rn.rms_norm_backward,
+                                      ln_fwd=ln.layer_norm_forward, ln_bwd=ln.layer_norm_backward)
             except Exception as e:
                 self.row_liger_why = f"not importable: {type(e).__name__}: {e}"
                 ew.log(f"liger: {self.row_liger_why}: its column is skipped")

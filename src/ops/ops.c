@@ -17,11 +17,11 @@
 #include "templates.h"
 
 extern const struct ktune_op ktune__op_gemm, ktune__op_add, ktune__op_gelu, ktune__op_glu,
-	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm;
+	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm, ktune__op_layernorm;
 
 const struct ktune_op *const ktune__ops[] = {
 	&ktune__op_gemm, &ktune__op_add, &ktune__op_gelu, &ktune__op_glu, &ktune__op_dropout,
-	&ktune__op_softmax, &ktune__op_rmsnorm, NULL,
+	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, NULL,
 };
 
 #define NOPS ((int)(sizeof(ktune__ops) / sizeof(ktune__ops[0])) - 1)

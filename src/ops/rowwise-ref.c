@@ -77,3 +77,45 @@ void ktune__ref_rmsnorm_backward(const double *h, int64_t ldh, const double *w, 
 			dx[r * lddx + c] = k * (gr[c] * w[c] - hr[c] * k * k * s / (double)cols);
 	}
 }
+
+void ktune__ref_layernorm(const double *x, int64_t ldx, const double *w, const double *b, double eps, double *y,
+			  int64_t ldy, double *mean, double *rstd, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *xr = x + r * ldx;
+		double *yr = y + r * ldy, s = 0, v = 0;
+		for (int64_t c = 0; c < cols; c++)
+			s += xr[c];
+		double m = s / (double)cols;
+		for (int64_t c = 0; c < cols; c++)
+			v += (xr[c] - m) * (xr[c] - m);
+		double k = 1 / sqrt(v / (double)cols + eps);
+		for (int64_t c = 0; c < cols; c++)
+			yr[c] = (xr[c] - m) * k * w[c] + b[c];
+		mean[r] = m;
+		rstd[r] = k;
+	}
+}
+
+void ktune__ref_layernorm_backward(const double *x, int64_t ldx, const double *w, const double *mean,
+				   const double *rstd, const double *dy, int64_t lddy, double *dx, int64_t lddx,
+				   double *dw, double *db, int64_t rows, int64_t cols)
+{
+	for (int64_t c = 0; c < cols; c++)
+		dw[c] = db[c] = 0;
+	for (int64_t r = 0; r < rows; r++) {
+		const double *xr = x + r * ldx, *gr = dy + r * lddy, m = mean[r], k = rstd[r];
+		double sg = 0, sgx = 0;
+		for (int64_t c = 0; c < cols; c++) {
+			double xh = (xr[c] - m) * k;
+			sg += gr[c] * w[c];
+			sgx += gr[c] * w[c] * xh;
+			dw[c] += gr[c] * xh;
+			db[c] += gr[c];
+		}
+		for (int64_t c = 0; c < cols; c++) {
+			double xh = (xr[c] - m) * k;
+			dx[r * lddx + c] = k * (gr[c] * w[c] - sg / (double)cols - xh * sgx / (double)cols);
+		}
+	}
+}

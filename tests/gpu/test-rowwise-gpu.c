@@ -1,5 +1,5 @@
 /*
- * test-rowwise-gpu.c - the row-wise kernels (softmax, rmsnorm) on a GPU
+ * test-rowwise-gpu.c - the row-wise kernels (softmax, rmsnorm, layernorm) on a GPU
  * against their float64 CPU references (src/ops/rowwise-ref.c).  Skipped
  * where no GPU is present.
  *
@@ -15,7 +15,9 @@
  * of -inf but one element (one-hot), of -inf only (zeros, not NaN), and of
  * +-1e4 (no overflow); RMSNorm with the residual fused, then its backward,
  * twice, bit-identical (dw is reduced without atomics), and captured in a
- * CUDA graph and replayed, bit-identical again.
+ * CUDA graph and replayed, bit-identical again; LayerNorm with a row of one
+ * value (rstd = 1 / sqrt(eps), y = b exactly) and its backward, twice,
+ * bit-identical.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -146,6 +148,12 @@ static void test_rowwise_gpu__rmsnorm_every_config(void **state)
 {
 	(void)state;
 	run_op("rmsnorm", 65537);
+}
+
+static void test_rowwise_gpu__layernorm_every_config(void **state)
+{
+	(void)state;
+	run_op("layernorm", 65537);
 }
 
 /* ------------------------------------------------------------ the public API */
@@ -292,6 +300,104 @@ static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **sta
 	free(xd), free(rd), free(wd), free(y), free(h), free(rstd), free(dy), free(dx), free(dw), free(hr);
 }
 
+static void test_rowwise_gpu__layernorm_constant_row_backward_deterministic(void **state)
+{
+	(void)state;
+	enum { ROWS = 300, COLS = 1000, LD = 1003 };
+	const float eps = 1e-5f;
+	size_t n = (size_t)ROWS * LD;
+	float *x = malloc(n * 4), *w = malloc(COLS * 4), *b = malloc(COLS * 4), *got = malloc(n * 4);
+	float *dyf = malloc(n * 4), *dx1 = malloc(n * 4), *dx2 = malloc(n * 4);
+	float *dw1 = malloc(COLS * 4), *dw2 = malloc(COLS * 4), *db1 = malloc(COLS * 4), *db2 = malloc(COLS * 4);
+	double *xd = malloc(n * 8), *wd = malloc(COLS * 8), *bd = malloc(COLS * 8), *y = malloc(n * 8);
+	double *dy = malloc(n * 8), *dx = malloc(n * 8), *dw = malloc(COLS * 8), *db = malloc(COLS * 8);
+	double mean[ROWS], rstd[ROWS];
+	float mean_got[ROWS], rstd_got[ROWS];
+	assert_true(x && w && b && got && dyf && dx1 && dx2 && dw1 && dw2 && db1 && db2 && xd && wd && bd && y && dy &&
+		    dx && dw && db);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((i * 7919 % 2001) - 1000) / 300 + 2; /* an offset mean */
+		dyf[i] = (float)((i * 104729 % 1999) - 999) / 1000;
+	}
+	for (int c = 0; c < COLS; c++) {
+		x[c] = 2.5f; /* row 0: one value (its sum, 2500, and mean are exact in fp32) */
+		w[c] = 0.5f + (float)(c % 17) / 16;
+		b[c] = (float)(c % 13) / 8 - 0.75f;
+	}
+	for (size_t i = 0; i < n; i++) {
+		xd[i] = x[i];
+		dy[i] = dyf[i];
+	}
+	for (int c = 0; c < COLS; c++) {
+		wd[c] = w[c];
+		bd[c] = b[c];
+	}
+	CUdeviceptr d_x = upload(x, n), d_w = upload(w, COLS), d_b = upload(b, COLS), d_y = upload(x, n);
+	CUdeviceptr d_mean = upload(mean_got, ROWS), d_rstd = upload(rstd_got, ROWS), d_dy = upload(dyf, n);
+	CUdeviceptr d_dx = upload(x, n), d_dw = upload(w, COLS), d_db = upload(b, COLS);
+	assert_int_equal(ktune_layernorm(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_w, (void *)d_b, eps, (void *)d_y,
+					 LD, (float *)d_mean, (float *)d_rstd, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_layernorm(xd, LD, wd, bd, eps, y, LD, mean, rstd, ROWS, COLS);
+	download(got, d_y, n);
+	download(mean_got, d_mean, ROWS);
+	download(rstd_got, d_rstd, ROWS);
+	assert_true(mean_got[0] == 2.5f);
+	assert_true(fabs(rstd_got[0] - 1 / sqrt((double)eps)) <= 1e-5 / sqrt((double)eps));
+	for (int c = 0; c < COLS; c++)
+		if (got[c] != b[c])
+			fail_msg("layernorm constant row y[0, %d] = %g, want b = %g", c, got[c], b[c]);
+	for (int r = 0; r < ROWS; r++) {
+		assert_true(fabs(mean_got[r] - mean[r]) <= 1e-5 * fmax(1, fabs(mean[r])));
+		assert_true(fabs(rstd_got[r] - rstd[r]) <= 1e-5 * rstd[r]);
+		for (int c = 0; c < LD; c++) {
+			float g = got[r * LD + c];
+			if (c >= COLS) /* past the row: untouched */
+				assert_true(g == x[r * LD + c]);
+			else if (!(fabs(g - y[r * LD + c]) <= 1e-5 * fmax(1, fabs(y[r * LD + c]))))
+				fail_msg("layernorm y[%d, %d] = %g, want %g", r, c, g, y[r * LD + c]);
+		}
+	}
+	/* backward from the forward's mean and rstd, twice: the same bits */
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ktune_layernorm_backward(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_w,
+							  (float *)d_mean, (float *)d_rstd, (void *)d_dy, LD,
+							  (void *)d_dx, LD, (void *)d_dw, (void *)d_db, KTUNE_F32, NULL),
+				 KTUNE_OK);
+		download(round ? dx2 : dx1, d_dx, n);
+		download(round ? dw2 : dw1, d_dw, COLS);
+		download(round ? db2 : db1, d_db, COLS);
+	}
+	assert_memory_equal(dx1, dx2, n * 4);
+	assert_memory_equal(dw1, dw2, COLS * 4);
+	assert_memory_equal(db1, db2, COLS * 4);
+	for (int r = 0; r < ROWS; r++) {
+		mean[r] = mean_got[r];
+		rstd[r] = rstd_got[r];
+	}
+	ktune__ref_layernorm_backward(xd, LD, wd, mean, rstd, dy, LD, dx, LD, dw, db, ROWS, COLS);
+	for (int r = 0; r < ROWS; r++)
+		for (int c = 0; c < LD; c++) {
+			float g = dx1[r * LD + c];
+			double want = dx[r * LD + c];
+			if (c >= COLS) /* past the row: untouched */
+				assert_true(g == x[r * LD + c]);
+			else if (!(fabs(g - want) <= 1e-5 * fmax(1, fmax(fabs(want), rstd[r])))) /* dx scales with rstd */
+				fail_msg("layernorm dx[%d, %d] = %g, want %g", r, c, g, want);
+		}
+	for (int c = 0; c < COLS; c++) {
+		if (!(fabs(dw1[c] - dw[c]) <= 1e-5 * fmax(1, fabs(dw[c]))))
+			fail_msg("layernorm dw[%d] = %g, want %g", c, dw1[c], dw[c]);
+		if (!(fabs(db1[c] - db[c]) <= 1e-5 * fmax(1, fabs(db[c]))))
+			fail_msg("layernorm db[%d] = %g, want %g", c, db1[c], db[c]);
+	}
+	CUdeviceptr all[] = { d_x, d_w, d_b, d_y, d_mean, d_rstd, d_dy, d_dx, d_dw, d_db };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+	free(x), free(w), free(b), free(got), free(dyf), free(dx1), free(dx2), free(dw1), free(dw2), free(db1);
+	free(db2), free(xd), free(wd), free(bd), free(y), free(dy), free(dx), free(dw), free(db);
+}
+
 static void test_rowwise_gpu__bad_arguments(void **state)
 {
 	(void)state;
@@ -310,6 +416,25 @@ static void test_rowwise_gpu__bad_arguments(void **state)
 						16, (void *)d, KTUNE_F32, NULL),
 			 KTUNE_ERR_INVALID);
 	assert_non_null(strstr(ktune_errmsg(ctx), "rstd is NULL"));
+	assert_int_equal(ktune_layernorm(ctx, 2, 16, (void *)d, 16, (void *)d, (void *)d, -1.0f, (void *)d, 16,
+					 (float *)d, (float *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_int_equal(ktune_layernorm(ctx, 2, 16, (void *)d, 16, (void *)d, NULL, 1e-5f, (void *)d, 16,
+					 (float *)d, (float *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "b is NULL"));
+	assert_int_equal(ktune_layernorm(ctx, 2, 200000, (void *)d, 200000, (void *)d, (void *)d, 1e-5f, (void *)d,
+					 200000, (float *)d, (float *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "over 131072"));
+	assert_int_equal(ktune_layernorm_backward(ctx, 2, 16, (void *)d, 16, (void *)d, NULL, (float *)d, (void *)d,
+						  16, (void *)d, 16, (void *)d, (void *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "mean is NULL"));
+	assert_int_equal(ktune_layernorm_backward(ctx, 2, 16, (void *)d, 8, (void *)d, (float *)d, (float *)d,
+						  (void *)d, 16, (void *)d, 16, (void *)d, (void *)d, KTUNE_F32, NULL),
+			 KTUNE_ERR_INVALID);
+	assert_non_null(strstr(ktune_errmsg(ctx), "row stride (8) is less than cols = 16"));
 	ktune_cu.cuMemFree_v2(d);
 }
 
@@ -349,6 +474,8 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__rmsnorm_residual_backward_deterministic),
 		cmocka_unit_test(test_rowwise_gpu__softmax_every_config),
 		cmocka_unit_test(test_rowwise_gpu__rmsnorm_every_config),
+		cmocka_unit_test(test_rowwise_gpu__layernorm_constant_row_backward_deterministic),
+		cmocka_unit_test(test_rowwise_gpu__layernorm_every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

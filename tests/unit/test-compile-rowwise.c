@@ -1,6 +1,6 @@
 /*
  * test-compile-rowwise.c - NVRTC compiles of the row-wise templates
- * (softmax, rmsnorm; no GPU needed) for sm_90, through the registry: for
+ * (softmax, rmsnorm, layernorm; no GPU needed) for sm_90, through the registry: for
  * every key of each op's part of the default suite, and for awkward row
  * lengths (1, 7, 33, 4097, 65537, 262144 columns, as far as the op takes
  * them; unaligned too), the op's
@@ -31,7 +31,7 @@
 #define SM_COUNT 132
 #define SAMPLE 3
 
-static const char *const ops[] = { "softmax", "rmsnorm" };
+static const char *const ops[] = { "softmax", "rmsnorm", "layernorm" };
 static const int64_t awkward_cols[] = { 1, 7, 33, 4097, 65537, 262144 };
 
 struct job {
