@@ -217,8 +217,8 @@ static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **sta
 	float rstd_got[ROWS];
 	assert_true(x && res && w && got && dw1 && dw2 && dx1 && dx2 && xd && rd && wd && y && h && rstd && dy && dx && dw);
 	for (size_t i = 0; i < n; i++) {
-		x[i] = (float)((i * 7919 % 2001) - 1000) / 300;
-		res[i] = (float)((i * 104729 % 1999) - 999) / 500;
+		x[i] = (float)((long)(i * 7919 % 2001) - 1000) / 300; /* signed: i is a size_t */
+		res[i] = (float)((long)(i * 104729 % 1999) - 999) / 500;
 		xd[i] = x[i];
 		rd[i] = res[i];
 	}
@@ -316,8 +316,8 @@ static void test_rowwise_gpu__layernorm_constant_row_backward_deterministic(void
 	assert_true(x && w && b && got && dyf && dx1 && dx2 && dw1 && dw2 && db1 && db2 && xd && wd && bd && y && dy &&
 		    dx && dw && db);
 	for (size_t i = 0; i < n; i++) {
-		x[i] = (float)((i * 7919 % 2001) - 1000) / 300 + 2; /* an offset mean */
-		dyf[i] = (float)((i * 104729 % 1999) - 999) / 1000;
+		x[i] = (float)((long)(i * 7919 % 2001) - 1000) / 300 + 2; /* an offset mean; signed: i is a size_t */
+		dyf[i] = (float)((long)(i * 104729 % 1999) - 999) / 1000;
 	}
 	for (int c = 0; c < COLS; c++) {
 		x[c] = 2.5f; /* row 0: one value (its sum, 2500, and mean are exact in fp32) */

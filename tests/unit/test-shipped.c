@@ -86,11 +86,11 @@ static void covers_the_default_suite(const char *name, const char *gpu, const ch
 	ktune__share_free(&share);
 }
 
-/* The H100's file: the suite's GEMM keys, the elementwise ops' and the row-wise ops' (96 + 42 + 22). */
+/* The H100's file: the suite's GEMM keys, the elementwise ops' and the row-wise ops' (96 + 42 + 30). */
 static void test_shipped__h100_covers_the_default_suite(void **state)
 {
 	(void)state;
-	covers_the_default_suite("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3", "gemm,add,gelu,glu,dropout,softmax,rmsnorm");
+	covers_the_default_suite("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3", "gemm,add,gelu,glu,dropout,softmax,rmsnorm,layernorm");
 }
 
 /* An H200 of its own, GEMM only: the runtime prefers the file of the GPU it runs on. */
