@@ -110,12 +110,7 @@ struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct kt
 			    : !strcmp(name, "THREADS") ? 256
 			    : !strcmp(name, "CACHE")   ? 1
 						       : 0;
-		/* the space's value nearest to what we want (its first if none is) */
-		long best = s->params[i].values[0];
-		for (int j = 0; j < s->params[i].nvalues; j++)
-			if (labs(s->params[i].values[j] - want) < labs(best - want))
-				best = s->params[i].values[j];
-		c.v[i] = best;
+		c.v[i] = ktune__space_nearest(s, i, want);
 	}
 	return c;
 }

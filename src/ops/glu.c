@@ -98,12 +98,6 @@ static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 	ktune__ew_geometry(c, vectors(key, c, call->size[0], call->size[1]), sm_count, out, &ktune__op_glu);
 }
 
-/* The tuner's packed layout has no strides: a row's stride is its length. */
-static int64_t ld(const struct ktune_op_call *call, int buf)
-{
-	return call->ld[buf] ? call->ld[buf] : call->size[1];
-}
-
 static void args(const struct ktune_key *key, const struct ktune_op_call *call, struct ktune_op_args *a)
 {
 	int bwd = backward(key);
@@ -115,11 +109,11 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_ptr(a, bwd ? call->buf[4] : 0);         /* out_b */
 	ktune__ew_arg_i64(a, call->size[0]);
 	ktune__ew_arg_i64(a, call->size[1]);
-	ktune__ew_arg_i64(a, ld(call, 0));
-	ktune__ew_arg_i64(a, ld(call, 1));
-	ktune__ew_arg_i64(a, bwd ? ld(call, 2) : 0);
-	ktune__ew_arg_i64(a, bwd ? ld(call, 3) : ld(call, 2));
-	ktune__ew_arg_i64(a, bwd ? ld(call, 4) : 0);
+	ktune__ew_arg_i64(a, ktune__op_ld(call, 0));
+	ktune__ew_arg_i64(a, ktune__op_ld(call, 1));
+	ktune__ew_arg_i64(a, bwd ? ktune__op_ld(call, 2) : 0);
+	ktune__ew_arg_i64(a, bwd ? ktune__op_ld(call, 3) : ktune__op_ld(call, 2));
+	ktune__ew_arg_i64(a, bwd ? ktune__op_ld(call, 4) : 0);
 }
 
 const struct ktune_op ktune__op_glu = {

@@ -101,12 +101,6 @@ static void input_range(const struct ktune_key *key, int buf, double *lo, double
 	}
 }
 
-/* The tuner's packed layout has no strides: a row's stride is its length. */
-static int64_t ld(const struct ktune_op_call *call, int buf)
-{
-	return call->ld[buf] ? call->ld[buf] : call->size[1];
-}
-
 static void reference(const struct ktune_key *key, const struct ktune_op_call *call, double *const *b)
 {
 	int64_t rows = call->size[0], cols = call->size[1];
@@ -158,21 +152,12 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 	return n;
 }
 
-/* Clusters of the backward's grid: one partial row of dw and one of db each. */
-static int64_t bwd_clusters(const struct ktune_key *key, const struct ktune_config *c, int64_t rows, int sm_count)
-{
-	struct ktune_rw_shape s = ktune__rw_shape(key, c);
-	if (s.blocks_per_sm <= 0)
-		s.blocks_per_sm = 1; /* pruned; a default for a key nobody tuned still runs */
-	return ktune__rw_clusters(&s, rows, sm_count);
-}
-
 static size_t workspace(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
 			int sm_count)
 {
 	if (pass(key) != BWD)
 		return 0;
-	return (size_t)bwd_clusters(key, c, call->size[0], sm_count) * 2 * (size_t)call->size[1] * sizeof(float);
+	return (size_t)ktune__rw_walk_clusters(key, c, call->size[0], sm_count) * 2 * (size_t)call->size[1] * sizeof(float);
 }
 
 static int steps(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
@@ -194,13 +179,12 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 		ktune__ew_arg_ptr(a, call->buf[5]); /* rstd */
 		ktune__ew_arg_i64(a, rows);
 		ktune__ew_arg_i64(a, cols);
-		ktune__ew_arg_i64(a, ld(call, 0));
-		ktune__ew_arg_i64(a, ld(call, 3));
+		ktune__ew_arg_i64(a, ktune__op_ld(call, 0));
+		ktune__ew_arg_i64(a, ktune__op_ld(call, 3));
 		ktune__ew_arg_f32(a, (float)call->scalar[0]);
 		return 1;
 	}
-	int64_t clusters = bwd_clusters(key, c, rows, sm_count);
-	s.blocks_per_sm = s.blocks_per_sm > 0 ? s.blocks_per_sm : 1;
+	int64_t clusters = ktune__rw_walk_clusters(key, c, rows, sm_count);
 	out[0].entry = 1;
 	ktune__rw_launch(&s, clusters, &out[0].launch);
 	out[0].launch.smem = (unsigned)bwd_smem(&s);
@@ -213,9 +197,9 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	ktune__ew_arg_ptr(a, call->workspace);
 	ktune__ew_arg_i64(a, rows);
 	ktune__ew_arg_i64(a, cols);
-	ktune__ew_arg_i64(a, ld(call, 0));
-	ktune__ew_arg_i64(a, ld(call, 4));
-	ktune__ew_arg_i64(a, ld(call, 5));
+	ktune__ew_arg_i64(a, ktune__op_ld(call, 0));
+	ktune__ew_arg_i64(a, ktune__op_ld(call, 4));
+	ktune__ew_arg_i64(a, ktune__op_ld(call, 5));
 
 	a = &out[1].args;
 	out[1].entry = 2;
@@ -264,16 +248,6 @@ const struct ktune_op ktune__op_layernorm = {
 	.distance = ktune__rw_distance,
 };
 
-static ktune_status check_strides(ktune_ctx *ctx, const char *what, int64_t cols, const struct ktune_op_call *call,
-				  const int *bufs, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (call->ld[bufs[i]] < cols)
-			return ktune__op_invalid(ctx, "%s: a row stride (%lld) is less than cols = %lld", what,
-						 (long long)call->ld[bufs[i]], (long long)cols);
-	return KTUNE_OK;
-}
-
 ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x, int64_t ldx,
 			     const void *weight, const void *bias, float eps, void *y, int64_t ldy, float *mean,
 			     float *rstd, ktune_dtype dtype, void *stream)
@@ -287,7 +261,7 @@ ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const v
 	ktune_status rc;
 	if (!(eps >= 0))
 		return ktune__op_invalid(ctx, "layernorm: eps %g is not >= 0", (double)eps);
-	if ((rc = check_strides(ctx, "layernorm", cols, &call, mats, 2)))
+	if ((rc = ktune__rw_check_strides(ctx, "layernorm", cols, &call, mats, 2)))
 		return rc;
 	ktune__op_variant_set(&ktune__op_layernorm, &key, values, NULL);
 	return ktune__op_run(ctx, &key, &call, stream);
@@ -305,7 +279,7 @@ ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols
 				      .ld = { ldx, 0, 0, 0, lddy, lddx } };
 	const char *values[] = { "bwd", NULL };
 	ktune_status rc;
-	if ((rc = check_strides(ctx, "layernorm backward", cols, &call, mats, 3)))
+	if ((rc = ktune__rw_check_strides(ctx, "layernorm backward", cols, &call, mats, 3)))
 		return rc;
 	ktune__op_variant_set(&ktune__op_layernorm, &key, values, NULL);
 	return ktune__op_run(ctx, &key, &call, stream);

@@ -269,8 +269,12 @@ int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key,
  */
 void ktune__sample_configs(struct ktune_config *cfgs, int n, int keep, unsigned seed);
 
-/* A call's alignment class: every buffer 16-byte aligned, every row stride a multiple of 16 bytes. */
-int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call);
+/*
+ * A call's alignment class: every buffer 16-byte aligned, every row stride a
+ * multiple of 16 bytes (in its buffer's element size, from the key's layout).
+ */
+int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_layout *layout,
+			   const struct ktune_op_call *call);
 
 /*
  * Whether two (key, config) pairs of an op compile to the same kernel: the
@@ -279,6 +283,9 @@ int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_ca
  */
 int ktune__op_same_kernel(const struct ktune_op *op, const struct ktune_key *ka, const struct ktune_config *a,
 			  const struct ktune_key *kb, const struct ktune_config *b);
+
+/* Buffer buf's row stride: the caller's, or the row length call->size[1] in the tuner's packed layout (ld 0). */
+int64_t ktune__op_ld(const struct ktune_op_call *call, int buf);
 
 /* Bytes per element of a buffer of the key's problem. */
 int ktune__op_buf_size(const struct ktune_key *key, const struct ktune_op_buf *buf);

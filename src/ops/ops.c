@@ -500,19 +500,21 @@ int ktune__op_same_kernel(const struct ktune_op *op, const struct ktune_key *ka,
 	return 1;
 }
 
+int64_t ktune__op_ld(const struct ktune_op_call *call, int buf)
+{
+	return call->ld[buf] ? call->ld[buf] : call->size[1];
+}
+
 int ktune__op_buf_size(const struct ktune_key *key, const struct ktune_op_buf *buf)
 {
 	return buf->type == KTUNE_BUF_F32 ? 4 : ktune__dtype_size(key->dtype);
 }
 
-int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_call *call)
+int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_layout *layout,
+			   const struct ktune_op_call *call)
 {
-	const struct ktune_op *op = ktune__op_of(key);
-	struct ktune_op_layout layout = { 0 };
-	if (op && op->layout)
-		op->layout(key, &layout);
 	for (int i = 0; i < KTUNE_OP_MAX_BUFS; i++) {
-		int size = i < layout.nbufs ? ktune__op_buf_size(key, &layout.bufs[i]) : ktune__dtype_size(key->dtype);
+		int size = i < layout->nbufs ? ktune__op_buf_size(key, &layout->bufs[i]) : ktune__dtype_size(key->dtype);
 		if (call->buf[i] % 16 || (call->ld[i] * size) % 16)
 			return 0;
 	}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/rowwise.h"
+#include "runtime/op_run.h"
 
 static int64_t pow2_ceil(int64_t n)
 {
@@ -46,25 +47,13 @@ struct ktune_rw_shape ktune__rw_shape(const struct ktune_key *key, const struct 
 	return s;
 }
 
-static int is_launch_param(const char *name)
-{
-	return !strcmp(name, "BLOCKS_PER_SM");
-}
-
 int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
 {
-	const struct ktune_op *op = ktune__op_of(key);
-	const struct ktune_space *sp = op ? ktune__op_space(op, c->family, NULL) : NULL;
 	struct ktune_rw_shape s = ktune__rw_shape(key, c);
-	int n = 0;
-	if (!sp || max < 3 + sp->nparams)
-		return -1;
-	snprintf(opts[n++], 48, "-DDTYPE=%d", (int)key->dtype);
-	snprintf(opts[n++], 48, "-DALIGNED=%d", key->aligned != 0);
+	int n = ktune__ew_defines(key, c, opts, max - 1);
+	if (n < 0)
+		return n;
 	snprintf(opts[n++], 48, "-DCOLS=%lld", (long long)s.items * s.cluster * s.row_threads * s.vec);
-	for (int i = 0; i < sp->nparams; i++)
-		if (!is_launch_param(sp->params[i].name))
-			snprintf(opts[n++], 48, "-D%.24s=%ld", sp->params[i].name, c->v[i]);
 	return n;
 }
 
@@ -78,6 +67,15 @@ int64_t ktune__rw_clusters(const struct ktune_rw_shape *s, int64_t rows, int sm_
 	if (clusters > 0x7fffffff / s->cluster)
 		clusters = 0x7fffffff / s->cluster; /* the kernels walk the rest */
 	return clusters;
+}
+
+int64_t ktune__rw_walk_clusters(const struct ktune_key *key, const struct ktune_config *c, int64_t rows,
+				int sm_count)
+{
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	if (s.blocks_per_sm <= 0)
+		s.blocks_per_sm = 1;
+	return ktune__rw_clusters(&s, rows, sm_count);
 }
 
 void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct ktune_op_launch *out)
@@ -143,16 +141,6 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 	return 0;
 }
 
-/* The space's value of parameter i nearest to want (its first if none is). */
-static long nearest(const struct ktune_space *sp, int i, long want)
-{
-	long best = sp->params[i].values[0];
-	for (int j = 0; j < sp->params[i].nvalues; j++)
-		if (labs(sp->params[i].values[j] - want) < labs(best - want))
-			best = sp->params[i].values[j];
-	return best;
-}
-
 /* A config of the op's first family with these values (the space's nearest), the rest 0. */
 static struct ktune_config config_of(const struct ktune_space *sp, long vec, long row_threads, long threads,
 				     long cluster, long blocks_per_sm)
@@ -166,7 +154,7 @@ static struct ktune_config config_of(const struct ktune_space *sp, long vec, lon
 			    : !strcmp(name, "CLUSTER")       ? cluster
 			    : !strcmp(name, "BLOCKS_PER_SM") ? blocks_per_sm
 							     : 0;
-		c.v[i] = nearest(sp, i, want);
+		c.v[i] = ktune__space_nearest(sp, i, want);
 	}
 	return c;
 }
@@ -200,4 +188,14 @@ double ktune__rw_distance(const struct ktune_key *a, const struct ktune_key *b)
 	if (a->n > 0 && b->n > 0)
 		dc = log((double)a->n) - log((double)b->n);
 	return dr * dr + 4 * dc * dc + (a->aligned != b->aligned ? 0.01 : 0);
+}
+
+ktune_status ktune__rw_check_strides(ktune_ctx *ctx, const char *what, int64_t cols,
+				     const struct ktune_op_call *call, const int *bufs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (call->ld[bufs[i]] < cols)
+			return ktune__op_invalid(ctx, "%s: a row stride (%lld) is less than cols = %lld", what,
+						 (long long)call->ld[bufs[i]], (long long)cols);
+	return KTUNE_OK;
 }

@@ -37,8 +37,9 @@ struct ktune_rw_shape {
 struct ktune_rw_shape ktune__rw_shape(const struct ktune_key *key, const struct ktune_config *c);
 
 /*
- * -DDTYPE, -DALIGNED, -DCOLS (items x span, so that keys needing as many
- * registers share a kernel) and the space's compiled parameters.
+ * The elementwise defines (-DDTYPE, -DALIGNED, the space's compiled
+ * parameters) and -DCOLS (items x span, so that keys needing as many
+ * registers share a kernel).
  */
 int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max);
 
@@ -47,6 +48,14 @@ int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c,
  * most SMs x BLOCKS_PER_SM blocks when that is set.
  */
 int64_t ktune__rw_clusters(const struct ktune_rw_shape *s, int64_t rows, int sm_count);
+/*
+ * Clusters of a backward pass's grid (one partial row of its column sums
+ * each): as ktune__rw_clusters, capped at one block an SM when the config
+ * has no cap (the prune drops those; a default nobody tuned still runs).
+ */
+int64_t ktune__rw_walk_clusters(const struct ktune_key *key, const struct ktune_config *c, int64_t rows,
+				int sm_count);
+
 /* The launch of a row kernel: CLUSTER x clusters blocks of THREADS. */
 void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct ktune_op_launch *out);
 
@@ -70,5 +79,13 @@ struct ktune_config ktune__rw_default(const struct ktune_op *op, const struct kt
 
 /* Squared distance in log space of rows and cols, cols weighing 4 times (same op, dtype, variant). */
 double ktune__rw_distance(const struct ktune_key *a, const struct ktune_key *b);
+
+/*
+ * KTUNE_OK if the row strides of call->ld[bufs[0..n-1]] are all >= cols,
+ * else "WHAT: a row stride (L) is less than cols = C" recorded in ctx and
+ * KTUNE_ERR_INVALID: the public functions' check of their arguments.
+ */
+ktune_status ktune__rw_check_strides(ktune_ctx *ctx, const char *what, int64_t cols,
+				     const struct ktune_op_call *call, const int *bufs, int n);
 
 #endif

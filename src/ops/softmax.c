@@ -99,12 +99,6 @@ static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 	ktune__rw_launch(&s, ktune__rw_clusters(&s, call->size[0], sm_count), out);
 }
 
-/* The tuner's packed layout has no strides: a row's stride is its length. */
-static int64_t ld(const struct ktune_op_call *call, int buf)
-{
-	return call->ld[buf] ? call->ld[buf] : call->size[1];
-}
-
 static void args(const struct ktune_key *key, const struct ktune_op_call *call, struct ktune_op_args *a)
 {
 	int bwd = backward(key), out = bwd ? 2 : 1;
@@ -114,9 +108,9 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_ptr(a, call->buf[out]);
 	ktune__ew_arg_i64(a, call->size[0]);
 	ktune__ew_arg_i64(a, call->size[1]);
-	ktune__ew_arg_i64(a, ld(call, 0));
-	ktune__ew_arg_i64(a, bwd ? ld(call, 1) : 0);
-	ktune__ew_arg_i64(a, ld(call, out));
+	ktune__ew_arg_i64(a, ktune__op_ld(call, 0));
+	ktune__ew_arg_i64(a, bwd ? ktune__op_ld(call, 1) : 0);
+	ktune__ew_arg_i64(a, ktune__op_ld(call, out));
 }
 
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
@@ -171,10 +165,10 @@ static ktune_status run(ktune_ctx *ctx, int backward_pass, int64_t rows, int64_t
 	}
 	call.buf[nb] = (uint64_t)out;
 	call.ld[nb++] = ld_out;
-	for (int i = 0; i < nb; i++)
-		if (call.ld[i] < cols)
-			return ktune__op_invalid(ctx, "%s: a row stride (%lld) is less than cols = %lld", what,
-						 (long long)call.ld[i], (long long)cols);
+	static const int all[] = { 0, 1, 2 };
+	ktune_status rc = ktune__rw_check_strides(ctx, what, cols, &call, all, nb);
+	if (rc)
+		return rc;
 	ktune__op_variant_set(&ktune__op_softmax, &key, values, NULL);
 	return ktune__op_run(ctx, &key, &call, stream);
 }

@@ -91,7 +91,6 @@ ktune_status ktune__op_run(ktune_ctx *ctx, struct ktune_key *key, struct ktune_o
 	for (int f = 0; f < op->nfields; f++)
 		if (op->fields[f].dim >= 0 && call->size[op->fields[f].dim] == 0)
 			return KTUNE_OK;
-	key->aligned = ktune__op_call_aligned(key, call);
 	if ((rc = ktune__op_key_check(key, &e)))
 		return ktune__ctx_error(ctx, rc, &e);
 	struct ktune_op_layout layout;
@@ -99,6 +98,7 @@ ktune_status ktune__op_run(ktune_ctx *ctx, struct ktune_key *key, struct ktune_o
 	for (int i = 0; i < layout.nbufs; i++)
 		if (!call->buf[i])
 			return ktune__op_invalid(ctx, "%s: %s is NULL", op->name, layout.bufs[i].name);
+	key->aligned = ktune__op_call_aligned(key, &layout, call);
 	tuned = *key;
 	op->key_bucket(&tuned);
 

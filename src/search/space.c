@@ -240,6 +240,15 @@ void ktune__space_free(struct ktune_space *s)
 	memset(s, 0, sizeof(*s));
 }
 
+long ktune__space_nearest(const struct ktune_space *s, int i, long want)
+{
+	long best = s->params[i].values[0];
+	for (int j = 0; j < s->params[i].nvalues; j++)
+		if (labs(s->params[i].values[j] - want) < labs(best - want))
+			best = s->params[i].values[j];
+	return best;
+}
+
 int ktune__space_param_index(const struct ktune_space *s, const char *name)
 {
 	int i;

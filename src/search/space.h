@@ -56,6 +56,9 @@ void ktune__space_free(struct ktune_space *s);
 /* Index of a parameter by name, or -1. */
 int ktune__space_param_index(const struct ktune_space *s, const char *name);
 
+/* Parameter i's value nearest to want (its first of equally near ones): a default that is in the space. */
+long ktune__space_nearest(const struct ktune_space *s, int i, long want);
+
 /*
  * 1 if values[] (one per parameter, in declaration order) are each among
  * their parameter's values and satisfy every constraint, else 0 with the

@@ -214,7 +214,7 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 		CU_GOTO(e, rc, cuMemcpyHtoD_v2(p->call.buf[i], p->scratch, (size_t)b->elems * (size_t)p->size[i]));
 	}
 	p->op->reference(&p->key, &p->call, p->host);
-	p->key.aligned = ktune__op_call_aligned(&p->key, &p->call);
+	p->key.aligned = ktune__op_call_aligned(&p->key, &p->layout, &p->call);
 
 	/* the references go to the GPU as fp32, where each run is checked; the host copies go */
 	float *ref32 = (float *)p->scratch;
