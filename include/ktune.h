@@ -242,7 +242,8 @@ KTUNE_API ktune_status ktune_softmax_backward(ktune_ctx *ctx, int64_t rows, int6
  * + eps), y = h * rstd * weight.  With residual non-NULL the sum h is
  * rounded to dtype and written to h (the next layer's residual; h may be
  * residual); with residual NULL, h must be NULL.  rstd (rows floats) is
- * written for the backward pass.  y may be x.
+ * written for the backward pass.  weight may be NULL: a weight of ones
+ * (a norm without its affine weight).  y may be x.
  */
 KTUNE_API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
 				     int64_t ldx, const void *residual, int64_t ld_residual,
@@ -253,7 +254,8 @@ KTUNE_API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols,
  * the forward's rstd: dx, and dweight = sum over the rows of dy * h * rstd,
  * reduced deterministically (a second kernel adds per-block partial sums in
  * a fixed order; the scratch for them is the context's, per stream).  dx may
- * be dy.
+ * be dy.  weight may be NULL (ones, as in the forward); dweight may be NULL:
+ * not computed (one kernel, no scratch).
  */
 KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
 					      const void *h, int64_t ldh, const void *weight,
@@ -265,8 +267,9 @@ KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int6
  * LayerNorm: mean[r] = the mean of row r of x, rstd[r] = 1 / sqrt(mean over
  * the row of (x - mean[r])^2 + eps) (two passes over the row: no
  * cancellation), y = (x - mean) * rstd * weight + bias.  weight and bias
- * (cols elements of `dtype`) are required; mean and rstd (rows floats each)
- * are written for the backward pass.  A row of one value gives rstd =
+ * (cols elements of `dtype`) may each be NULL: a weight of ones, a bias of
+ * zeros (PyTorch's elementwise_affine=False, bias=False); mean and rstd
+ * (rows floats each) are written for the backward pass.  A row of one value gives rstd =
  * 1 / sqrt(eps) and y = bias.  y may be x.  cols up to 131072.
  */
 KTUNE_API ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
@@ -279,8 +282,9 @@ KTUNE_API ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t col
  * mean over the row of g - xhat * mean over the row of g * xhat), dweight =
  * sum over the rows of dy * xhat, dbias = sum over the rows of dy, both
  * reduced deterministically (a second kernel adds per-block partial sums in
- * a fixed order; the scratch for them is the context's, per stream).  Every
- * pointer is required.  dx may be dy.
+ * a fixed order; the scratch for them is the context's, per stream).  weight
+ * may be NULL (ones); dweight and dbias may each be NULL: not computed
+ * (neither: one kernel, no scratch).  dx may be dy.
  */
 KTUNE_API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
 						const void *x, int64_t ldx, const void *weight,

@@ -77,6 +77,35 @@ static int read_device(ktune_ctx *ctx, struct ktune_err *e)
 	return KTUNE_OK;
 }
 
+/* The vectors behind ktune__ctx_constant, in this order, each KTUNE_CONSTANT_ELEMS 4-byte slots. */
+enum { ONES_F32, ONES_F16, ONES_BF16, ZEROS, SINK, NCONSTANTS };
+
+static int constants_make(ktune_ctx *ctx, struct ktune_err *e)
+{
+	const size_t n = KTUNE_CONSTANT_ELEMS, slot = n * 4;
+	int pushed, rc;
+	if ((rc = ktune__ctx_enter(ctx, &pushed, e)))
+		return rc;
+	CU_GOTO(e, rc, cuMemAlloc_v2(&ctx->constants, NCONSTANTS * slot));
+	CU_GOTO(e, rc, cuMemsetD32_v2(ctx->constants + ONES_F32 * slot, 0x3f800000u, n));
+	CU_GOTO(e, rc, cuMemsetD16_v2(ctx->constants + ONES_F16 * slot, 0x3c00, n));
+	CU_GOTO(e, rc, cuMemsetD16_v2(ctx->constants + ONES_BF16 * slot, 0x3f80, n));
+	CU_GOTO(e, rc, cuMemsetD8_v2(ctx->constants + ZEROS * slot, 0, slot));
+out:
+	ktune__ctx_leave(ctx, pushed);
+	return rc;
+}
+
+CUdeviceptr ktune__ctx_constant(const ktune_ctx *ctx, enum ktune_buf_optional or, ktune_dtype dtype)
+{
+	const size_t slot = KTUNE_CONSTANT_ELEMS * 4;
+	if (or == KTUNE_OR_ZEROS)
+		return ctx->constants + ZEROS * slot;
+	if (or == KTUNE_OR_DISCARD)
+		return ctx->constants + SINK * slot;
+	return ctx->constants + (dtype == KTUNE_F16 ? ONES_F16 : dtype == KTUNE_BF16 ? ONES_BF16 : ONES_F32) * slot;
+}
+
 ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *errbuf,
 			size_t errlen)
 {
@@ -132,7 +161,7 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 			goto fail;
 		}
 	}
-	if ((rc = ktune__dispatch_load(ctx, &e)))
+	if ((rc = ktune__dispatch_load(ctx, &e)) || (rc = constants_make(ctx, &e)))
 		goto fail;
 	*out = ctx;
 	return KTUNE_OK;
@@ -205,6 +234,8 @@ void ktune_close(ktune_ctx *ctx)
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
 			workspaces_free(ctx);
+			if (ctx->constants)
+				ktune_cu.cuMemFree_v2(ctx->constants);
 			for (struct ktune_kernel *k = ctx->kernels; k; k = k->next)
 				ktune_cu.cuModuleUnload(k->module);
 			ktune__ctx_leave(ctx, pushed);

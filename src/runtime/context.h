@@ -86,11 +86,24 @@ struct ktune_ctx {
 	struct ktune_kernel *kernels;
 	struct ktune_workspace workspaces[KTUNE_MAX_WORKSPACES];
 	int nworkspaces;
+	CUdeviceptr constants; /* ones (f32, f16, bf16), zeros and a sink: ktune__ctx_constant */
 	long misses; /* keys served by "nearest" or "default" */
 	int from_device, from_arch, from_shipped; /* entries loaded from each source */
 	char shipped_names[256];                   /* the shipped files loaded, comma-separated */
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
 };
+
+/*
+ * The longest vector a caller may leave NULL (enum ktune_buf_optional): the
+ * context holds ones of each dtype, zeros and a sink of this many elements.
+ */
+#define KTUNE_CONSTANT_ELEMS 131072
+
+/*
+ * Where an op reads or writes a NULL optional buffer of `dtype`: ones,
+ * zeros, or the sink (written concurrently by any call: never read).
+ */
+CUdeviceptr ktune__ctx_constant(const ktune_ctx *ctx, enum ktune_buf_optional or, ktune_dtype dtype);
 
 /* What served the last call of this thread (ktune_last_dispatch; context.c). */
 extern __thread const char *ktune__last_dispatch;
