@@ -1,0 +1,51 @@
+"""ktune from Python: libktune's tuned GPU kernels as PyTorch ops.
+
+    import torch, ktune
+    y = ktune.gemm(x, w.t())                     # x @ w.T, the nn.Linear layout
+    y = ktune.swiglu(h)                          # silu(h[..., :c]) * h[..., c:]
+    y = ktune.rms_norm(x, w, residual=r)         # (y, x + r)
+    ktune.patch(model)                           # nn.Linear, LayerNorm, ... served by ktune
+
+The ops are torch custom ops (torch.ops.ktune.*) with autograd and fake
+implementations, so torch.compile traces them whole; the forward ops also
+take CuPy arrays (__cuda_array_interface__) and DLPack objects.  libktune is
+loaded with ctypes (no compiler at import); docs/python.md has the rest."""
+import sys
+
+from .contexts import close, context, db_path, set_db_path
+from .errors import Error, LibraryNotFoundError
+from .functional import (add, dropout, dropout_backward, gelu, gelu_backward, geglu, gemm, glu_backward,
+                         layer_norm, layer_norm_backward, rms_norm, rms_norm_backward, softmax,
+                         softmax_backward, swiglu)
+from .tuning import CommandError, last_dispatch, sweep, tune
+
+try:
+    from importlib.metadata import PackageNotFoundError, version as _version
+    __version__ = _version("ktune")
+except PackageNotFoundError:  # run from the source tree (PYTHONPATH=python)
+    __version__ = "0.1.0"
+
+
+def library():
+    """The loaded libktune (path, version_text, host); loads it on first call.
+    Raises LibraryNotFoundError naming every path tried."""
+    from ._lib import library as _library
+    return _library()
+
+
+def patch(model):
+    """Swaps the torch modules of `model` that ktune serves for ktune.nn's, in
+    place; returns a report of what was swapped (ktune.patching.PatchReport)."""
+    from .patching import patch as _patch
+    return _patch(model)
+
+
+def __getattr__(name):
+    if name == "nn":  # torch only when asked for
+        from . import nn
+        return nn
+    raise AttributeError(f"module 'ktune' has no attribute {name!r}")
+
+
+if "torch" in sys.modules:  # torch.ops.ktune.* exist as soon as both are imported
+    from . import torch_ops  # noqa: F401
