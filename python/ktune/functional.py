@@ -115,6 +115,23 @@ def _rstd(f, rows):
     return f.view(f.empty((rows,), "f32"), "rstd")
 
 
+def _norm_vectors(f, vx, vectors):
+    """Views of a norm's weight and bias, checked before the per-row float32
+    outputs are allocated (so that a bad vector is a ValueError or TypeError
+    even where nothing can allocate)."""
+    out = []
+    for obj, name in vectors:
+        if obj is None:
+            raise ValueError(f"{name}: required for arrays other than torch tensors")
+        v = f.view(obj, name)
+        if v.shape != vx.shape[-1:]:
+            raise ValueError(f"{name}: shape {v.shape} where {vx.shape[-1:]}, the last dimension of x, is needed")
+        if v.dtype != vx.dtype:
+            raise TypeError(f"{name}: dtype {v.dtype} differs from x's {vx.dtype}")
+        out.append(v)
+    return out
+
+
 # --- the ops --------------------------------------------------------------------------------
 
 def gemm(a, b, alpha=1.0, *, out=None, device=None, stream=None):
@@ -325,9 +342,7 @@ def rms_norm(x, weight=None, eps=1e-6, residual=None, *, out=None, device=None, 
         vx = f.view(x, "x")
         if not vx.shape:
             raise ValueError("x: a 0-d array has no rows")
-        if weight is None:
-            raise ValueError("weight: required for arrays other than torch tensors")
-        vw = f.view(weight, "weight")
+        vw, = _norm_vectors(f, vx, [(weight, "weight")])
         o, vo = f.out(out, vx.shape, vx.dtype)
         rows = math.prod(vx.shape[:-1])
         if residual is None:
@@ -367,11 +382,10 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, out=None, device=None, st
         vx = f.view(x, "x")
         if not vx.shape:
             raise ValueError("x: a 0-d array has no rows")
-        if weight is None or bias is None:
-            raise ValueError("weight, bias: required for arrays other than torch tensors")
+        vw, vb = _norm_vectors(f, vx, [(weight, "weight"), (bias, "bias")])
         o, vo = f.out(out, vx.shape, vx.dtype)
         rows = math.prod(vx.shape[:-1])
-        calls.layernorm(vx, f.view(weight, "weight"), f.view(bias, "bias"), vo, _rstd(f, rows),
+        calls.layernorm(vx, vw, vb, vo, _rstd(f, rows),
                         _rstd(f, rows), eps, f.stream)
         return o
     x = _from_dlpack(x)
