@@ -17,14 +17,10 @@ _MASK64 = (1 << 64) - 1
 
 
 def _device(views, names):
-    """The device ordinal of the call; every array must be on it, on CUDA
-    (or on the host, for the test library of tests/host/)."""
+    """The device of the call: every array must be on the same one (its kind
+    is checked last, in _call, so that every other check comes first)."""
     same(views, names)
-    kind, index = views[0].device
-    want = "cpu" if _host() else "cuda"
-    if kind != want:
-        raise ValueError(f"{names[0]}: on device '{kind}'; ktune runs on '{want}' tensors")
-    return index or 0
+    return views[0].device
 
 
 def _host():
@@ -39,8 +35,14 @@ def _dt(v):
 
 
 def _call(device, fn, *args):
+    """libktune's `fn` on the context of `device`, ("cuda", ordinal): CUDA
+    arrays only (host ones for the test double of tests/host/)."""
+    kind, index = device
+    want = "cpu" if _host() else "cuda"
+    if kind != want:
+        raise ValueError(f"the arrays are on device '{kind}'; ktune runs on '{want}' ones")
     lib = _lib.library()
-    ctx = context(device)
+    ctx = context(index or 0)
     lib.check(getattr(lib, fn)(ctx, *args), ctx)
 
 
