@@ -41,9 +41,9 @@ def patch(model):
 
 
 def __getattr__(name):
-    if name == "nn":  # torch only when asked for
-        from . import nn
-        return nn
+    if name == "nn":  # torch only when asked for; import_module, as `from . import` would ask here again
+        import importlib
+        return importlib.import_module(".nn", __name__)
     raise AttributeError(f"module 'ktune' has no attribute {name!r}")
 
 

@@ -110,6 +110,8 @@ def library():
     """The loaded libktune (loaded on the first call).  Raises
     LibraryNotFoundError naming every path tried."""
     global _lib
+    if _lib is not None:  # no lock once loaded: torch.compile traces this from ktune.nn's forwards
+        return _lib
     with _lock:
         if _lib is None:
             tried = []
