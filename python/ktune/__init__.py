@@ -19,11 +19,25 @@ from .functional import (add, dropout, dropout_backward, gelu, gelu_backward, ge
                          softmax_backward, swiglu)
 from .tuning import CommandError, last_dispatch, sweep, tune
 
+
+
+def _source_version():
+    """project(ktune VERSION x.y.z) of the checkout this package sits in (run
+    from the source tree, PYTHONPATH=python): the version's one source."""
+    import os
+    import re
+    try:
+        with open(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "CMakeLists.txt")) as f:
+            return re.search(r"project\(ktune VERSION ([0-9.]+)", f.read()).group(1)
+    except (OSError, AttributeError):
+        return "unknown"
+
+
 try:
     from importlib.metadata import PackageNotFoundError, version as _version
     __version__ = _version("ktune")
-except PackageNotFoundError:  # run from the source tree (PYTHONPATH=python)
-    __version__ = "0.1.0"
+except PackageNotFoundError:
+    __version__ = _source_version()
 
 
 def library():

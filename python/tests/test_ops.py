@@ -290,3 +290,46 @@ def test_opcheck(torch, dev):
         res = torch.library.opcheck(op, args)
         bad = {k: v for k, v in res.items() if v != "SUCCESS"}
         assert not bad, f"{op}: {bad}"
+
+
+class _CAI:
+    """Only __cuda_array_interface__, from a torch tensor it keeps alive (as CuPy or Numba arrays look)."""
+
+    def __init__(self, t):
+        self.t = t
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+
+class _DLPack:
+    """Only DLPack, from a torch tensor."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, **kw):
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_cuda_array_interface_and_dlpack(torch, dev):
+    if dev != "cuda":
+        pytest.skip("__cuda_array_interface__ arrays live on CUDA")
+    F = torch.nn.functional
+    x = rand(torch, dev, (5, 64), "float16", 30)
+    torch.cuda.synchronize()  # the interface's consumer runs on stream 0 here
+    y = torch.empty_like(x)
+    assert ktune.gelu(_CAI(x), out=_CAI(y)) is not None
+    torch.cuda.synchronize()
+    close(torch, y, F.gelu(x.float()).to(x.dtype), "float16", "gelu on __cuda_array_interface__")
+    z = ktune.softmax(_CAI(x))  # allocated by torch: a torch tensor
+    torch.cuda.synchronize()
+    close(torch, z, x.float().softmax(-1).to(x.dtype), "float16", "softmax on __cuda_array_interface__")
+    w = ktune.swiglu(_DLPack(x))
+    close(torch, w, (F.silu(x[:, :32].float()) * x[:, 32:].float()).to(x.dtype), "float16", "swiglu on DLPack")
+    a, b = rand(torch, dev, (16, 32), "float16", 31), rand(torch, dev, (32, 8), "float16", 32)
+    torch.cuda.synchronize()
+    c = ktune.gemm(_CAI(a), _CAI(b.t().contiguous().t()))
+    torch.cuda.synchronize()
+    close(torch, c, (a.float() @ b.float()).to(a.dtype), "float16", "gemm on __cuda_array_interface__", 3)
