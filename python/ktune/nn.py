@@ -21,6 +21,11 @@ from ._lib import library
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "GELU", "SwiGLU", "GeGLU", "report"]
 
+try:  # loaded now, so that a compiled forward's first trace finds it loaded (its loading takes a lock)
+    library()
+except ImportError:
+    pass  # the modules then run torch's forward and say why
+
 
 def _device_ok(x):
     """'' if ktune can run on x's device, else the reason."""

@@ -154,3 +154,25 @@ def test_torch_compile_traces_whole(torch, dev):
     close(torch, x.grad, xe.grad, "bfloat16", "compiled backward")
     explain = torch._dynamo.explain(m)(x.detach(), r)
     assert explain.graph_break_count == 0 and explain.graph_count == 1
+
+
+def test_patched_model_compiles_whole_under_autocast_in_a_fresh_process(torch, dev):
+    """The first call a process makes is a compiled one (no eager call loaded
+    libktune first), under autocast, as a training script's is."""
+    import os
+    import subprocess
+    import sys
+    code = f"""
+import torch, ktune
+m = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(approximate="tanh"),
+                        torch.nn.Linear(32, 16)).to("{dev}")
+ktune.patch(m)
+def f(x):
+    with torch.autocast("{dev}", dtype=torch.bfloat16):
+        return m(x)
+e = torch._dynamo.explain(f)(torch.randn(4, 16, device="{dev}"))
+print("breaks", e.graph_break_count, [r.reason[:200] for r in e.break_reasons])
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=os.environ)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "breaks 0 []" in p.stdout, p.stdout
