@@ -25,6 +25,12 @@
 #   concurrent  two sweeps on one database at once (tests/gpu/concurrent-sweeps.sh)
 #   devices  one sweep over every GPU of the machine, --devices 0,1,...
 #          (tests/gpu/devices-sweep.sh; needs two GPUs, skips on one)
+#   python the Python package on this build's libktune (no install: PYTHONPATH=python,
+#          KTUNE_LIBRARY, KTUNE_CLI): its tests on the GPU (python/tests: every op
+#          against torch, gradients, opcheck, torch.compile, the GPT-2 short run),
+#          then examples/gpt2 stock against ktune.patch, 20 steps, eager and compiled
+#          (gpt2*.json); PYTHON_STEPS picks among test, gpt2, compile.  pytest must be
+#          importable (wheels in .whl/: pip download -d .whl pytest)
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
@@ -155,6 +161,18 @@ for step in $steps; do
 		;;
 	devices)
 		run devices.log bash tests/gpu/devices-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-devices/ktune.db
+		;;
+	python)
+		export KTUNE_LIBRARY=$PWD/$B/install/lib/libktune.so KTUNE_CLI=$PWD/$B/ktune
+		export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+		for part in ${PYTHON_STEPS:-test gpt2 compile}; do
+			case $part in
+			test) run python.log timeout 570 python3 -m pytest -p no:cacheprovider -v -rs python/tests \
+				--junitxml="$OUT/python-junit.xml" ;;
+			gpt2) run gpt2.log timeout 570 python3 examples/gpt2/train.py --json "$OUT/gpt2.json" ;;
+			compile) run gpt2.log timeout 570 python3 examples/gpt2/train.py --compile --json "$OUT/gpt2-compile.json" ;;
+			esac
+		done
 		;;
 	*)
 		echo "unknown step '$step'"
