@@ -137,6 +137,66 @@ KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
 KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
 
 /*
+ * Tune what is used.  A context counts every call of a key that it serves
+ * without a tuned entry (by "nearest", "default" or another fallback):
+ * the key is noted the first time it is resolved, and each later call adds
+ * one to its count with an atomic add, with no lock held and no I/O.  When
+ * asked, ktune_close saves those keys, so that `ktune sweep --misses FILE`
+ * (or `ktune sweep --from-db`) tunes exactly what the program used:
+ *
+ *   KTUNE_RECORD=PATH   (read by ktune_open) save them to the misses file
+ *                       PATH, adding to the keys and calls it holds
+ *   KTUNE_RECORD=db     save them into the context's database, adding up
+ *                       with what other processes recorded there
+ *
+ * A misses file is YAML (docs/runtime.md): the GPU, then one line per key
+ * with its calls and the source that served it.  ktune_open fails with
+ * KTUNE_ERR_INVALID when KTUNE_RECORD names a file in a directory that does
+ * not exist, or "db" for a context without a database.
+ */
+
+/*
+ * Where ktune_close saves the keys served without a tuned entry: the
+ * misses file `path`, or the context's database when path is NULL; ""
+ * stops recording (the keys are still counted).  Replaces what
+ * KTUNE_RECORD asked.  Returns KTUNE_ERR_INVALID (detail in ktune_errmsg)
+ * for a path too long or in a directory that does not exist, or NULL on a
+ * context without a database.  ktune_close cannot report a failure to
+ * save: call ktune_save_misses to see it.  Not thread-safe.
+ */
+KTUNE_API ktune_status ktune_record_misses(ktune_ctx *ctx, const char *path);
+
+/*
+ * Saves the keys counted so far now, as ktune_close would: to the misses
+ * file `path` (created, or added to: a file of another GPU is refused and
+ * left as it is), or into the context's database when path is NULL
+ * (created if missing).  A long-running service may call it from time to
+ * time.  Returns KTUNE_OK or the failure, with its detail in ktune_errmsg.
+ * Thread-safe with calls of the ops.
+ */
+KTUNE_API ktune_status ktune_save_misses(ktune_ctx *ctx, const char *path);
+
+/* What a context's calls have cost so far (ktune_get_stats). */
+typedef struct {
+	int64_t calls;          /* calls of any op that resolved a key */
+	int64_t keys;           /* distinct keys resolved */
+	int64_t missed_keys;    /* of those, served without a tuned entry */
+	int64_t missed_calls;   /* the calls of those keys */
+	int64_t kernels;        /* kernels loaded (a kernel serves every key whose config compiles to it) */
+	int64_t nvrtc_compiles; /* of those, compiled with NVRTC during a call */
+	double nvrtc_seconds;   /* the time those compiles took */
+	int64_t cache_loads;    /* of those, read from the disk cache: no NVRTC */
+} ktune_stats;
+
+/*
+ * Fills *out (size: sizeof(ktune_stats) as the caller knows it, so that a
+ * program built against an older header keeps working) with the context's
+ * counters.  Returns KTUNE_ERR_INVALID for NULL or a size of 0.
+ * Thread-safe.
+ */
+KTUNE_API ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size);
+
+/*
  * The elementwise ops.  Common rules:
  *
  * - Sizes are element counts (int64_t); a size of 0 launches nothing.

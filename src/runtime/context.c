@@ -25,6 +25,26 @@ int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e)
 	return status;
 }
 
+ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
+{
+	ktune_stats s;
+	if (!ctx || !out || size == 0)
+		return KTUNE_ERR_INVALID;
+	memset(&s, 0, sizeof(s));
+	pthread_mutex_lock(&ctx->lock);
+	s.calls = ctx->calls;
+	s.keys = ctx->keys;
+	s.kernels = ctx->kernels_loaded;
+	s.nvrtc_compiles = ctx->nvrtc_compiles;
+	s.nvrtc_seconds = ctx->nvrtc_seconds;
+	s.cache_loads = ctx->cache_loads;
+	pthread_mutex_unlock(&ctx->lock);
+	ktune__record_totals(&ctx->record, &s.missed_keys, &s.missed_calls);
+	/* a caller built against an older, shorter struct gets its fields */
+	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	return KTUNE_OK;
+}
+
 const char *ktune_errmsg(const ktune_ctx *ctx)
 {
 	return ctx ? ctx->errmsg : "no context";
@@ -95,6 +115,7 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 		goto fail;
 	}
 	pthread_mutex_init(&ctx->lock, NULL);
+	ktune__record_init(&ctx->record);
 	ctx->ordinal = device;
 	if (db_path && *db_path) {
 		if ((rc = ktune__path_check(db_path, "database", &e)))
@@ -132,7 +153,7 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 			goto fail;
 		}
 	}
-	if ((rc = ktune__dispatch_load(ctx, &e)))
+	if ((rc = ktune__dispatch_load(ctx, &e)) || (rc = ktune__record_open(ctx, &e)))
 		goto fail;
 	*out = ctx;
 	return KTUNE_OK;
@@ -201,6 +222,7 @@ void ktune_close(ktune_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	ktune__record_close(ctx);
 	if (ctx->cu) {
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
@@ -224,6 +246,7 @@ void ktune_close(ktune_ctx *ctx)
 	free(ctx->entries);
 	free(ctx->db_path);
 	free(ctx->cache_dir);
+	ktune__record_free(&ctx->record);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }

@@ -14,6 +14,7 @@
 #include "ops/op.h"
 #include "runtime/compile.h"
 #include "runtime/driver.h"
+#include "runtime/record.h"
 
 /* The wgmma family's tensor maps (A, B and C) and the operands they were encoded for. */
 struct ktune_tensor_maps {
@@ -55,6 +56,7 @@ struct ktune_resolved {
 	struct ktune_config cfg;
 	const char *source; /* "exact", "arch", "nearest", "default" */
 	struct ktune_kernel *kernel;
+	struct ktune_recorded *miss; /* served without a tuned entry: its calls count here; else NULL */
 	struct ktune_resolved *next;
 };
 
@@ -89,7 +91,15 @@ struct ktune_ctx {
 	long misses; /* keys served by "nearest" or "default" */
 	int from_device, from_arch, from_shipped; /* entries loaded from each source */
 	char shipped_names[256];                   /* the shipped files loaded, comma-separated */
+	/* what calls cost (ktune_get_stats) */
+	int64_t calls, keys, kernels_loaded, nvrtc_compiles, cache_loads;
+	double nvrtc_seconds;
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
+
+	/* Below: not guarded by lock. */
+	struct ktune_record record; /* the keys served without a tuned entry; its own lock */
+	char *record_path;          /* where ktune_close saves them: a misses file; NULL: see record_db */
+	int record_db;              /* 1: into the database */
 };
 
 /* What served the last call of this thread (ktune_last_dispatch; context.c). */
@@ -161,5 +171,14 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
 		     struct ktune_err *e);
+
+/*
+ * Recording the keys served without a tuned entry (misses.c): where
+ * ktune_close saves them (path a misses file, NULL the database, ""
+ * nowhere); KTUNE_RECORD read at ktune_open; the save at ktune_close.
+ */
+int ktune__record_target(ktune_ctx *ctx, const char *path, struct ktune_err *e);
+int ktune__record_open(ktune_ctx *ctx, struct ktune_err *e);
+void ktune__record_close(ktune_ctx *ctx);
 
 #endif

@@ -92,6 +92,13 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		if ((rc = ktune__kernel_compile(key, cfg, ctx->id.arch, ctx->cache_dir, &compiled, e)))
 			return rc;
 		cubin = &compiled;
+		/* what a cold start costs: ktune_get_stats, and ktune warm's proof */
+		if (compiled.cached) {
+			ctx->cache_loads++;
+		} else {
+			ctx->nvrtc_compiles++;
+			ctx->nvrtc_seconds += compiled.seconds;
+		}
 	}
 	k = calloc(1, sizeof(*k));
 	if (!k) {
@@ -155,6 +162,7 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 	}
 	k->next = ctx->kernels;
 	ctx->kernels = k;
+	ctx->kernels_loaded++;
 	*out = k;
 	k = NULL;
 out:
