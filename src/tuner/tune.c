@@ -272,13 +272,20 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct ktune_trial *trials = NULL;
 	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed }, set;
 	const struct ktune_hello *dev = ktune__tuner_device(t);
-	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client);
+	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client), pruned = 0;
 	double t0 = ktune__now();
 	char keytext[128];
+	struct ktune_tune_log log = { 0 };
 
 	memset(r, 0, sizeof(*r));
+	t->log = &log; /* what explain shows: every full measurement, every decision */
 	ktune__client_set_compile_timeout(t->client, o->compile_timeout_s);
-	/* The tuner's buffers are packed and aligned, so the key must be the aligned class. */
+	/*
+	 * The tuner's buffers are packed and aligned; an unaligned key (a
+	 * recorded miss) has them offset by one element, as a stored result of
+	 * that class is run again.
+	 */
+	prob.offset = key_in->aligned ? 0 : 1;
 	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
 	const struct ktune_key *key = &set.key;
@@ -293,6 +300,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 					    o->seed, &cfgs, &n, &r->pruned, e);
 	if (rc)
 		goto out;
+	pruned = r->pruned; /* before compiling; spills add to r->pruned below */
 	if (!o->retry_failed) {
 		int kept = drop_known_bad(t, key, cfgs, n, &r->known_bad, e);
 		if (kept < 0) {
@@ -342,6 +350,8 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN,
 						   timeout, tr, &c[i].timing, e))) {
 			goto out;
+		} else if (!strcmp(tr->status, KTUNE_TRIAL_OK)) {
+			tr->screen_us = c[i].timing.median_us;
 		}
 		if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
 			ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config,
@@ -367,12 +377,18 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		else
 			r->failed++;
 	}
+	struct ktune_tuning tuning = { .key = *key, .kind = "tune", .outcome = KTUNE_TUNED, .candidates = n,
+				       .pruned = pruned, .known_bad = r->known_bad, .budget = o->budget,
+				       .seed = (long)o->seed, .smem_optin = dev->smem_optin };
 	if (r->ok == 0) {
 		/* no result, but the failures are remembered so that the next sweep skips them */
 		for (int i = 0; i < n; i++)
 			trials[i] = c[i].trial;
 		struct ktune_err te;
-		if (ktune__db_put_trials(t->db, &dev->id, trials, n, &te))
+		snprintf(tuning.outcome, sizeof(tuning.outcome), "%s", KTUNE_NONE_RIGHT);
+		tuning.tune_s = ktune__now() - t0;
+		ktune__log_tuning(&log, &tuning);
+		if (ktune__db_put_tuning(t->db, NULL, &dev->id, trials, n, &tuning, &te))
 			ktune__tune_progress(o, "  cannot store the trials: %s\n", te.msg);
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
 				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
@@ -409,9 +425,15 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		 r->disturbed);
 	for (int i = 0; i < n; i++)
 		trials[i] = c[i].trial;
-	rc = ktune__db_put_result(t->db, res, trials, n, e);
+	snprintf(tuning.winner, sizeof(tuning.winner), "%s", res->config);
+	tuning.baseline_us = res->cublas_us;
+	tuning.tune_s = res->tune_s;
+	ktune__log_tuning(&log, &tuning);
+	rc = ktune__db_put_tuning(t->db, res, &res->device, trials, n, &tuning, e);
 	r->worker_restarts = ktune__client_starts(t->client) - starts;
 out:
+	t->log = NULL;
+	ktune__log_free(&log);
 	if (jobs)
 		ktune__compile_jobs_free(jobs, njobs);
 	free(jobs);
