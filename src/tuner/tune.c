@@ -139,6 +139,17 @@ double ktune__run_timeout(const struct ktune_key *key, double override_s)
 	return t < 2 ? 2 : t > 60 ? 60 : t;
 }
 
+/* An aligned GEMM key's operands with leading dimensions padded to multiples of 8 (its class). */
+static void pad_leading(struct ktune_problem *p)
+{
+	const struct ktune_key *k = &p->key;
+	if (strcmp(k->op, "gemm"))
+		return; /* another op's problem has packed rows */
+	p->lda = ((k->variant[0] == 't' ? k->m : k->k) + 7) / 8 * 8;
+	p->ldb = ((k->variant[1] == 't' ? k->k : k->n) + 7) / 8 * 8;
+	p->ldc = (k->n + 7) / 8 * 8;
+}
+
 /* Compiles each distinct kernel of the candidates once; c[i].job points at its job. */
 static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key,
 			      struct candidate *c, int n, const struct ktune_tune_options *o,
@@ -286,11 +297,18 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	 * that class is run again.
 	 */
 	prob.offset = key_in->aligned ? 0 : 1;
+	if (o->as_recorded && key_in->aligned)
+		pad_leading(&prob);
 	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
 	const struct ktune_key *key = &set.key;
 	double timeout = ktune__run_timeout(key, o->timeout_s);
 	ktune__key_format(key, keytext, sizeof(keytext));
+	if (o->as_recorded && key->aligned != key_in->aligned) {
+		rc = ktune__fail(e, KTUNE_ERR_UNSUPPORTED, "%s: the tuner cannot make the aligned class of this key "
+				 "(its packed rows are not multiples of 16 bytes)", keytext);
+		goto out;
+	}
 
 	if (ktune__other_op(key))
 		rc = ktune__op_candidates(ktune__other_op(key), key, dev->id.sm_count, o->budget, o->seed, &cfgs, &n,
@@ -455,6 +473,8 @@ int ktune__stored_problem(struct ktune_tuner *t, const struct ktune_result *r, u
 		return rc;
 	if (!r->key.aligned)
 		prob.offset = 1; /* reproduce the unaligned class */
+	else
+		pad_leading(&prob); /* and the aligned one: a recorded miss may have sizes of any parity */
 	return ktune__client_problem(t->client, &prob, set, e);
 }
 

@@ -166,6 +166,53 @@ static void test_isolation__tunes_an_unaligned_key(void **state)
 	ktune__tuner_close(t);
 }
 
+static int count_result(const struct ktune_result *r, void *arg)
+{
+	(void)r;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* sweep --from-db: the misses recorded on this GPU's model, exactly, in their classes. */
+static void test_isolation__sweep_tunes_the_misses_recorded_in_the_database(void **state)
+{
+	char path[4300];
+	struct ktune_device_id fake = { "Fake H100 (no GPU)", "sm_90", 132 }, other = { "NVIDIA A100", "sm_80", 108 };
+	struct ktune_miss mine[2] = { { { "gemm", KTUNE_F16, "nn", 7, 9, 11, 0 }, "default", 4, "", "" },
+				      { { "add", KTUNE_F32, "", 1 << 16, 0, 0, 1 }, "nearest", 2, "", "" } };
+	struct ktune_miss theirs = { { "gemm", KTUNE_F16, "nn", 64, 64, 64, 1 }, "default", 1, "", "" };
+	struct ktune_tune_options o = { .budget = 4, .seed = 2, .finalists = 2, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .as_recorded = 1 };
+	struct ktune_spec spec;
+	struct ktune_db *db;
+	struct ktune_err e;
+	int zero = 0, n = 0;
+	(void)state;
+
+	snprintf(path, sizeof(path), "%s/recorded.db", dir);
+	assert_int_equal(ktune__db_open(path, 1, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_misses(db, &fake, mine, 2, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_misses(db, &other, &theirs, 1, &e), KTUNE_OK);
+	assert_int_equal(ktune__spec_from_db_misses(db, &fake, 1, &spec, &e), KTUNE_OK);
+	ktune__db_close(db);
+	assert_int_equal(spec.nkeys, 2);
+
+	FILE *null = fopen("/dev/null", "w");
+	assert_non_null(null);
+	assert_int_equal(ktune__sweep(path, fake_worker(), &zero, 1, &spec, &o, null, &e), 0);
+	fclose(null);
+	ktune__spec_free(&spec);
+
+	assert_int_equal(ktune__db_open_read(path, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_query(db, NULL, count_result, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 2); /* not the other GPU's key */
+	for (int i = 0; i < 2; i++) {
+		struct ktune_result r;
+		assert_int_equal(ktune__db_get_result(db, &fake, &mine[i].key, &r, &e), 1);
+	}
+	ktune__db_close(db);
+}
+
 static void test_isolation__missing_worker_is_a_clear_error(void **state)
 {
 	struct ktune_tuner *t;
@@ -589,6 +636,7 @@ int main(void)
 		cmocka_unit_test(test_isolation__planted_candidates),
 		cmocka_unit_test(test_isolation__missing_worker_is_a_clear_error),
 		cmocka_unit_test(test_isolation__tunes_an_unaligned_key),
+		cmocka_unit_test(test_isolation__sweep_tunes_the_misses_recorded_in_the_database),
 		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
 		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),
