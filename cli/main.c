@@ -57,6 +57,28 @@ const struct cmd cli_commands[] = {
 	  "Reports registers, spills and shared memory; exits 1 if any admitted\n"
 	  "configuration fails to compile.  Default: every family, dtype, layout and\n"
 	  "alignment for --arch sm_90.\n\n" COMMON },
+	{ "explain", cmd_explain, "how a key is served, and how its tuning went (no GPU needed)",
+	  "usage: ktune explain OP --FIELD VALUE... [--dtype D] [--aligned 0|1] [--gpu NAME]\n"
+	  "                     [--arch ARCH] [--sm-count N] [--all] [--format text|json]\n"
+	  "       ktune explain gemm -m M -n N -k K [--layout nn|nt|tn|tt] [--dtype f16|bf16]\n\n"
+	  "Explains one key, given as 'ktune tune' takes it ('ktune help tune' lists each\n"
+	  "op's fields): the dispatch chain (exact, arch, shipped, then dispatch's\n"
+	  "fallbacks) and where it stops; the calls programs recorded for it as a miss;\n"
+	  "its stored result; and its newest tuning: the configs pruned before compiling,\n"
+	  "grouped by reason; every candidate that failed (compile error, crash, timeout,\n"
+	  "spills) or computed a wrong result, with its errors and the tolerance; the\n"
+	  "fastest by the screen with their ratio baseline time / time; the finalists'\n"
+	  "two full measurements; the winner and the baseline in turns; the runoff; and\n"
+	  "the group picks that weighed the key since, with their decisions.  Reads the\n"
+	  "database only; needs no GPU.\n\n"
+	  "  --aligned 0|1    the key's alignment class (default 1: 16-byte aligned)\n"
+	  "  --gpu NAME       the GPU to explain for: one whose name contains NAME, among\n"
+	  "                   the database's and the shipped tuning's (default: this GPU,\n"
+	  "                   else the one GPU known, or the one that tuned the key)\n"
+	  "  --arch ARCH      the same by arch (sm_90); a GPU not known needs --sm-count\n"
+	  "  --sm-count N     its number of SMs\n"
+	  "  --all            every pruning reason, failure and candidate (default: a screen)\n"
+	  "  --format json    everything, as one JSON object\n\n" COMMON },
 	{ "export", cmd_export, "write the tuned entries to a file to share",
 	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [--defaults] [filters]\n\n"
 	  "Writes the tuned entries as a versioned YAML file: sorted, with fixed number\n"

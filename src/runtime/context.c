@@ -164,6 +164,39 @@ fail:
 	return rc;
 }
 
+int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const char *db_path, ktune_ctx **out,
+		       struct ktune_err *e)
+{
+	ktune_ctx *ctx = calloc(1, sizeof(*ctx));
+	char *base = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!ctx)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	pthread_mutex_init(&ctx->lock, NULL);
+	ktune__record_init(&ctx->record);
+	ctx->ordinal = -1;
+	ctx->id = *id;
+	ctx->smem_optin = smem_optin;
+	ctx->db_path = strdup(db_path ? db_path : "");
+	if (ktune__cache_dir(&base, NULL) == KTUNE_OK && (ctx->cache_dir = malloc(strlen(base) + 7)))
+		sprintf(ctx->cache_dir, "%s/cubin", base);
+	else
+		ctx->cache_dir = strdup("");
+	free(base);
+	if (!ctx->db_path || !ctx->cache_dir) {
+		ktune_close(ctx);
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	}
+	if ((rc = ktune__dispatch_load(ctx, e))) {
+		ktune_close(ctx);
+		return rc;
+	}
+	*out = ctx;
+	return KTUNE_OK;
+}
+
 /* Frees every stream's split-K scratch (the context must be current). */
 int ktune__workspace_get(ktune_ctx *ctx, CUstream stream, size_t partials_bytes, size_t ncounters,
 			 struct ktune_workspace **out, struct ktune_err *e)

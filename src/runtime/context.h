@@ -105,6 +105,16 @@ struct ktune_ctx {
 /* What served the last call of this thread (ktune_last_dispatch; context.c). */
 extern __thread const char *ktune__last_dispatch;
 
+/*
+ * A context of a device without the device: no CUDA, only its identity,
+ * the dispatch entries for it (the database at db_path, "" none, then the
+ * shipped files) and the default cubin cache, so that dispatch's choices
+ * can be asked and kernels compiled for it where no GPU is (ktune explain,
+ * ktune warm).  ktune_close frees it.
+ */
+int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const char *db_path, ktune_ctx **out,
+		       struct ktune_err *e);
+
 /* Stores e's message as the context's last error and returns status. */
 int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e);
 

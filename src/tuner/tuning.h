@@ -14,6 +14,8 @@
  *                                NVRTC compiles; with ops/gemm.h and runtime/compile.h)
  *   info                         runtime/device.h (the driver, an open context's device and
  *                                dispatch sources), ops/op.h (families and their hashes)
+ *   explain                      tuner/explain.h (a key's dispatch, tuning and trials),
+ *                                runtime/device.h (the device, shipped GPUs), db/db.h (devices)
  *   all of them                  ops/op.h (the op registry: --op, tune OP --FIELD, help tune),
  *                                key.h, common.h (errors, files, default paths)
  *   __worker                     tuner/tuner.h (ktune__gpu_worker_main)
@@ -30,6 +32,7 @@
 #include "runtime/device.h"
 #include "search/spec.h"
 #include "tuner/candidates.h"
+#include "tuner/explain.h"
 #include "tuner/tuner.h"
 
 #endif
