@@ -47,6 +47,7 @@ int cmd_show(int argc, char **argv, struct cli *cli);
 int cmd_sweep(int argc, char **argv, struct cli *cli);
 int cmd_tune(int argc, char **argv, struct cli *cli);
 int cmd_verify(int argc, char **argv, struct cli *cli);
+int cmd_warm(int argc, char **argv, struct cli *cli);
 
 /* Prints a command's usage to stdout (help) or stderr (errors). */
 void cli_usage(const char *name, FILE *to);
@@ -120,6 +121,18 @@ int cli_key_option(const char *name, const struct ktune_op *op, int c, const cha
 /* The key of what was given, checked and bucketed as the op tunes it; EXIT_OK or a usage error. */
 int cli_key_make(const char *name, const struct ktune_op *op, struct cli_key_args *k, int argc, char **argv,
 		 struct ktune_key *out);
+
+/*
+ * The device a command works for without needing it (device-pick.c): this
+ * GPU unless gpu (a substring of its name) or arch is given or there is
+ * none; else the one GPU of the database at db_path or of the shipped
+ * tuning that matches them (with a key, the one that tuned it if several
+ * match); else arch with sm_count.  Its shared memory is its arch's.
+ * *from says which ("this GPU", "the database", ...).  EXIT_OK, or
+ * EXIT_USAGE after a message listing the GPUs to choose from.
+ */
+int cli_pick_device(const char *name, struct cli *cli, const char *db_path, const char *gpu, const char *arch,
+		    int sm_count, const struct ktune_key *key, struct ktune_device_info *out, const char **from);
 
 /* Parses --policy faster|ours|theirs; -1 after a usage message. */
 int cli_parse_policy(const char *name, const char *arg, enum ktune_policy *p);

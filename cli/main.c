@@ -193,6 +193,22 @@ const struct cmd cli_commands[] = {
 	  "Runs every stored result of this GPU's arch on fresh random inputs and checks\n"
 	  "it against the op's reference.  Exits 1 if any result is wrong.\n\n" SHOW_FILTERS
 	  "\n" COMMON },
+	{ "warm", cmd_warm, "compile a GPU's tuned kernels into the cache: no NVRTC on first calls",
+	  "usage: ktune warm [--op OP] [--dtype D] [--layout L | --variant V] [-m M] [-n N] [-k K]\n"
+	  "                  [--gpu NAME] [--arch ARCH] [--sm-count N] [--jobs N]\n\n"
+	  "Compiles, in parallel, the kernel of every tuned and shipped entry of a GPU\n"
+	  "(the database's for it and its arch, and the tuning built into the library),\n"
+	  "each as dispatch would serve its key, into the cubin cache.  A program's first\n"
+	  "call of such a key then loads its kernel from the cache instead of compiling\n"
+	  "it with NVRTC.  A second warm finds everything cached and compiles nothing.\n"
+	  "The GPU is this one, or one the database or the shipped tuning knows (--gpu,\n"
+	  "--arch), or --arch with --sm-count: no GPU is needed, NVRTC compiles for its\n"
+	  "arch.  A program can warm itself instead: KTUNE_WARM=1, or ktune_warm().\n"
+	  "Exits 1 if a kernel fails to compile (the others are cached).\n\n"
+	  "  --op, --dtype, --layout, --variant, -m, -n, -k   only the keys that match\n"
+	  "  --gpu NAME      the GPU whose name contains NAME (default: this GPU)\n"
+	  "  --arch ARCH     the GPU of that arch; an arch no one tuned needs --sm-count\n"
+	  "  --jobs N        compile threads (default: one per core)\n\n" COMMON },
 	{ NULL, NULL, NULL, NULL },
 };
 

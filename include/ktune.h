@@ -186,6 +186,11 @@ typedef struct {
 	int64_t nvrtc_compiles; /* of those, compiled with NVRTC during a call */
 	double nvrtc_seconds;   /* the time those compiles took */
 	int64_t cache_loads;    /* of those, read from the disk cache: no NVRTC */
+	int warm_state;         /* ktune_warm: 0 never asked, 1 running, 2 done */
+	int64_t warm_compiled;  /* kernels the last ktune_warm compiled into the cache */
+	int64_t warm_cached;    /* kernels it found there already */
+	int64_t warm_failed;    /* kernels that failed to compile */
+	double warm_seconds;    /* its wall time */
 } ktune_stats;
 
 /*
@@ -195,6 +200,24 @@ typedef struct {
  * Thread-safe.
  */
 KTUNE_API ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size);
+
+/*
+ * A cold start without NVRTC.  Compiles, in parallel, the kernel of every
+ * tuned and shipped entry of the context's device (the config dispatch
+ * serves each key with) into the cubin cache, so that a key's first call
+ * loads its kernel from the cache (microseconds) instead of compiling it
+ * with NVRTC (0.2-3 s): ktune_get_stats's nvrtc_compiles stays 0.  wait 1:
+ * returns when done, KTUNE_ERR_COMPILE if a kernel failed to compile (the
+ * others are cached); wait 0: warms on a background thread with half the
+ * cores and returns at once (ktune_get_stats says when it is done; calls
+ * go on meanwhile, and one that comes first compiles its kernel as it
+ * would have).  KTUNE_WARM=1 asks ktune_open for the background warm.
+ * KTUNE_ERR_UNSUPPORTED without a usable cache (KTUNE_NO_CACHE, or a
+ * cache folder another user could write to).  ktune_close stops a
+ * background warm after the compile in flight, and waits for it.  Not
+ * thread-safe with itself or ktune_close; thread-safe with the ops' calls.
+ */
+KTUNE_API ktune_status ktune_warm(ktune_ctx *ctx, int wait);
 
 /*
  * The elementwise ops.  Common rules:

@@ -38,6 +38,11 @@ ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
 	s.nvrtc_compiles = ctx->nvrtc_compiles;
 	s.nvrtc_seconds = ctx->nvrtc_seconds;
 	s.cache_loads = ctx->cache_loads;
+	s.warm_state = ctx->warm_state;
+	s.warm_compiled = ctx->warm.compiled;
+	s.warm_cached = ctx->warm.cached;
+	s.warm_failed = ctx->warm.failed;
+	s.warm_seconds = ctx->warm.seconds;
 	pthread_mutex_unlock(&ctx->lock);
 	ktune__record_totals(&ctx->record, &s.missed_keys, &s.missed_calls);
 	/* a caller built against an older, shorter struct gets its fields */
@@ -153,7 +158,8 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 			goto fail;
 		}
 	}
-	if ((rc = ktune__dispatch_load(ctx, &e)) || (rc = ktune__record_open(ctx, &e)))
+	if ((rc = ktune__dispatch_load(ctx, &e)) || (rc = ktune__record_open(ctx, &e)) ||
+	    (rc = ktune__warm_open(ctx, &e)))
 		goto fail;
 	*out = ctx;
 	return KTUNE_OK;
@@ -255,6 +261,9 @@ void ktune_close(ktune_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	/* a background warm stops after the compile it is in, and is waited for */
+	__atomic_store_n(&ctx->warm_stop, 1, __ATOMIC_RELAXED);
+	ktune__warm_join(ctx);
 	ktune__record_close(ctx);
 	if (ctx->cu) {
 		int pushed = 0;

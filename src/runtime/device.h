@@ -37,6 +37,17 @@ struct ktune_device_info {
  */
 int ktune__arch_smem_optin(const char *arch);
 
+/*
+ * A context of a device without the device: no CUDA, only its identity,
+ * the dispatch entries for it (the database at db_path, "" none, then the
+ * shipped files of its arch) and the default cubin cache, so that
+ * dispatch's choices can be asked and kernels compiled for it where no GPU
+ * is (ktune explain, ktune warm).  ktune_close frees it; ops cannot be
+ * called on it.  (context.c)
+ */
+int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const char *db_path, ktune_ctx **out,
+		       struct ktune_err *e);
+
 /* The device of an open context. */
 void ktune__ctx_device_info(ktune_ctx *ctx, struct ktune_device_info *out);
 
