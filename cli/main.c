@@ -482,6 +482,13 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	const char *name = argv[1];
+	/*
+	 * A program's recording and warming are asked through the environment
+	 * of the program: the contexts of this command and of its workers are
+	 * not the program's, and must neither record nor warm.
+	 */
+	unsetenv("KTUNE_RECORD");
+	unsetenv("KTUNE_WARM");
 	if (!strcmp(name, "__worker")) /* the tuner's worker process (tuner/protocol.h) */
 		return ktune__gpu_worker_main(argc - 1, argv + 1);
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {

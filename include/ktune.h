@@ -156,7 +156,8 @@ KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
  */
 
 /*
- * Where ktune_close saves the keys served without a tuned entry: the
+ * Where ktune_close saves the keys served without a tuned entry (nothing is
+ * written when there were none): the
  * misses file `path`, or the context's database when path is NULL; ""
  * stops recording (the keys are still counted).  Replaces what
  * KTUNE_RECORD asked.  Returns KTUNE_ERR_INVALID (detail in ktune_errmsg)

@@ -125,8 +125,10 @@ int ktune__record_open(ktune_ctx *ctx, struct ktune_err *e)
 
 void ktune__record_close(ktune_ctx *ctx)
 {
-	/* ktune_close has no way to report: ktune_save_misses does */
-	if (ctx->record_path || ctx->record_db)
+	int64_t keys = 0, calls = 0;
+	ktune__record_totals(&ctx->record, &keys, &calls);
+	/* ktune_close has no way to report: ktune_save_misses does; a program with no miss writes nothing */
+	if ((ctx->record_path || ctx->record_db) && keys > 0)
 		save(ctx, ctx->record_path, NULL);
 	free(ctx->record_path);
 	ctx->record_path = NULL;

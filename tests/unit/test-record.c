@@ -406,6 +406,19 @@ static void test_record__bad_targets_are_refused_at_once(void **state)
 	free_ctx(ctx);
 	struct stat st;
 	assert_int_not_equal(stat(path, &st), 0);
+	/* recording, but no miss: nothing is written at close either */
+	ctx = offline_ctx("");
+	assert_int_equal(ktune_record_misses(ctx, path), KTUNE_OK);
+	free_ctx(ctx);
+	assert_int_not_equal(stat(path, &st), 0);
+	/* while asked for now, an empty list is written: the program had none */
+	ctx = offline_ctx("");
+	assert_int_equal(ktune_save_misses(ctx, path), KTUNE_OK);
+	free_ctx(ctx);
+	struct ktune_misses_file f;
+	assert_int_equal(ktune__misses_read(path, &f, &e), KTUNE_OK);
+	assert_int_equal(f.n, 0);
+	ktune__misses_file_free(&f);
 }
 
 int main(void)
