@@ -129,7 +129,9 @@ int ktune__warm(ktune_ctx *ctx, const struct ktune_filter *f, int threads, const
 	ktune__parallel_for(n, threads, compile_one, &p);
 	r->kernels = n;
 	for (int i = 0; i < n; i++) {
-		if (jobs[i].status) {
+		if (jobs[i].status == KTUNE_ERR_INVALID && !strcmp(jobs[i].error, "stopped")) {
+			continue; /* not tried: neither compiled nor failed */
+		} else if (jobs[i].status) {
 			r->failed++;
 			if (!r->first_error[0]) {
 				char key[128];
@@ -159,6 +161,8 @@ static void *warm_main(void *arg)
 	pthread_mutex_lock(&ctx->lock);
 	ctx->warm = r;
 	ctx->warm_status = rc;
+	if (rc) /* for ktune_warm(ctx, 1) to report */
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "%s", e.msg);
 	ctx->warm_state = KTUNE_WARM_DONE;
 	pthread_mutex_unlock(&ctx->lock);
 	return NULL;
@@ -175,13 +179,16 @@ ktune_status ktune_warm(ktune_ctx *ctx, int wait)
 	pthread_mutex_lock(&ctx->lock);
 	int state = ctx->warm_state;
 	pthread_mutex_unlock(&ctx->lock);
+	if (state == KTUNE_WARM_RUNNING && !wait)
+		return KTUNE_OK; /* under way */
+	ktune__warm_join(ctx); /* the one under way, waited for, or a finished one */
 	if (state == KTUNE_WARM_RUNNING) {
-		if (!wait)
-			return KTUNE_OK; /* under way */
-		ktune__warm_join(ctx);
-		return ctx->warm_status;
+		if (ctx->warm_status)
+			return ctx->warm_status; /* its message is the context's already (warm_main) */
+		rc = KTUNE_OK;
+		r = ctx->warm;
+		goto done;
 	}
-	ktune__warm_join(ctx); /* a finished one */
 	if (!wait) {
 		pthread_mutex_lock(&ctx->lock);
 		ctx->warm_state = KTUNE_WARM_RUNNING;
@@ -201,6 +208,9 @@ ktune_status ktune_warm(ktune_ctx *ctx, int wait)
 	ctx->warm_status = rc;
 	ctx->warm_state = KTUNE_WARM_DONE;
 	pthread_mutex_unlock(&ctx->lock);
+	if (rc)
+		return ktune__ctx_error(ctx, rc, &e);
+done:
 	if (!rc && r.failed)
 		rc = ktune__fail(&e, KTUNE_ERR_COMPILE, "%d of %d kernels failed to compile; the first: %s", r.failed,
 				 r.kernels, r.first_error);
