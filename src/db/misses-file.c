@@ -438,9 +438,12 @@ int ktune__misses_save(const char *path, const struct ktune_device_id *dev, cons
 	 * a key twice), merged: a key in both adds up its calls and takes the
 	 * new source.
 	 */
-	memcpy(add, m, (size_t)n * sizeof(*add));
-	qsort(old.m, (size_t)old.n, sizeof(*old.m), by_key);
-	qsort(add, (size_t)n, sizeof(*add), by_key);
+	if (n > 0) {
+		memcpy(add, m, (size_t)n * sizeof(*add));
+		qsort(add, (size_t)n, sizeof(*add), by_key);
+	}
+	if (old.n > 0)
+		qsort(old.m, (size_t)old.n, sizeof(*old.m), by_key);
 	for (int i = 0, j = 0; i < old.n || j < n;) {
 		int c = i == old.n ? 1 : j == n ? -1 : ktune__key_compare(&old.m[i].key, &add[j].key);
 		if (c < 0) {

@@ -426,7 +426,8 @@ static int keep_tuning(const struct ktune_tuning *t, void *arg)
 	assert_true(s->n < 4);
 	assert_true(t->nm <= 4);
 	s->t[s->n] = *t;
-	memcpy(s->m[s->n], t->m, (size_t)t->nm * sizeof(*t->m));
+	if (t->nm)
+		memcpy(s->m[s->n], t->m, (size_t)t->nm * sizeof(*t->m));
 	s->t[s->n].m = s->m[s->n];
 	s->n++;
 	return 0;
