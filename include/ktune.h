@@ -90,6 +90,11 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
  * KTUNE_ERR_INVALID.  The context
  * uses the device's primary context, so pointers from cudaMalloc work.
  *
+ * The environment may ask the context to record the keys it serves without
+ * a tuned entry (KTUNE_RECORD, see ktune_record_misses) and to warm the
+ * cubin cache in the background (KTUNE_WARM=1, see ktune_warm); a value
+ * that cannot be honoured fails the open with KTUNE_ERR_INVALID.
+ *
  * On success stores a new context in *out and returns KTUNE_OK.  On failure
  * *out is NULL; if `errbuf` is not NULL, up to `errlen` bytes of the reason
  * are written there.
@@ -97,7 +102,11 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
 KTUNE_API ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out,
 				  char *errbuf, size_t errlen);
 
-/* Releases a context and every resource it holds.  NULL is a no-op. */
+/*
+ * Releases a context and every resource it holds, after saving the keys it
+ * served without a tuned entry if asked (ktune_record_misses) and stopping
+ * a background warm (ktune_warm).  NULL is a no-op.
+ */
 KTUNE_API void ktune_close(ktune_ctx *ctx);
 
 /*
