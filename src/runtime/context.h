@@ -13,7 +13,10 @@
 #include "ops/gemm.h"
 #include "ops/op.h"
 #include "runtime/compile.h"
+#include "runtime/device.h"
 #include "runtime/driver.h"
+#include "runtime/record.h"
+#include "runtime/warm.h"
 
 /* The wgmma family's tensor maps (A, B and C) and the operands they were encoded for. */
 struct ktune_tensor_maps {
@@ -55,6 +58,7 @@ struct ktune_resolved {
 	struct ktune_config cfg;
 	const char *source; /* "exact", "arch", "nearest", "default" */
 	struct ktune_kernel *kernel;
+	struct ktune_recorded *miss; /* served without a tuned entry: its calls count here; else NULL */
 	struct ktune_resolved *next;
 };
 
@@ -90,7 +94,23 @@ struct ktune_ctx {
 	long misses; /* keys served by "nearest" or "default" */
 	int from_device, from_arch, from_shipped; /* entries loaded from each source */
 	char shipped_names[256];                   /* the shipped files loaded, comma-separated */
+	/* what calls cost (ktune_get_stats) */
+	int64_t calls, keys, kernels_loaded, nvrtc_compiles, cache_loads;
+	double nvrtc_seconds;
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
+
+	/* the last ktune_warm's (warm.c) */
+	int warm_state;                /* KTUNE_WARM_NONE, _RUNNING, _DONE */
+	int warm_status;
+	struct ktune_warm_report warm;
+
+	/* Below: not guarded by lock. */
+	struct ktune_record record; /* the keys served without a tuned entry; its own lock */
+	char *record_path;          /* where ktune_close saves them: a misses file; NULL: see record_db */
+	int record_db;              /* 1: into the database */
+	pthread_t warm_thread;      /* a background warm (ktune_warm, wait 0) */
+	int warm_started;           /* warm_thread is to be joined */
+	int warm_stop;              /* atomic: ktune_close asks the warm thread to stop */
 };
 
 /*
@@ -123,6 +143,10 @@ void ktune__ctx_leave(ktune_ctx *ctx, int pushed);
 int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		      const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		      struct ktune_kernel **out, struct ktune_err *e);
+
+/* Whether two (key, config) pairs compile to the same kernel: one compile, one cache entry. */
+int ktune__kernel_same(const struct ktune_key *ka, const struct ktune_config *a, const struct ktune_key *kb,
+		       const struct ktune_config *b);
 
 /* Compiles (no GPU needed) the key's variant of cfg for arch. */
 int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config *cfg,
@@ -174,5 +198,18 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
 		     struct ktune_err *e);
+
+/*
+ * Recording the keys served without a tuned entry (misses.c): where
+ * ktune_close saves them (path a misses file, NULL the database, ""
+ * nowhere); KTUNE_RECORD read at ktune_open; the save at ktune_close.
+ */
+int ktune__record_target(ktune_ctx *ctx, const char *path, struct ktune_err *e);
+
+/* KTUNE_WARM read at ktune_open (warm.c); waiting for a background warm to end (ktune_close). */
+int ktune__warm_open(ktune_ctx *ctx, struct ktune_err *e);
+void ktune__warm_join(ktune_ctx *ctx);
+int ktune__record_open(ktune_ctx *ctx, struct ktune_err *e);
+void ktune__record_close(ktune_ctx *ctx);
 
 #endif

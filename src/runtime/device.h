@@ -30,6 +30,24 @@ struct ktune_device_info {
 	int driver_version;        /* CUDA's number: 12040 is 12.4 */
 };
 
+/*
+ * The shared memory a block of an arch may opt in to, bytes, as the device
+ * would say: what pruning uses where no GPU is asked (ktune compile,
+ * explain and warm of an arch).
+ */
+int ktune__arch_smem_optin(const char *arch);
+
+/*
+ * A context of a device without the device: no CUDA, only its identity,
+ * the dispatch entries for it (the database at db_path, "" none, then the
+ * shipped files of its arch) and the default cubin cache, so that
+ * dispatch's choices can be asked and kernels compiled for it where no GPU
+ * is (ktune explain, ktune warm).  ktune_close frees it; ops cannot be
+ * called on it.  (context.c)
+ */
+int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const char *db_path, ktune_ctx **out,
+		       struct ktune_err *e);
+
 /* The device of an open context. */
 void ktune__ctx_device_info(ktune_ctx *ctx, struct ktune_device_info *out);
 
@@ -44,5 +62,36 @@ struct ktune_dispatch_sources {
 
 /* Counts an open context's entries by source.  Thread-safe. */
 void ktune__ctx_dispatch_sources(ktune_ctx *ctx, struct ktune_dispatch_sources *out);
+
+/* A tuned entry the dispatch chain may stop at (struct ktune_dispatch_explain). */
+struct ktune_dispatch_step {
+	char source[16];  /* "exact" (this GPU, database), "arch" (another GPU of the arch), "shipped" */
+	int found;        /* an entry of that source for the very key */
+	char config[256]; /* its config */
+	int used;         /* dispatch took it */
+};
+
+/* How a context on a device would serve one key (ktune explain). */
+struct ktune_dispatch_explain {
+	struct ktune_dispatch_step steps[3]; /* exact, arch, shipped, in the chain's order */
+	char source[16];           /* what serves the key: a step's source, "nearest", "default", ... */
+	char config[256];          /* the config a call runs, after dispatch fitted it to the device */
+	int borrowed;              /* nearest: the entry it came from is known (its config unchanged) */
+	struct ktune_key from;     /* that entry's key */
+	struct ktune_dispatch_sources sources;
+};
+
+/*
+ * How a context on device `dev` (no GPU needed: its identity and shared
+ * memory suffice) with the database at db_path ("" none) would serve key,
+ * as bucketed by its op: the chain's tuned entries for the key, and what
+ * dispatch itself chooses (ktune__dispatch_choose: its order and
+ * fallbacks are dispatch.c's).
+ */
+int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_path, const struct ktune_key *key,
+			    struct ktune_dispatch_explain *out, struct ktune_err *e);
+
+/* The GPUs that the tuning files shipped in the library were tuned on; fn's non-zero value stops. */
+int ktune__shipped_devices(int (*fn)(const struct ktune_device_id *d, void *arg), void *arg);
 
 #endif

@@ -3,7 +3,8 @@
  * hash table of resolved keys, which every call of every op looks up.
  *
  * The hot path for a key seen before is one hash and one comparison under
- * the context's lock.
+ * the context's lock (and, for a key served without a tuned entry, one
+ * relaxed atomic add to its count: record.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +35,11 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 	unsigned h = key_hash(key);
 	struct ktune_resolved *r;
 
+	ctx->calls++;
 	for (r = ctx->resolved[h]; r; r = r->next)
 		if (ktune__key_same(&r->key, key)) {
+			if (r->miss)
+				ktune__record_count(r->miss);
 			*out = r;
 			return KTUNE_OK;
 		}
@@ -49,6 +53,10 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 		free(r);
 		return rc;
 	}
+	/* a key served without a tuned entry is counted, so that it can be saved and tuned */
+	if (!ktune__source_tuned(r->source))
+		r->miss = ktune__record_note(&ctx->record, key, r->source);
+	ctx->keys++;
 	r->next = ctx->resolved[h];
 	ctx->resolved[h] = r;
 	*out = r;

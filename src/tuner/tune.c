@@ -139,6 +139,17 @@ double ktune__run_timeout(const struct ktune_key *key, double override_s)
 	return t < 2 ? 2 : t > 60 ? 60 : t;
 }
 
+/* An aligned GEMM key's operands with leading dimensions padded to multiples of 8 (its class). */
+static void pad_leading(struct ktune_problem *p)
+{
+	const struct ktune_key *k = &p->key;
+	if (strcmp(k->op, "gemm"))
+		return; /* another op's problem has packed rows */
+	p->lda = ((k->variant[0] == 't' ? k->m : k->k) + 7) / 8 * 8;
+	p->ldb = ((k->variant[1] == 't' ? k->k : k->n) + 7) / 8 * 8;
+	p->ldc = (k->n + 7) / 8 * 8;
+}
+
 /* Compiles each distinct kernel of the candidates once; c[i].job points at its job. */
 static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key,
 			      struct candidate *c, int n, const struct ktune_tune_options *o,
@@ -272,18 +283,32 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct ktune_trial *trials = NULL;
 	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed }, set;
 	const struct ktune_hello *dev = ktune__tuner_device(t);
-	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client);
+	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client), pruned = 0;
 	double t0 = ktune__now();
 	char keytext[128];
+	struct ktune_tune_log log = { 0 };
 
 	memset(r, 0, sizeof(*r));
+	t->log = &log; /* what explain shows: every full measurement, every decision */
 	ktune__client_set_compile_timeout(t->client, o->compile_timeout_s);
-	/* The tuner's buffers are packed and aligned, so the key must be the aligned class. */
+	/*
+	 * The tuner's buffers are packed and aligned; an unaligned key (a
+	 * recorded miss) has them offset by one element, as a stored result of
+	 * that class is run again.
+	 */
+	prob.offset = key_in->aligned ? 0 : 1;
+	if (o->as_recorded && key_in->aligned)
+		pad_leading(&prob);
 	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
 	const struct ktune_key *key = &set.key;
 	double timeout = ktune__run_timeout(key, o->timeout_s);
 	ktune__key_format(key, keytext, sizeof(keytext));
+	if (o->as_recorded && key->aligned != key_in->aligned) {
+		rc = ktune__fail(e, KTUNE_ERR_UNSUPPORTED, "%s: the tuner cannot make the aligned class of this key "
+				 "(its packed rows are not multiples of 16 bytes)", keytext);
+		goto out;
+	}
 
 	if (ktune__other_op(key))
 		rc = ktune__op_candidates(ktune__other_op(key), key, dev->id.sm_count, o->budget, o->seed, &cfgs, &n,
@@ -293,6 +318,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 					    o->seed, &cfgs, &n, &r->pruned, e);
 	if (rc)
 		goto out;
+	pruned = r->pruned; /* before compiling; spills add to r->pruned below */
 	if (!o->retry_failed) {
 		int kept = drop_known_bad(t, key, cfgs, n, &r->known_bad, e);
 		if (kept < 0) {
@@ -342,6 +368,8 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN,
 						   timeout, tr, &c[i].timing, e))) {
 			goto out;
+		} else if (!strcmp(tr->status, KTUNE_TRIAL_OK)) {
+			tr->screen_us = c[i].timing.median_us;
 		}
 		if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
 			ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config,
@@ -367,12 +395,18 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		else
 			r->failed++;
 	}
+	struct ktune_tuning tuning = { .key = *key, .kind = "tune", .outcome = KTUNE_TUNED, .candidates = n,
+				       .pruned = pruned, .known_bad = r->known_bad, .budget = o->budget,
+				       .seed = (long)o->seed, .smem_optin = dev->smem_optin };
 	if (r->ok == 0) {
 		/* no result, but the failures are remembered so that the next sweep skips them */
 		for (int i = 0; i < n; i++)
 			trials[i] = c[i].trial;
 		struct ktune_err te;
-		if (ktune__db_put_trials(t->db, &dev->id, trials, n, &te))
+		snprintf(tuning.outcome, sizeof(tuning.outcome), "%s", KTUNE_NONE_RIGHT);
+		tuning.tune_s = ktune__now() - t0;
+		ktune__log_tuning(&log, &tuning);
+		if (ktune__db_put_tuning(t->db, NULL, &dev->id, trials, n, &tuning, &te))
 			ktune__tune_progress(o, "  cannot store the trials: %s\n", te.msg);
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
 				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
@@ -409,9 +443,15 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		 r->disturbed);
 	for (int i = 0; i < n; i++)
 		trials[i] = c[i].trial;
-	rc = ktune__db_put_result(t->db, res, trials, n, e);
+	snprintf(tuning.winner, sizeof(tuning.winner), "%s", res->config);
+	tuning.baseline_us = res->cublas_us;
+	tuning.tune_s = res->tune_s;
+	ktune__log_tuning(&log, &tuning);
+	rc = ktune__db_put_tuning(t->db, res, &res->device, trials, n, &tuning, e);
 	r->worker_restarts = ktune__client_starts(t->client) - starts;
 out:
+	t->log = NULL;
+	ktune__log_free(&log);
 	if (jobs)
 		ktune__compile_jobs_free(jobs, njobs);
 	free(jobs);
@@ -433,6 +473,8 @@ int ktune__stored_problem(struct ktune_tuner *t, const struct ktune_result *r, u
 		return rc;
 	if (!r->key.aligned)
 		prob.offset = 1; /* reproduce the unaligned class */
+	else
+		pad_leading(&prob); /* and the aligned one: a recorded miss may have sizes of any parity */
 	return ktune__client_problem(t->client, &prob, set, e);
 }
 

@@ -32,6 +32,15 @@ struct ktune_tune_options {
 	double timeout_s; /* a candidate's run; 0: derived from the key (ktune__run_timeout) */
 	double compile_timeout_s; /* one NVRTC compile; 0: 120 s */
 	int group_pick;  /* sweep: weigh each group's most won config at its other keys (ktune__group_pick) */
+	/*
+	 * Tune each key in its own alignment class, as a program recorded it
+	 * (sweep --misses): an aligned GEMM key whose packed operands would not
+	 * be aligned gets leading dimensions padded to multiples of 8, and a
+	 * key whose class the tuner cannot make fails with the reason.  Else
+	 * an aligned key is tuned with packed operands, whatever class they
+	 * fall in (ktune tune -n 50257: the class a packed caller has).
+	 */
+	int as_recorded;
 	FILE *progress;  /* where progress lines go; NULL: none */
 	const char *progress_prefix; /* NULL: lines as they are; else put before each whole line, and
 				      * the in-place updates ("\r...") left out: several GPUs share the stream */
@@ -103,6 +112,17 @@ int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, cons
 int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,
 		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,
 		 struct ktune_err *e);
+
+/*
+ * Tune what is used: a spec of exactly the keys a misses file lists (each
+ * in its own alignment class; recorded_on, if not NULL, gets the GPU that
+ * recorded them), or the misses the database holds for any of the devices
+ * devs[0..ndevs) (a key recorded on several of them once).  (recorded.c)
+ */
+int ktune__spec_from_misses(const char *path, struct ktune_spec *out, struct ktune_device_id *recorded_on,
+			    struct ktune_err *e);
+int ktune__spec_from_db_misses(struct ktune_db *db, const struct ktune_device_id *devs, int ndevs,
+			       struct ktune_spec *out, struct ktune_err *e);
 
 /*
  * Re-runs a stored result's config on fresh random inputs against the
