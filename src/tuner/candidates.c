@@ -130,6 +130,52 @@ out:
 	return rc;
 }
 
+int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm_device *dev,
+			    struct ktune_config *cfgs, int n, int top, struct ktune_gemm_estimate *est)
+{
+	struct ktune_gemm_estimate *e = malloc((size_t)(n > 0 ? n : 1) * sizeof(*e));
+	char *keep = calloc((size_t)(n > 0 ? n : 1), 1);
+	int kept = 0;
+
+	if (!e || !keep) { /* out of memory: every candidate in its order, which is still correct */
+		free(e);
+		free(keep);
+		return n;
+	}
+	ktune__gemm_model_rank(key, dev, cfgs, n, e);
+	/*
+	 * The kernels in rank order: the first candidate of each.  A kernel is
+	 * kept if it is among the first `top`, or the first of its tile shape;
+	 * every candidate of a kept kernel is kept (GROUP_SIZE and SPLIT_K are
+	 * kernel arguments: no compile of their own).
+	 */
+	int kernels = 0;
+	for (int i = 0; i < n; i++) {
+		int first = 1, shape_seen = 0;
+		for (int j = 0; j < i && first; j++)
+			if (ktune__gemm_same_kernel(&cfgs[j], &cfgs[i])) {
+				first = 0;
+				keep[i] = keep[j];
+			}
+		if (!first)
+			continue;
+		for (int j = 0; j < i && !shape_seen; j++)
+			shape_seen = cfgs[j].family == cfgs[i].family && cfgs[j].block_m == cfgs[i].block_m &&
+				     cfgs[j].block_n == cfgs[i].block_n;
+		keep[i] = top <= 0 || ++kernels <= top || !shape_seen;
+	}
+	for (int i = 0; i < n; i++)
+		if (keep[i]) {
+			cfgs[kept] = cfgs[i];
+			if (est)
+				est[kept] = e[i];
+			kept++;
+		}
+	free(e);
+	free(keep);
+	return kept;
+}
+
 struct kernels {
 	const struct ktune_space *space;
 	struct ktune_config *cfg;

@@ -114,6 +114,16 @@ void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *o
 	out->driver_version = h->driver_version;
 }
 
+void ktune__tuner_model_device(struct ktune_tuner *t, struct ktune_gemm_device *out)
+{
+	const struct ktune_hello *h = ktune__tuner_device(t);
+	memset(out, 0, sizeof(*out));
+	snprintf(out->arch, sizeof(out->arch), "%s", h->id.arch);
+	out->sm_count = h->id.sm_count;
+	out->smem_optin = h->smem_optin;
+	out->mem_gbps = h->mem_gbps;
+}
+
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t)
 {
 	return t->db;
@@ -139,10 +149,9 @@ double ktune__run_timeout(const struct ktune_key *key, double override_s)
 	return t < 2 ? 2 : t > 60 ? 60 : t;
 }
 
-/* Compiles each distinct kernel of the candidates once; c[i].job points at its job. */
-static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key,
-			      struct candidate *c, int n, const struct ktune_tune_options *o,
-			      struct ktune_compile_job **jobs_out, int *njobs_out, struct ktune_err *e)
+/* One job per distinct kernel of the candidates, in order of first use; c[i].job is its job. */
+static int assign_jobs(const struct ktune_key *key, struct candidate *c, int n,
+		       struct ktune_compile_job **jobs_out, int *njobs_out, struct ktune_err *e)
 {
 	struct ktune_compile_job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	int njobs = 0;
@@ -160,21 +169,155 @@ static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key
 		}
 		c[i].job = j;
 	}
-	double t0 = ktune__now();
-	int rc = ktune__client_compile(t->client, jobs, njobs, o->jobs, e);
-	if (rc) {
-		ktune__compile_jobs_free(jobs, njobs);
-		free(jobs);
-		return rc;
-	}
-	int failed = 0;
-	for (int j = 0; j < njobs; j++)
-		failed += jobs[j].status != KTUNE_OK;
-	ktune__tune_progress(o, "  compiled %d kernels (%d failed) in %.1f s\n", njobs, failed,
-			     ktune__now() - t0);
 	*jobs_out = jobs;
 	*njobs_out = njobs;
 	return KTUNE_OK;
+}
+
+/* Compiles jobs[first] .. jobs[first + count - 1] in the worker. */
+static int compile_jobs(struct ktune_tuner *t, struct ktune_compile_job *jobs, int first, int count,
+			const struct ktune_tune_options *o, struct ktune_err *e)
+{
+	double t0 = ktune__now();
+	int rc = ktune__client_compile_range(t->client, jobs, first, count, o->jobs, e);
+	if (rc)
+		return rc;
+	int failed = 0;
+	for (int j = first; j < first + count; j++)
+		failed += jobs[j].status != KTUNE_OK;
+	ktune__tune_progress(o, "  compiled %d kernels (%d failed) in %.1f s\n", count, failed,
+			     ktune__now() - t0);
+	return KTUNE_OK;
+}
+
+/* Verifies candidate i and times it briefly (its kernel compiled): its trial says how it went. */
+static int screen(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c, int i, int n,
+		  const struct ktune_compile_job *jobs, double timeout, const struct ktune_tune_options *o,
+		  struct ktune_err *e)
+{
+	struct ktune_trial *tr = &c[i].trial;
+	const struct ktune_compile_job *job = &jobs[c[i].job];
+	int rc;
+	tr->key = *key;
+	snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, c[i].cfg.family));
+	snprintf(tr->template_hash, sizeof(tr->template_hash), "%s", family_hash(key, c[i].cfg.family));
+	config_text(key, &c[i].cfg, tr->config, sizeof(tr->config));
+	snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
+	snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
+	if (job->status) {
+		snprintf(tr->status, sizeof(tr->status), "%s",
+			 job->timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
+		snprintf(tr->message, sizeof(tr->message), "%.500s", job->log ? job->log : "");
+	} else if (job->cubin.res.spill_stores || job->cubin.res.spill_loads) {
+		snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
+		snprintf(tr->message, sizeof(tr->message), "spills %d bytes of registers",
+			 job->cubin.res.spill_stores + job->cubin.res.spill_loads);
+	} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN, timeout, tr,
+					   &c[i].timing, e))) {
+		return rc;
+	}
+	if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
+		ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config, tr->status,
+				     tr->message);
+	return KTUNE_OK;
+}
+
+/* The fastest screen time among the candidates screened so far (0: none right yet). */
+static double best_screened(const struct candidate *c, int n)
+{
+	double best = 0;
+	for (int j = 0; j < n; j++)
+		if (c[j].screened && !strcmp(c[j].trial.status, KTUNE_TRIAL_OK) &&
+		    (best == 0 || c[j].timing.median_us < best))
+			best = c[j].timing.median_us;
+	return best;
+}
+
+static void screen_progress(const struct ktune_tune_options *o, const struct candidate *c, int i, int n)
+{
+	if (o->progress && (i % 16 == 15 || i == n - 1))
+		ktune__tune_progress(o, "\r  candidate %d/%d, best so far %.1f us", i + 1, n, best_screened(c, n));
+}
+
+/*
+ * Every candidate: its kernels compiled at once, each screened (the
+ * exhaustive search: --top 0).
+ */
+static int compile_and_screen_all(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c,
+				  int n, struct ktune_compile_job *jobs, int njobs, double timeout,
+				  const struct ktune_tune_options *o, struct ktune_err *e)
+{
+	int rc = compile_jobs(t, jobs, 0, njobs, o, e);
+	for (int i = 0; i < n && !rc; i++) {
+		rc = screen(t, key, c, i, n, jobs, timeout, o, e);
+		c[i].screened = 1;
+		screen_progress(o, c, i, n);
+	}
+	return rc;
+}
+
+/* Kernels compiled at a time in the model's order: a 16-core machine's compile round. */
+#define MODEL_BATCH 16
+/* A candidate whose lower bound is this far above the best screen time cannot win. */
+#define BOUND_MARGIN 1.05
+
+/*
+ * The model's order (--top N): the candidates come sorted by the
+ * performance model, so their kernels are compiled in batches, the
+ * likeliest first, and the candidates of each batch screened before the
+ * next batch compiles.  Before each batch, a candidate whose lower bound
+ * (peak rates over its waves of tiles: gemm-model.h) is above the best
+ * screen time so far is dropped: it cannot win.  A batch holds only
+ * kernels with a live candidate (the jobs array is compacted so); the
+ * dropped are counted in *untried.
+ */
+static int compile_and_screen_ranked(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c,
+				     int n, struct ktune_compile_job *jobs, int njobs, double timeout,
+				     const struct ktune_tune_options *o, int *untried, struct ktune_err *e)
+{
+	int batch = o->jobs > 0 ? o->jobs : MODEL_BATCH;
+	int first = 0, done = 0, rc = KTUNE_OK;
+	int *move = malloc((size_t)(njobs + 1) * sizeof(*move));
+	if (!move)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	while (first < njobs && !rc) {
+		/* drop what cannot win, then keep only the jobs someone still needs */
+		double best = best_screened(c, n);
+		for (int i = 0; i < n; i++)
+			if (!c[i].screened && c[i].job >= first && best > 0 && c[i].bound_us > BOUND_MARGIN * best) {
+				c[i].job = -1;
+				(*untried)++;
+			}
+		for (int j = first; j < njobs; j++)
+			move[j] = -1;
+		for (int i = 0; i < n; i++)
+			if (c[i].job >= first)
+				move[c[i].job] = 0;
+		int live = first;
+		for (int j = first; j < njobs; j++)
+			if (move[j] == 0) {
+				move[j] = live;
+				jobs[live++] = jobs[j]; /* nothing compiled yet from here on: plain structs */
+			}
+		for (int i = 0; i < n; i++)
+			if (c[i].job >= first)
+				c[i].job = move[c[i].job];
+		njobs = live;
+		int count = njobs - first < batch ? njobs - first : batch;
+		if (count == 0)
+			break;
+		if ((rc = compile_jobs(t, jobs, first, count, o, e)))
+			break;
+		for (int i = 0; i < n && !rc; i++)
+			if (c[i].job >= first && c[i].job < first + count) {
+				rc = screen(t, key, c, i, n, jobs, timeout, o, e);
+				c[i].screened = 1;
+				screen_progress(o, c, done++, n);
+			}
+		first += count;
+	}
+	free(move);
+	return rc;
 }
 
 /* The configs that failed before for this key, as text (the negative cache). */
@@ -270,6 +413,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct candidate *c = NULL;
 	struct ktune_compile_job *jobs = NULL;
 	struct ktune_trial *trials = NULL;
+	struct ktune_gemm_estimate *est = NULL;
 	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed }, set;
 	const struct ktune_hello *dev = ktune__tuner_device(t);
 	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client);
@@ -278,7 +422,9 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 
 	memset(r, 0, sizeof(*r));
 	ktune__client_set_compile_timeout(t->client, o->compile_timeout_s);
-	/* The tuner's buffers are packed and aligned, so the key must be the aligned class. */
+	/* GEMM: operands laid out in the key's alignment class (padded rows, or pointers off by one) */
+	if (!ktune__other_op(key_in))
+		ktune__gemm_problem_layout(key_in, &prob.lda, &prob.ldb, &prob.ldc, &prob.offset);
 	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
 	const struct ktune_key *key = &set.key;
@@ -309,52 +455,54 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 				 keytext, r->known_bad ? " and the failures of earlier sweeps" : "");
 		goto out;
 	}
+	/*
+	 * --top N (GEMM): the candidates in the performance model's order, cut
+	 * to the kernels it ranks best (candidates.h), compiled and screened
+	 * in batches until the rest cannot win by its bound.
+	 */
+	int ranked = o->top > 0 && !ktune__other_op(key);
+	if (ranked) {
+		struct ktune_gemm_device gd;
+		ktune__tuner_model_device(t, &gd);
+		if (!(est = calloc((size_t)n, sizeof(*est)))) {
+			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		int kept = ktune__gemm_model_order(key, &gd, cfgs, n, o->top, est);
+		r->untried = n - kept;
+		ktune__tune_progress(o, "  the model's order: %d of %d candidates, the best %d kernels and the "
+				     "best of each tile (--top 0 tries every one)\n", kept, n, o->top);
+		n = kept;
+	}
 	c = calloc((size_t)n, sizeof(*c));
 	trials = calloc((size_t)n, sizeof(*trials));
 	if (!c || !trials) {
 		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < n; i++)
-		c[i].cfg = cfgs[i];
-	if ((rc = compile_candidates(t, key, c, n, o, &jobs, &njobs, e)))
-		goto out;
-
-	/* Screen: verify every candidate, time it briefly. */
 	for (int i = 0; i < n; i++) {
-		struct ktune_trial *tr = &c[i].trial;
-		struct ktune_compile_job *job = &jobs[c[i].job];
-		tr->key = *key;
-		snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, c[i].cfg.family));
-		snprintf(tr->template_hash, sizeof(tr->template_hash), "%s",
-			 family_hash(key, c[i].cfg.family));
-		config_text(key, &c[i].cfg, tr->config, sizeof(tr->config));
-		snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
-		snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
-		if (job->status) {
-			snprintf(tr->status, sizeof(tr->status), "%s",
-				 job->timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
-			snprintf(tr->message, sizeof(tr->message), "%.500s", job->log ? job->log : "");
-		} else if (job->cubin.res.spill_stores || job->cubin.res.spill_loads) {
-			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
-			snprintf(tr->message, sizeof(tr->message), "spills %d bytes of registers",
-				 job->cubin.res.spill_stores + job->cubin.res.spill_loads);
-		} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN,
-						   timeout, tr, &c[i].timing, e))) {
-			goto out;
-		}
-		if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
-			ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config,
-					     tr->status, tr->message);
-		if (o->progress && (i % 16 == 15 || i == n - 1)) {
-			double best = 0;
-			for (int j = 0; j <= i; j++)
-				if (!strcmp(c[j].trial.status, KTUNE_TRIAL_OK) &&
-				    (best == 0 || c[j].timing.median_us < best))
-					best = c[j].timing.median_us;
-			ktune__tune_progress(o, "\r  candidate %d/%d, best so far %.1f us", i + 1, n, best);
-		}
+		c[i].cfg = cfgs[i];
+		c[i].bound_us = est ? est[i].bound_us : 0;
 	}
+	if ((rc = assign_jobs(key, c, n, &jobs, &njobs, e)))
+		goto out;
+	if (ranked) {
+		int cut = r->untried;
+		rc = compile_and_screen_ranked(t, key, c, n, jobs, njobs, timeout, o, &r->untried, e);
+		if (r->untried > cut)
+			ktune__tune_progress(o, "\n  %d candidates could not win by the model's bound: not tried\n",
+					     r->untried - cut);
+		/* the trials are the candidates tried */
+		int tried = 0;
+		for (int i = 0; i < n; i++)
+			if (c[i].screened)
+				c[tried++] = c[i];
+		n = tried;
+	} else {
+		rc = compile_and_screen_all(t, key, c, n, jobs, njobs, timeout, o, e);
+	}
+	if (rc)
+		goto out;
 	ktune__tune_progress(o, "\n");
 	for (int i = 0; i < n; i++) {
 		const char *s = c[i].trial.status;
@@ -417,6 +565,7 @@ out:
 	free(jobs);
 	free(trials);
 	free(c);
+	free(est);
 	free(cfgs);
 	return rc;
 }
@@ -431,7 +580,9 @@ int ktune__stored_problem(struct ktune_tuner *t, const struct ktune_result *r, u
 	if ((rc = op ? ktune__op_config_parse(op, r->family, r->config, cfg, e)
 		     : ktune__gemm_config_parse(r->config, cfg, e)))
 		return rc;
-	if (!r->key.aligned)
+	if (!op)
+		ktune__gemm_problem_layout(&r->key, &prob.lda, &prob.ldb, &prob.ldc, &prob.offset);
+	else if (!r->key.aligned)
 		prob.offset = 1; /* reproduce the unaligned class */
 	return ktune__client_problem(t->client, &prob, set, e);
 }

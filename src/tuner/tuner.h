@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "db/db.h"
+#include "ops/gemm-model.h"
 #include "runtime/device.h"
 #include "search/spec.h"
 #include "tuner/check.h"
@@ -24,6 +25,13 @@ struct ktune_hello; /* tuner/protocol.h */
 
 struct ktune_tune_options {
 	int budget;      /* candidates per key; 0: all */
+	/*
+	 * GEMM: the kernels the performance model ranks best (and the best of
+	 * each tile shape) are compiled and screened, the likeliest first and
+	 * in batches, until the rest cannot win by the model's bound; 0: every
+	 * candidate, compiled at once (the exhaustive search).
+	 */
+	int top;
 	int force;       /* retune keys already tuned with the current template */
 	unsigned seed;   /* inputs and budget sampling */
 	int jobs;        /* compile threads; 0: one per core */
@@ -42,6 +50,7 @@ struct ktune_tune_report {
 	int skipped;          /* already tuned: result is the stored one */
 	int ok, wrong, failed, pruned; /* trial counts */
 	int known_bad;        /* configs skipped: they failed before (negative cache) */
+	int untried;          /* candidates the model left untried (o->top: beyond its rank, or unable to win) */
 	int worker_restarts;  /* fresh workers started after crashes and timeouts */
 	char disturbed[160];  /* "": clean; else why NVML saw every measurement disturbed */
 	double cublas_err_fro;
@@ -63,6 +72,9 @@ void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *o
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t);
 /* Workers started so far (1 + restarts). */
 int ktune__tuner_worker_starts(struct ktune_tuner *t);
+
+/* What the GEMM performance model needs of the worker's device. */
+void ktune__tuner_model_device(struct ktune_tuner *t, struct ktune_gemm_device *out);
 
 /* The deadline of one candidate run for a key (see tune.c); override_s > 0 wins. */
 double ktune__run_timeout(const struct ktune_key *key, double override_s);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "templates.h"
-#include "tuner/cublas.h"
+#include "runtime/cublas.h"
 #include "tuner/worker-op.h"
 #include "tuner/worker.h"
 
@@ -254,9 +254,10 @@ static int launch_cublas(void *arg, CUstream stream, struct ktune_err *e)
 {
 	struct ktune_worker *w = arg;
 	const struct ktune_problem *p = &w->p;
+	/* cuBLAS's own workspace pool, as every baseline stored so far was measured */
 	return ktune__cublas_gemm(w->cublas, &p->key, p->alpha, at(w->a, p->offset), p->lda,
 				  at(w->b, p->offset), p->ldb, p->beta, at(w->c, p->offset), p->ldc,
-				  stream, e);
+				  stream, 0, 0, e);
 }
 
 int ktune__worker_run(struct ktune_worker *w, const struct ktune_config *cfg,
