@@ -17,6 +17,13 @@
 #          over the shipped tuning (so that it tunes what the file lacks), verify
 #          and bench of each, and the ops against PyTorch and Liger
 #          (bench/ops/rowwise.py); ROWWISE_STEPS picks among test, sweep, peers
+#   random GEMM keys nobody tuned (bench/random: 64 keys, seed 2026) against cuBLAS,
+#          on a fresh database (the shipped tuning only); then each key tuned by
+#          'ktune tune' (its default, --top 32) with an empty compile cache, each
+#          tune timed; then the keys timed again.  RANDOM_KEYS sets the count,
+#          RANDOM_FULL=1 adds an exhaustive tune (--top 0) of each key and a third
+#          timing.  About 15 minutes on an H100 (25 with RANDOM_FULL).  Writes
+#          random-{untuned,tuned,full}.{md,csv}, random-tune-times.csv, random.log
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -139,6 +146,47 @@ for step in $steps; do
 				;;
 			esac
 		done
+		;;
+	random)
+		# the keys: fixed by the seed, so every run of the step times the same ones
+		RDB=/tmp/ktune-random.db
+		NKEYS=${RANDOM_KEYS:-64}
+		rm -f "$RDB"*
+		$B/bench/random --list --keys "$NKEYS" >"$OUT/random-keys.txt"
+		run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-untuned.csv" \
+			--md "$OUT/random-untuned.md" --title "untuned (a fresh database: the shipped tuning only)"
+		# each key tuned as a user would on a fresh machine: its own empty compile cache
+		echo "dtype,layout,m,n,k,class,exit,seconds" >"$OUT/random-tune-times.csv"
+		echo "\$ ktune tune gemm ... (each of the $NKEYS keys, an empty compile cache each)" | tee -a "$OUT/random.log"
+		while read -r dtype layout m n k class _; do
+			cache=$(mktemp -d /tmp/ktune-random-cache-XXXXXX)
+			t0=$(date +%s.%N)
+			XDG_CACHE_HOME=$cache $B/ktune tune gemm --db "$RDB" -m "$m" -n "$n" -k "$k" --dtype "$dtype" \
+				--layout "$layout" --"$class" </dev/null >>"$OUT/random-tune.log" 2>&1
+			rc=$?
+			t1=$(date +%s.%N)
+			[ "$rc" = 0 ] || status=1
+			echo "$dtype,$layout,$m,$n,$k,$class,$rc,$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+				>>"$OUT/random-tune-times.csv"
+			rm -rf "$cache"
+		done <"$OUT/random-keys.txt"
+		# the distribution of tune times (issue 25: each within 10 s on a 16-core machine)
+		tail -n +2 "$OUT/random-tune-times.csv" | cut -d, -f8 | sort -n | awk -v cores="$(nproc)" '
+			{ t[NR] = $1; sum += $1; if ($1 > 10) over++ }
+			END { if (!NR) exit; printf "tune times, empty compile cache, %d keys, %d cores: min %.1f s, median %.1f s, " \
+				"p90 %.1f s, max %.1f s, mean %.1f s; %d over 10 s\n", NR, cores, t[1], t[int((NR + 1) / 2)], \
+				t[int(0.9 * NR + 0.999)], t[NR], sum / NR, over }' | tee -a "$OUT/random.log"
+		grep -c "^key:" "$OUT/random-tune.log" | sed 's/^/keys tuned: /' | tee -a "$OUT/random.log"
+		run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-tuned.csv" \
+			--md "$OUT/random-tuned.md" --title "after 'ktune tune' of each key (--top 32, the default)"
+		if [ -n "${RANDOM_FULL:-}" ]; then
+			while read -r dtype layout m n k class _; do
+				$B/ktune tune gemm --db "$RDB" -m "$m" -n "$n" -k "$k" --dtype "$dtype" --layout "$layout" \
+					--"$class" --top 0 </dev/null >>"$OUT/random-tune-full.log" 2>&1 || status=1
+			done <"$OUT/random-keys.txt"
+			run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-full.csv" \
+				--md "$OUT/random-full.md" --title "after 'ktune tune --top 0' of each key (every candidate)"
+		fi
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*

@@ -158,8 +158,8 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 /* Neighbours: squared distance in log M, N, K (2.0: a factor of 4 in one size), model slack */
 #define NEAR_MAX 2.0
 #define NEAR_SLACK 1.15
-/* The alignment class costs more than this (and a microsecond) against the aligned class: cuBLAS */
-#define CLASS_SLACK 1.25
+/* The alignment class costs more than this (and half a microsecond) against the aligned class: cuBLAS */
+#define CLASS_SLACK 1.15
 
 void ktune__ctx_model_device(const ktune_ctx *ctx, struct ktune_gemm_device *out)
 {
@@ -255,7 +255,7 @@ static int class_is_slow(const struct ktune_key *key, const struct ktune_gemm_de
 	aligned.aligned = 1;
 	if (ktune__gemm_model_pick(&aligned, dev, &cfg, &est))
 		return 0;
-	return pick_us > CLASS_SLACK * est.time_us + 1.0;
+	return pick_us > CLASS_SLACK * est.time_us + 0.5;
 }
 
 static void choose_gemm(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_choice *out)

@@ -471,10 +471,32 @@ static void test_dispatch__cublas_where_ktune_has_no_good_answer(void **state)
 	/* the same shapes aligned: ktune's own kernels */
 	struct ktune_key head = make_key(KTUNE_BF16, "nt", 1024, 50264, 768);
 	assert_string_equal(choose(ctx, head, &cfg), "model");
-	/* too small for the class to matter (the launch dominates): ktune's kernel */
-	assert_string_equal(choose(ctx, unaligned(make_key(KTUNE_F16, "nn", 3, 5, 7)), &cfg), "model");
-	/* a GEMV reads at the memory's pace even element by element */
-	assert_string_equal(choose(ctx, unaligned(make_key(KTUNE_F16, "nt", 1, 4096, 4096)), &cfg), "model");
+	/*
+	 * The rule: an unaligned key whose pick the model expects more than
+	 * 15% and half a microsecond slower than the pick for the aligned
+	 * class of the shape goes to cuBLAS.  A GEMV, which reads at the
+	 * memory's pace even element by element, stays ktune's.
+	 */
+	struct ktune_key odd[] = { unaligned(make_key(KTUNE_F16, "nt", 1, 4096, 4095)),
+				   unaligned(make_key(KTUNE_F16, "nn", 3, 5, 7)),
+				   unaligned(make_key(KTUNE_BF16, "tn", 389, 186, 294)),
+				   unaligned(make_key(KTUNE_BF16, "tt", 1024, 1024, 1023)) };
+	int sides[2] = { 0, 0 };
+	struct ktune_gemm_device dev;
+	ktune__ctx_model_device(ctx, &dev);
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		struct ktune_key as_aligned = odd[i];
+		struct ktune_config pick;
+		struct ktune_gemm_estimate u, a;
+		as_aligned.aligned = 1;
+		assert_int_equal(ktune__gemm_model_pick(&odd[i], &dev, &pick, &u), 0);
+		assert_int_equal(ktune__gemm_model_pick(&as_aligned, &dev, &pick, &a), 0);
+		int blas = u.time_us > 1.15 * a.time_us + 0.5;
+		assert_string_equal(choose(ctx, odd[i], &cfg), blas ? "cublas" : "model");
+		sides[blas]++;
+	}
+	assert_true(sides[0] > 0 && sides[1] > 0);
+	assert_string_equal(choose(ctx, odd[0], &cfg), "model");
 
 	/* cuBLAS failed to load (resolve.c sets -1 and decides again) or KTUNE_FALLBACK=model */
 	ctx->blas_state = -1;
