@@ -28,6 +28,7 @@ struct ktune_device_info {
 	int smem_optin;            /* shared memory a block may opt in to, bytes */
 	int l2_bytes;
 	int driver_version;        /* CUDA's number: 12040 is 12.4 */
+	double mem_gbps;           /* DRAM bandwidth the GEMM model assumes; 0 where not reported */
 };
 
 /* The device of an open context. */
@@ -44,5 +45,14 @@ struct ktune_dispatch_sources {
 
 /* Counts an open context's entries by source.  Thread-safe. */
 void ktune__ctx_dispatch_sources(ktune_ctx *ctx, struct ktune_dispatch_sources *out);
+
+/* Who serves an open context's GEMM keys without a tuned entry of their own. */
+struct ktune_fallback_info {
+	char policy[16]; /* KTUNE_FALLBACK: "auto", "model", "cublas", "measure" */
+	char cublas[32]; /* the version of the cuBLAS it loads; "" if there is none (or "model") */
+};
+
+/* Fills *out, loading cuBLAS for the context if the policy allows it.  Thread-safe. */
+void ktune__ctx_fallback(ktune_ctx *ctx, struct ktune_fallback_info *out);
 
 #endif

@@ -112,6 +112,7 @@ void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *o
 	out->smem_optin = h->smem_optin;
 	out->l2_bytes = h->l2_bytes;
 	out->driver_version = h->driver_version;
+	out->mem_gbps = h->mem_gbps;
 }
 
 void ktune__tuner_model_device(struct ktune_tuner *t, struct ktune_gemm_device *out)
