@@ -105,13 +105,13 @@ static void against_a_sweep(const char *file, const char *gpu, const struct ktun
 static void test_gemm_model__h100_sweep(void **state)
 {
 	(void)state;
-	against_a_sweep("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3", &h100, 0.8);
+	against_a_sweep("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3", &h100, 0.85);
 }
 
 static void test_gemm_model__h200_sweep(void **state)
 {
 	(void)state;
-	against_a_sweep("sm_90/h200.yaml", "NVIDIA H200", &h200, 0.8);
+	against_a_sweep("sm_90/h200.yaml", "NVIDIA H200", &h200, 0.85);
 }
 
 /* The rank: sorted by estimate, every candidate kept, each with its own estimate. */
