@@ -453,6 +453,12 @@ static void test_dispatch__bad_arguments(void **state)
 	assert_int_equal(ktune_open(db_path, 999, &ctx, err, sizeof(err)), KTUNE_ERR_INVALID);
 	assert_null(ctx);
 	assert_non_null(strstr(err, "device 999"));
+	/* a policy that is not one is refused, not taken for another */
+	setenv("KTUNE_FALLBACK", "fastest", 1);
+	assert_int_equal(ktune_open(db_path, 0, &ctx, err, sizeof(err)), KTUNE_ERR_INVALID);
+	unsetenv("KTUNE_FALLBACK");
+	assert_null(ctx);
+	assert_non_null(strstr(err, "KTUNE_FALLBACK='fastest'"));
 }
 
 int main(void)
