@@ -35,11 +35,23 @@
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
+#   record tune what is used and a cold start without NVRTC: the example program
+#          records its miss (KTUNE_RECORD), 'ktune sweep --misses' tunes exactly it,
+#          'ktune explain' tells the story, 'ktune warm' twice on a fresh cache (the
+#          second compiles nothing), and tests/gpu/test-record-gpu (misses of real
+#          calls from threads; a warmed first call with zero NVRTC compiles, a cold
+#          one's figures)
 #   kill   kill -9 a sweep's worker and the sweep, ten times at random moments
 #          (tests/gpu/kill-sweep.sh)
 #   concurrent  two sweeps on one database at once (tests/gpu/concurrent-sweeps.sh)
 #   devices  one sweep over every GPU of the machine, --devices 0,1,...
 #          (tests/gpu/devices-sweep.sh; needs two GPUs, skips on one)
+#   python the Python package on this build's libktune (no install: PYTHONPATH=python,
+#          KTUNE_LIBRARY, KTUNE_CLI): its tests on the GPU (python/tests: every op
+#          against torch, gradients, opcheck, torch.compile, the GPT-2 short run),
+#          then examples/gpt2 stock against ktune.patch, 20 steps, eager and compiled
+#          (gpt2*.json); PYTHON_STEPS picks among test, gpt2, compile.  pytest must be
+#          importable (wheels in .whl/: pip download -d .whl pytest)
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
@@ -86,6 +98,7 @@ for step in $steps; do
 		run tests.log timeout $T $B/tests/test-dispatch-gpu
 		run tests.log timeout $T $B/tests/test-planted-gpu
 		run tests.log timeout $T $B/tests/test-elementwise-gpu
+		run tests.log timeout $T $B/tests/test-record-gpu
 		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 16 4096 4096
 		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 333 1000 77
 		;;
@@ -220,6 +233,27 @@ for step in $steps; do
 		# shellcheck disable=SC2086 # BENCH_ARGS is a list of options
 		run stored.log $B/ktune bench --db /tmp/ktune-stored.db --rounds "${ROUNDS:-3}" ${BENCH_ARGS:-}
 		;;
+	record) # its own database and cache: what a new machine has
+		R=/tmp/ktune-record
+		rm -rf "$R" && mkdir -p "$R"
+		run record.log env KTUNE_DB=$R/k.db XDG_CACHE_HOME=$R/cache KTUNE_RECORD=$R/misses.yaml \
+			timeout $T $B/examples/gemm_example 333 1000 77
+		cat "$R/misses.yaml" | tee -a "$OUT/record.log"
+		cp "$R/misses.yaml" "$OUT/misses.yaml"
+		run record.log env KTUNE_DB=$R/k.db XDG_CACHE_HOME=$R/cache $B/ktune sweep --misses $R/misses.yaml \
+			--budget 48 --progress
+		run record.log env KTUNE_DB=$R/k.db $B/ktune explain gemm -m 333 -n 1000 -k 77 --dtype f16 --aligned 0
+		env KTUNE_DB=$R/k.db $B/ktune explain gemm -m 333 -n 1000 -k 77 --dtype f16 --aligned 0 --format json \
+			>"$OUT/explain.json" 2>>"$OUT/record.log" || status=1
+		# the same program again: served exactly now, and no miss left to record
+		run record.log env KTUNE_DB=$R/k.db XDG_CACHE_HOME=$R/cache KTUNE_RECORD=$R/misses-after.yaml \
+			timeout $T $B/examples/gemm_example 333 1000 77
+		[ ! -e "$R/misses-after.yaml" ] || { echo "a miss is left after the sweep:" | tee -a "$OUT/record.log"
+			cat "$R/misses-after.yaml" | tee -a "$OUT/record.log"; status=1; }
+		run record.log env KTUNE_DB=$R/k.db XDG_CACHE_HOME=$R/cold $B/ktune warm
+		run record.log env KTUNE_DB=$R/k.db XDG_CACHE_HOME=$R/cold $B/ktune warm
+		run record.log env KTUNE_TEST_VERBOSE=1 timeout $T $B/tests/test-record-gpu
+		;;
 	kill)
 		run kill.log bash tests/gpu/kill-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-kill/ktune.db
 		;;
@@ -228,6 +262,18 @@ for step in $steps; do
 		;;
 	devices)
 		run devices.log bash tests/gpu/devices-sweep.sh $B/ktune tests/gpu/kill-spec.yaml /tmp/ktune-devices/ktune.db
+		;;
+	python)
+		export KTUNE_LIBRARY=$PWD/$B/install/lib/libktune.so KTUNE_CLI=$PWD/$B/ktune
+		export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+		for part in ${PYTHON_STEPS:-test gpt2 compile}; do
+			case $part in
+			test) run python.log timeout 570 python3 -m pytest -p no:cacheprovider -v -rs python/tests \
+				--junitxml="$OUT/python-junit.xml" ;;
+			gpt2) run gpt2.log timeout 570 python3 examples/gpt2/train.py --json "$OUT/gpt2.json" ;;
+			compile) run gpt2.log timeout 570 python3 examples/gpt2/train.py --compile --json "$OUT/gpt2-compile.json" ;;
+			esac
+		done
 		;;
 	*)
 		echo "unknown step '$step'"

@@ -38,6 +38,7 @@ extern const struct cmd cli_commands[];
 
 int cmd_bench(int argc, char **argv, struct cli *cli);
 int cmd_compile(int argc, char **argv, struct cli *cli);
+int cmd_explain(int argc, char **argv, struct cli *cli);
 int cmd_export(int argc, char **argv, struct cli *cli);
 int cmd_import(int argc, char **argv, struct cli *cli);
 int cmd_info(int argc, char **argv, struct cli *cli);
@@ -46,6 +47,7 @@ int cmd_show(int argc, char **argv, struct cli *cli);
 int cmd_sweep(int argc, char **argv, struct cli *cli);
 int cmd_tune(int argc, char **argv, struct cli *cli);
 int cmd_verify(int argc, char **argv, struct cli *cli);
+int cmd_warm(int argc, char **argv, struct cli *cli);
 
 /* Prints a command's usage to stdout (help) or stderr (errors). */
 void cli_usage(const char *name, FILE *to);
@@ -93,6 +95,44 @@ struct ktune_tune_options;
 /* Handles --budget --seed --jobs --progress --retry-failed --timeout --compile-timeout (1),
  * not one (0), a bad value (-1). */
 int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tune_options *o);
+
+/*
+ * A key on the command line, as tune and explain take it (key-args.c): OP
+ * --FIELD VALUE... [--dtype D], GEMM's sizes also -m -n -k.
+ */
+#define CLI_KEY_FIELD_OPT 1000 /* getopt's value of the op's field i: CLI_KEY_FIELD_OPT + i */
+#define CLI_KEY_MAX_FIELDS 16
+struct cli_key_args {
+	const char *values[CLI_KEY_MAX_FIELDS]; /* the variant fields given */
+	int64_t sizes[CLI_KEY_MAX_FIELDS];      /* the size fields given; 0: not */
+	int has_dtype;
+	ktune_dtype dtype;
+};
+/*
+ * The op named on the command line (the first argument that is an op's
+ * name); NULL if none, and *bad the usage error's exit code when another
+ * word stands where the op would.
+ */
+const struct ktune_op *cli_key_op(const char *name, int argc, char **argv, int *bad);
+/* fixed, then an option per field of op, then the terminator, into out (room for nfixed + 17). */
+int cli_key_options(const struct ktune_op *op, const struct option *fixed, int nfixed, struct option *out);
+/* Handles --dtype ('t'), -m -n -k and the fields (1), not one (0), a bad value (-1). */
+int cli_key_option(const char *name, const struct ktune_op *op, int c, const char *arg, struct cli_key_args *k);
+/* The key of what was given, checked and bucketed as the op tunes it; EXIT_OK or a usage error. */
+int cli_key_make(const char *name, const struct ktune_op *op, struct cli_key_args *k, int argc, char **argv,
+		 struct ktune_key *out);
+
+/*
+ * The device a command works for without needing it (device-pick.c): this
+ * GPU unless gpu (a substring of its name) or arch is given or there is
+ * none; else the one GPU of the database at db_path or of the shipped
+ * tuning that matches them (with a key, the one that tuned it if several
+ * match); else arch with sm_count.  Its shared memory is its arch's.
+ * *from says which ("this GPU", "the database", ...).  EXIT_OK, or
+ * EXIT_USAGE after a message listing the GPUs to choose from.
+ */
+int cli_pick_device(const char *name, struct cli *cli, const char *db_path, const char *gpu, const char *arch,
+		    int sm_count, const struct ktune_key *key, struct ktune_device_info *out, const char **from);
 
 /* Parses --policy faster|ours|theirs; -1 after a usage message. */
 int cli_parse_policy(const char *name, const char *arg, enum ktune_policy *p);

@@ -10,17 +10,6 @@
 
 #include "cli.h"
 
-/* Shared memory a block may opt in to, per arch: what the device check would prune. */
-static int arch_smem_limit(const char *arch)
-{
-	int cc = atoi(arch + 3);
-	if (cc >= 90)
-		return 227 * 1024;
-	if (cc == 80 || cc == 87)
-		return 163 * 1024;
-	return 99 * 1024;
-}
-
 static int valid_arch(const char *arch)
 {
 	if (strncmp(arch, "sm_", 3) || !isdigit((unsigned char)arch[3]) ||
@@ -245,7 +234,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 		free(some);
 	}
 
-	int limit = arch_smem_limit(arch), njobs = 0, nskipped = 0;
+	int limit = ktune__arch_smem_optin(arch), njobs = 0, nskipped = 0;
 	int total = nkernels * ndtypes * nlayouts * (aligned_to - aligned_from + 1);
 	struct ktune_compile_job *jl = calloc((size_t)total + 1, sizeof(*jl));
 	if (!jl) {

@@ -1,5 +1,6 @@
 /*
- * cmd-sweep.c - ktune sweep [SPEC.yaml]: tune every key of a spec.
+ * cmd-sweep.c - ktune sweep [SPEC.yaml | --misses FILE | --from-db]: tune
+ * every key of a spec, or exactly the keys programs recorded.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,36 @@ static int parse_devices(const char *name, const char *arg, int *out, int max)
 	return n ? n : -1;
 }
 
+/*
+ * The misses the database holds for the GPUs of this sweep: each worker
+ * says which GPU it has (the model is what misses are recorded under).
+ */
+static int recorded_in_db(struct cli *cli, const int *devices, int ndevices, struct ktune_spec *spec)
+{
+	struct ktune_device_id ids[64];
+	struct ktune_tuner *t = NULL;
+	struct ktune_err e;
+	int rc;
+
+	for (int d = 0; d < ndevices; d++) {
+		if (ktune__tuner_open(cli->db_path, devices[d], cli_worker_exe(), &t, &e))
+			return cli_error(EXIT_FAIL, "%s", e.msg);
+		struct ktune_device_info info;
+		ktune__tuner_device_info(t, &info);
+		ids[d] = info.id;
+		if (d + 1 < ndevices)
+			ktune__tuner_close(t);
+	}
+	rc = ktune__spec_from_db_misses(ktune__tuner_db(t), ids, ndevices, spec, &e);
+	ktune__tuner_close(t);
+	if (rc)
+		return cli_error(EXIT_FAIL, "%s", e.msg);
+	if (!spec->nkeys)
+		fprintf(stderr, "ktune sweep: the database holds no recorded misses of %s%s "
+			"(KTUNE_RECORD=db records them)\n", ids[0].name, ndevices > 1 ? " or the other GPUs" : "");
+	return EXIT_OK;
+}
+
 int cmd_sweep(int argc, char **argv, struct cli *cli)
 {
 	static const struct option opts[] = {
@@ -97,13 +128,15 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		{ "compile-timeout", required_argument, NULL, 'C' },
 		{ "devices", required_argument, NULL, 'V' },
 		{ "no-group-pick", no_argument, NULL, 'L' },
+		{ "misses", required_argument, NULL, 'M' },
+		{ "from-db", no_argument, NULL, 'F' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ktune_tune_options o = { .seed = 1, .progress = isatty(2) ? stderr : NULL, .group_pick = 1 };
 	struct ktune_spec spec = { 0 };
 	struct ktune_err e;
-	int c, rc, devices[64], ndevices = 0;
-	const char *device_list = NULL;
+	int c, rc, devices[64], ndevices = 0, from_db = 0;
+	const char *device_list = NULL, *misses = NULL;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -120,6 +153,12 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 			device_list = optarg;
 			r = 1;
 		}
+		if (!r && c == 'M') {
+			misses = optarg;
+			r = 1;
+		}
+		if (!r && c == 'F')
+			from_db = r = 1;
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
@@ -127,9 +166,21 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 	}
 	if (argc - optind > 1)
 		return cli_usage_error("sweep", "expected at most one spec file, got %d", argc - optind);
+	if ((optind < argc) + !!misses + from_db > 1)
+		return cli_usage_error("sweep", "give one of a spec file, --misses FILE and --from-db");
 
 	/* The spec first: a bad one is reported before touching the GPU or the database. */
-	if (optind < argc) {
+	if (misses) {
+		struct ktune_device_id on;
+		if (ktune__spec_from_misses(misses, &spec, &on, &e))
+			return cli_error(EXIT_USAGE, "%s", e.msg);
+		o.as_recorded = 1;
+		if (o.progress)
+			fprintf(o.progress, "%d keys recorded on %s (%s, %d SMs)\n", spec.nkeys, on.name, on.arch,
+				on.sm_count);
+	} else if (from_db) {
+		o.as_recorded = 1; /* the keys are read once the devices are known, below */
+	} else if (optind < argc) {
 		char *text;
 		size_t len;
 		if (ktune__read_file(argv[optind], MAX_SPEC_BYTES, &text, &len, &e))
@@ -153,6 +204,13 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 	}
 	if ((rc = cli_need_gpu()))
 		goto out;
+	if (from_db && ((rc = recorded_in_db(cli, devices, ndevices, &spec)) || !spec.nkeys))
+		goto out;
+	if (!spec.nkeys) {
+		fprintf(stderr, "ktune sweep: %s lists no key: nothing to tune\n", misses ? misses : "the spec");
+		rc = EXIT_OK;
+		goto out;
+	}
 	int failed = ktune__sweep(cli->db_path, cli_worker_exe(), devices, ndevices, &spec, &o,
 				  stdout, &e);
 	if (failed < 0)

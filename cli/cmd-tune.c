@@ -10,17 +10,6 @@
 
 #include "cli.h"
 
-#define FIELD_OPT 1000 /* getopt's value for the op's field i: FIELD_OPT + i */
-
-/* The op named on the command line: the first argument that is an op's name. */
-static const struct ktune_op *find_op(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++)
-		if (ktune__op_find(argv[i]))
-			return ktune__op_find(argv[i]);
-	return NULL;
-}
-
 static void print_result(const struct ktune_op *op, const struct ktune_key *key,
 			 const struct ktune_tune_report *rep)
 {
@@ -75,32 +64,21 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		{ "compile-timeout", required_argument, NULL, 'C' },
 	};
 	enum { NFIXED = sizeof(fixed) / sizeof(fixed[0]) };
-	struct option opts[NFIXED + 16 + 1];
+	struct option opts[NFIXED + CLI_KEY_MAX_FIELDS + 1];
 	struct ktune_tune_options o = { .seed = 1, .force = 1, .progress = isatty(2) ? stderr : NULL,
 					.top = KTUNE_TUNE_TOP };
 	int klass = -1; /* GEMM's alignment class: -1 the packed problem's, 1 --aligned, 0 --unaligned */
-	struct ktune_key key = { .aligned = 1 };
-	const char *values[16] = { NULL };
-	int64_t sizes[16] = { 0 };
+	struct cli_key_args args = { .has_dtype = 0 };
+	struct ktune_key key;
 	struct ktune_tuner *t = NULL;
 	struct ktune_tune_report rep;
 	struct ktune_err e;
-	int c, rc;
+	int c, rc, bad;
 
-	const struct ktune_op *op = find_op(argc, argv);
-	for (int i = 1; !op && i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			break; /* the usage, below */
-		if (argv[i][0] != '-' && (i == 1 || argv[i - 1][0] != '-'))
-			return cli_usage_error("tune", "'%s' is not a known op (one of %s)", argv[i],
-					       ktune__op_names());
-	}
-	memcpy(opts, fixed, sizeof(fixed));
-	for (int f = 0; op && f < op->nfields && f < 16; f++)
-		opts[NFIXED + f] = (struct option){ op->fields[f].name, required_argument, NULL, FIELD_OPT + f };
-	memset(&opts[NFIXED + (op ? op->nfields : 0)], 0, sizeof(opts[0]));
-	key.dtype = op ? op->dtypes[0] : KTUNE_F16;
-
+	const struct ktune_op *op = cli_key_op("tune", argc, argv, &bad);
+	if (bad)
+		return bad;
+	cli_key_options(op, fixed, NFIXED, opts);
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hm:n:k:", opts, NULL)) != -1) {
 		int r = cli_common("tune", c, optarg, cli);
@@ -110,56 +88,15 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 			klass = c == 'A';
 			r = 1;
 		}
-		if (!r && c == 't') {
-			if (ktune__dtype_parse(optarg, &key.dtype))
-				return cli_usage_error("tune", "--dtype '%s' is not one of f16, bf16, f32", optarg);
-			r = 1;
-		}
-		/* GEMM's -m -n -k are its fields m, n, k */
-		int f = c >= FIELD_OPT ? c - FIELD_OPT : -1;
-		for (int i = 0; op && (c == 'm' || c == 'n' || c == 'k') && i < op->nfields; i++)
-			if (op->fields[i].name[0] == c && !op->fields[i].name[1])
-				f = i;
-		if (!r && op && f >= 0) {
-			const struct ktune_op_field *fd = &op->fields[f];
-			if (fd->dim >= 0) {
-				long v;
-				char what[40];
-				snprintf(what, sizeof(what), "--%s", fd->name);
-				if (cli_parse_int("tune", what, optarg, 1, 1L << 34, &v))
-					return EXIT_USAGE;
-				sizes[f] = v;
-			} else {
-				values[f] = optarg;
-			}
-			r = 1;
-		}
+		if (!r)
+			r = cli_key_option("tune", op, c, optarg, &args);
 		if (r < 0)
 			return EXIT_USAGE;
 		if (!r)
 			return cli_bad_option("tune", c, argv);
 	}
-	if (!op)
-		return cli_usage_error("tune", "which op? one of %s, e.g. 'ktune tune gemm -m 16 -n 4096 -k 4096'",
-				       ktune__op_names());
-	for (int i = optind, seen = 0; i < argc; i++)
-		if (strcmp(argv[i], op->name) || seen++)
-			return cli_usage_error("tune", "unexpected argument '%s'", argv[i]);
-	snprintf(key.op, sizeof(key.op), "%s", op->name);
-	for (int f = 0; f < op->nfields; f++) {
-		const struct ktune_op_field *fd = &op->fields[f];
-		if (fd->dim >= 0 && !sizes[f])
-			return cli_usage_error("tune", "%s needs --%s ('ktune help tune' lists each op's fields)",
-					       op->name, fd->name);
-		if (fd->dim >= 0)
-			*ktune__key_dim(&key, fd->dim) = sizes[f];
-		else if (!values[f] && ktune__op_is_gemm(op))
-			values[f] = "nt"; /* nn.Linear's layout */
-	}
-	if (ktune__op_variant_set(op, &key, values, &e) || ktune__op_key_check(&key, &e))
-		return cli_usage_error("tune", "%s", e.msg);
-	if (op->key_bucket)
-		op->key_bucket(&key); /* what a call of these sizes looks up */
+	if ((rc = cli_key_make("tune", op, &args, argc, argv, &key)))
+		return rc;
 	if (klass >= 0 && !ktune__op_is_gemm(op))
 		return cli_usage_error("tune", "--aligned and --unaligned are GEMM's");
 	if (ktune__op_is_gemm(op))

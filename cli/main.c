@@ -57,6 +57,29 @@ const struct cmd cli_commands[] = {
 	  "Reports registers, spills and shared memory; exits 1 if any admitted\n"
 	  "configuration fails to compile.  Default: every family, dtype, layout and\n"
 	  "alignment for --arch sm_90.\n\n" COMMON },
+	{ "explain", cmd_explain, "how a key is served, and how its tuning went (no GPU needed)",
+	  "usage: ktune explain OP --FIELD VALUE... [--dtype D] [--aligned 0|1] [--gpu NAME]\n"
+	  "                     [--arch ARCH] [--sm-count N] [--all] [--format text|json]\n"
+	  "       ktune explain gemm -m M -n N -k K [--layout nn|nt|tn|tt] [--dtype f16|bf16]\n\n"
+	  "Explains one key, given as 'ktune tune' takes it ('ktune help tune' lists each\n"
+	  "op's fields): the dispatch chain (exact, arch, shipped, then dispatch's\n"
+	  "fallbacks) and where it stops; the calls programs recorded for it as a miss;\n"
+	  "its stored result; and its newest tuning: the configs pruned before compiling,\n"
+	  "grouped by reason; every candidate that failed (compile error, crash, timeout,\n"
+	  "spills) or computed a wrong result, with its errors and the tolerance; the\n"
+	  "fastest by the screen with their ratio baseline time / time; the finalists'\n"
+	  "two full measurements; the winner and the baseline in turns; the runoff; and\n"
+	  "the group picks that weighed the key since, with their decisions.  Reads the\n"
+	  "database only; needs no GPU.\n\n"
+	  "  --aligned 0|1    the key's alignment class (default: as 'ktune tune' takes it;\n"
+	  "                   GEMM that of packed operands, the other ops 1: 16-byte aligned)\n"
+	  "  --gpu NAME       the GPU to explain for: one whose name contains NAME, among\n"
+	  "                   the database's and the shipped tuning's (default: this GPU,\n"
+	  "                   else the one GPU known, or the one that tuned the key)\n"
+	  "  --arch ARCH      the same by arch (sm_90); a GPU not known needs --sm-count\n"
+	  "  --sm-count N     its number of SMs\n"
+	  "  --all            every pruning reason, failure and candidate (default: a screen)\n"
+	  "  --format json    everything, as one JSON object\n\n" COMMON },
 	{ "export", cmd_export, "write the tuned entries to a file to share",
 	  "usage: ktune export [-o FILE] [--format yaml|sqlite] [--force] [--defaults] [filters]\n\n"
 	  "Writes the tuned entries as a versioned YAML file: sorted, with fixed number\n"
@@ -107,11 +130,14 @@ const struct cmd cli_commands[] = {
 	{ "show", cmd_show, "list the tuned entries",
 	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
 	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",
-	  "usage: ktune sweep [SPEC.yaml] [--budget N] [--top N] [--force] [--retry-failed] [--seed N]\n"
-	  "                   [--jobs N] [--progress] [--timeout S] [--compile-timeout S]\n"
-	  "                   [--devices 0,1,...] [--no-group-pick]\n\n"
+	  "usage: ktune sweep [SPEC.yaml | --misses FILE | --from-db] [--budget N] [--top N]\n"
+	  "                   [--force] [--retry-failed] [--seed N] [--jobs N] [--progress]\n"
+	  "                   [--timeout S] [--compile-timeout S] [--devices 0,1,...]\n"
+	  "                   [--no-group-pick]\n\n"
 	  "Tunes the keys a spec lists and stores the best configuration of each in the\n"
-	  "database.  Without SPEC, tunes the built-in default suite: GEMM in f16 and bf16,\n"
+	  "database.  With --misses or --from-db, tunes exactly the keys that programs were\n"
+	  "served without a tuned entry, as they recorded them (KTUNE_RECORD).\n"
+	  "Without SPEC, tunes the built-in default suite: GEMM in f16 and bf16,\n"
 	  "layouts nn and nt, M=N=K in 512..8192, and M in {1,16,128,1024,4096} on the LLM\n"
 	  "weight shapes (N,K) in {(6144,4096), (4096,4096), (28672,4096), (4096,14336)};\n"
 	  "then each elementwise op (add, gelu, glu, dropout) from 1M to 64M elements.\n"
@@ -121,6 +147,10 @@ const struct cmd cli_commands[] = {
 	  "sweeps may share a database: each key is claimed before it is tuned.  Then the\n"
 	  "GEMM keys of each M weigh the config most of them won against their own picks,\n"
 	  "in turns with cuBLAS, and take it where it does better as a group.\n\n"
+	  "  --misses FILE the keys of a misses file (KTUNE_RECORD=FILE wrote it when a\n"
+	  "                program closed its context), each in its alignment class\n"
+	  "  --from-db     the misses recorded into the database (KTUNE_RECORD=db) on\n"
+	  "                this GPU's model (with --devices, on any of theirs)\n"
 	  "  --budget N    at most N candidates per key (random sample; default: all)\n"
 	  "  --top N       GEMM: compile and screen only the candidates of the N kernels\n"
 	  "                the performance model ranks best (and the best of each tile\n"
@@ -177,6 +207,22 @@ const struct cmd cli_commands[] = {
 	  "Runs every stored result of this GPU's arch on fresh random inputs and checks\n"
 	  "it against the op's reference.  Exits 1 if any result is wrong.\n\n" SHOW_FILTERS
 	  "\n" COMMON },
+	{ "warm", cmd_warm, "compile a GPU's tuned kernels into the cache: no NVRTC on first calls",
+	  "usage: ktune warm [--op OP] [--dtype D] [--layout L | --variant V] [-m M] [-n N] [-k K]\n"
+	  "                  [--gpu NAME] [--arch ARCH] [--sm-count N] [--jobs N]\n\n"
+	  "Compiles, in parallel, the kernel of every tuned and shipped entry of a GPU\n"
+	  "(the database's for it and its arch, and the tuning built into the library),\n"
+	  "each as dispatch would serve its key, into the cubin cache.  A program's first\n"
+	  "call of such a key then loads its kernel from the cache instead of compiling\n"
+	  "it with NVRTC.  A second warm finds everything cached and compiles nothing.\n"
+	  "The GPU is this one, or one the database or the shipped tuning knows (--gpu,\n"
+	  "--arch), or --arch with --sm-count: no GPU is needed, NVRTC compiles for its\n"
+	  "arch.  A program can warm itself instead: KTUNE_WARM=1, or ktune_warm().\n"
+	  "Exits 1 if a kernel fails to compile (the others are cached).\n\n"
+	  "  --op, --dtype, --layout, --variant, -m, -n, -k   only the keys that match\n"
+	  "  --gpu NAME      the GPU whose name contains NAME (default: this GPU)\n"
+	  "  --arch ARCH     the GPU of that arch; an arch no one tuned needs --sm-count\n"
+	  "  --jobs N        compile threads (default: one per core)\n\n" COMMON },
 	{ NULL, NULL, NULL, NULL },
 };
 
@@ -360,6 +406,9 @@ int cli_filter(const char *name, int opt, const char *arg, struct ktune_filter *
 int cli_need_gpu(void)
 {
 	struct ktune_err e;
+	const char *other = getenv("KTUNE_WORKER");
+	if (other && *other)
+		return 0; /* that worker has its GPU, or fakes one */
 	if (ktune__driver_load(&e))
 		return cli_error(EXIT_USAGE, "this command needs an NVIDIA GPU: %s", e.msg);
 	return 0;
@@ -418,6 +467,9 @@ const char *cli_worker_exe(void)
 {
 	/* the worker is this very program: resolved now, so a rebuild mid-sweep changes nothing */
 	static char path[4096];
+	const char *other = getenv("KTUNE_WORKER");
+	if (other && *other)
+		return other; /* another worker program (the tests' fake GPU): docs/tuning.md */
 	if (!path[0]) {
 		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
 		if (n <= 0 || (size_t)n >= sizeof(path) - 1) /* none, or cut: run it by its link */
@@ -444,6 +496,13 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	const char *name = argv[1];
+	/*
+	 * A program's recording and warming are asked through the environment
+	 * of the program: the contexts of this command and of its workers are
+	 * not the program's, and must neither record nor warm.
+	 */
+	unsetenv("KTUNE_RECORD");
+	unsetenv("KTUNE_WARM");
 	if (!strcmp(name, "__worker")) /* the tuner's worker process (tuner/protocol.h) */
 		return ktune__gpu_worker_main(argc - 1, argv + 1);
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {

@@ -1,4 +1,4 @@
--- schema.sql - the tuning database's schema at version 5 (PRAGMA user_version).
+-- schema.sql - the tuning database's schema at version 6 (PRAGMA user_version).
 --
 -- Documentation only: src/db/db.c creates and migrates databases with its
 -- list of migrations, and tests/unit/test-db.c checks that a fresh database
@@ -78,7 +78,9 @@ CREATE TABLE trials (
 	message TEXT NOT NULL,
 	created_at TEXT NOT NULL,
 	nvrtc_version TEXT NOT NULL DEFAULT '',   -- version 3: the toolchain it ran with
-	driver_version TEXT NOT NULL DEFAULT ''
+	driver_version TEXT NOT NULL DEFAULT '',
+	tuning_id INTEGER,           -- version 6: its tuning (tunings.id); NULL before
+	screen_us REAL               -- version 6: the screen's time; time_us is the last full measurement of a finalist
 );
 
 -- Version 2.
@@ -107,4 +109,73 @@ CREATE TABLE claims (
 	PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned)
 );
 
-PRAGMA user_version = 4;
+-- Version 6: each tuning of a key ('ktune tune', a sweep's key) and each
+-- group pick that weighed it: what 'ktune explain' shows.  Its trials point
+-- at it (trials.tuning_id), and every full measurement it took is in
+-- measurements.
+CREATE TABLE tunings (
+	id INTEGER PRIMARY KEY,
+	device_id INTEGER NOT NULL REFERENCES devices (id),
+	op TEXT NOT NULL,
+	dtype TEXT NOT NULL,
+	layout TEXT NOT NULL,
+	m INTEGER NOT NULL,
+	n INTEGER NOT NULL,
+	k INTEGER NOT NULL,
+	aligned INTEGER NOT NULL,
+	kind TEXT NOT NULL,          -- 'tune', or 'group' (the group pick at this key)
+	outcome TEXT NOT NULL,       -- tune: 'tuned', 'none_right'; group: 'switched', 'kept', 'outvoted', 'own_tile', 'unfit', 'failed'
+	winner TEXT NOT NULL,        -- the config stored; '' if none
+	candidates INTEGER NOT NULL, -- configs tried (tune)
+	pruned INTEGER NOT NULL,     -- configs of the space left out before compiling (pruned for the key and device, or not drawn by the budget)
+	known_bad INTEGER NOT NULL,  -- configs skipped because they failed before (the negative cache)
+	budget INTEGER NOT NULL,     -- candidates per key asked for; 0 = all
+	seed INTEGER NOT NULL,
+	smem_optin INTEGER NOT NULL, -- the device's shared memory per block, bytes: what pruning used
+	baseline_us REAL NOT NULL,   -- cuBLAS (or the copy) in turns with the winner; 0 if none
+	tune_s REAL NOT NULL,
+	note TEXT NOT NULL,          -- the decisions in words, one a line (the runoff, the group pick)
+	created_at TEXT NOT NULL
+);
+
+CREATE INDEX tunings_key ON tunings (device_id, op, dtype, layout, m, n, k, aligned);
+
+-- Version 6: the full measurements of a tuning, in the order taken.
+CREATE TABLE measurements (
+	tuning_id INTEGER NOT NULL REFERENCES tunings (id),
+	seq INTEGER NOT NULL,
+	stage TEXT NOT NULL,  -- 'final', 'final_rev' (the finalists in order, then in reverse), 'turns' (the
+	                      -- fastest in turns with the baseline), 'runoff' (the fastest of another tile), 'again'
+	                      -- (the runoff's winner once more), 'group_own', 'group_tile', 'group_final'
+	round INTEGER NOT NULL, -- the attempt (NVML saw a disturbance: measured again), or the group pick's round
+	config TEXT NOT NULL, -- '' for the baseline (cuBLAS, or the copy of as many bytes)
+	status TEXT NOT NULL, -- as trials.status
+	time_us REAL,         -- median; p20 and p80 beside it
+	p20_us REAL,
+	p80_us REAL,
+	reps INTEGER NOT NULL,
+	PRIMARY KEY (tuning_id, seq)
+);
+
+-- Version 6: the keys that programs were served without a tuned entry (by
+-- 'nearest', 'default' or another fallback), as they recorded them
+-- (ktune_save_misses with no path; KTUNE_RECORD=db): what 'ktune sweep
+-- --from-db' tunes.  Recordings of a key add up: calls is their sum,
+-- source the last one's.
+CREATE TABLE misses (
+	device_id INTEGER NOT NULL REFERENCES devices (id),
+	op TEXT NOT NULL,
+	dtype TEXT NOT NULL,
+	layout TEXT NOT NULL,
+	m INTEGER NOT NULL,
+	n INTEGER NOT NULL,
+	k INTEGER NOT NULL,
+	aligned INTEGER NOT NULL,
+	source TEXT NOT NULL,        -- what served the key: 'nearest', 'default', ...
+	calls INTEGER NOT NULL,
+	first_seen TEXT NOT NULL,
+	last_seen TEXT NOT NULL,
+	PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned)
+);
+
+PRAGMA user_version = 6;

@@ -92,6 +92,11 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
  * uses the device's primary context, so pointers from cudaMalloc work.
  * KTUNE_FALLBACK (ktune_last_dispatch()) is read here.
  *
+ * The environment may ask the context to record the keys it serves without
+ * a tuned entry (KTUNE_RECORD, see ktune_record_misses) and to warm the
+ * cubin cache in the background (KTUNE_WARM=1, see ktune_warm); a value
+ * that cannot be honoured fails the open with KTUNE_ERR_INVALID.
+ *
  * On success stores a new context in *out and returns KTUNE_OK.  On failure
  * *out is NULL; if `errbuf` is not NULL, up to `errlen` bytes of the reason
  * are written there.
@@ -99,7 +104,11 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
 KTUNE_API ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out,
 				  char *errbuf, size_t errlen);
 
-/* Releases a context and every resource it holds.  NULL is a no-op. */
+/*
+ * Releases a context and every resource it holds, after saving the keys it
+ * served without a tuned entry if asked (ktune_record_misses) and stopping
+ * a background warm (ktune_warm).  NULL is a no-op.
+ */
 KTUNE_API void ktune_close(ktune_ctx *ctx);
 
 /*
@@ -159,6 +168,91 @@ KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
  * graph).  Any other value makes ktune_open() fail with KTUNE_ERR_INVALID.
  */
 KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
+
+/*
+ * Tune what is used.  A context counts every call of a key that it serves
+ * without a tuned entry of its own (by "nearest", "model", "cublas" or
+ * "default"; not a tuned key that cuBLAS serves because it measured faster):
+ * the key is noted the first time it is resolved, and each later call adds
+ * one to its count with an atomic add, with no lock held and no I/O.  When
+ * asked, ktune_close saves those keys, so that `ktune sweep --misses FILE`
+ * (or `ktune sweep --from-db`) tunes exactly what the program used:
+ *
+ *   KTUNE_RECORD=PATH   (read by ktune_open) save them to the misses file
+ *                       PATH, adding to the keys and calls it holds
+ *   KTUNE_RECORD=db     save them into the context's database, adding up
+ *                       with what other processes recorded there
+ *
+ * A misses file is YAML (docs/runtime.md): the GPU, then one line per key
+ * with its calls and the source that served it.  ktune_open fails with
+ * KTUNE_ERR_INVALID when KTUNE_RECORD names a file in a directory that does
+ * not exist, or "db" for a context without a database.
+ */
+
+/*
+ * Where ktune_close saves the keys served without a tuned entry (nothing is
+ * written when there were none): the
+ * misses file `path`, or the context's database when path is NULL; ""
+ * stops recording (the keys are still counted).  Replaces what
+ * KTUNE_RECORD asked.  Returns KTUNE_ERR_INVALID (detail in ktune_errmsg)
+ * for a path too long or in a directory that does not exist, or NULL on a
+ * context without a database.  ktune_close cannot report a failure to
+ * save: call ktune_save_misses to see it.  Not thread-safe.
+ */
+KTUNE_API ktune_status ktune_record_misses(ktune_ctx *ctx, const char *path);
+
+/*
+ * Saves the keys counted so far now, as ktune_close would: to the misses
+ * file `path` (created, or added to: a file of another GPU is refused and
+ * left as it is), or into the context's database when path is NULL
+ * (created if missing).  A long-running service may call it from time to
+ * time.  Returns KTUNE_OK or the failure, with its detail in ktune_errmsg.
+ * Thread-safe with calls of the ops.
+ */
+KTUNE_API ktune_status ktune_save_misses(ktune_ctx *ctx, const char *path);
+
+/* What a context's calls have cost so far (ktune_get_stats). */
+typedef struct {
+	int64_t calls;          /* calls of any op that resolved a key */
+	int64_t keys;           /* distinct keys resolved */
+	int64_t missed_keys;    /* of those, served without a tuned entry */
+	int64_t missed_calls;   /* the calls of those keys */
+	int64_t kernels;        /* kernels loaded (a kernel serves every key whose config compiles to it) */
+	int64_t nvrtc_compiles; /* of those, compiled with NVRTC during a call */
+	double nvrtc_seconds;   /* the time those compiles took */
+	int64_t cache_loads;    /* of those, read from the disk cache: no NVRTC */
+	int warm_state;         /* ktune_warm: 0 never asked, 1 running, 2 done */
+	int64_t warm_compiled;  /* kernels the last ktune_warm compiled into the cache */
+	int64_t warm_cached;    /* kernels it found there already */
+	int64_t warm_failed;    /* kernels that failed to compile */
+	double warm_seconds;    /* its wall time */
+} ktune_stats;
+
+/*
+ * Fills *out (size: sizeof(ktune_stats) as the caller knows it, so that a
+ * program built against an older header keeps working) with the context's
+ * counters.  Returns KTUNE_ERR_INVALID for NULL or a size of 0.
+ * Thread-safe.
+ */
+KTUNE_API ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size);
+
+/*
+ * A cold start without NVRTC.  Compiles, in parallel, the kernel of every
+ * tuned and shipped entry of the context's device (the config dispatch
+ * serves each key with) into the cubin cache, so that a key's first call
+ * loads its kernel from the cache (microseconds) instead of compiling it
+ * with NVRTC (0.2-3 s): ktune_get_stats's nvrtc_compiles stays 0.  wait 1:
+ * returns when done, KTUNE_ERR_COMPILE if a kernel failed to compile (the
+ * others are cached); wait 0: warms on a background thread with half the
+ * cores and returns at once (ktune_get_stats says when it is done; calls
+ * go on meanwhile, and one that comes first compiles its kernel as it
+ * would have).  KTUNE_WARM=1 asks ktune_open for the background warm.
+ * KTUNE_ERR_UNSUPPORTED without a usable cache (KTUNE_NO_CACHE, or a
+ * cache folder another user could write to).  ktune_close stops a
+ * background warm after the compile in flight, and waits for it.  Not
+ * thread-safe with itself or ktune_close; thread-safe with the ops' calls.
+ */
+KTUNE_API ktune_status ktune_warm(ktune_ctx *ctx, int wait);
 
 /*
  * The elementwise ops.  Common rules:
@@ -266,7 +360,8 @@ KTUNE_API ktune_status ktune_softmax_backward(ktune_ctx *ctx, int64_t rows, int6
  * + eps), y = h * rstd * weight.  With residual non-NULL the sum h is
  * rounded to dtype and written to h (the next layer's residual; h may be
  * residual); with residual NULL, h must be NULL.  rstd (rows floats) is
- * written for the backward pass.  y may be x.
+ * written for the backward pass.  weight may be NULL: a weight of ones
+ * (a norm without its affine weight).  y may be x.
  */
 KTUNE_API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
 				     int64_t ldx, const void *residual, int64_t ld_residual,
@@ -277,7 +372,8 @@ KTUNE_API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols,
  * the forward's rstd: dx, and dweight = sum over the rows of dy * h * rstd,
  * reduced deterministically (a second kernel adds per-block partial sums in
  * a fixed order; the scratch for them is the context's, per stream).  dx may
- * be dy.
+ * be dy.  weight may be NULL (ones, as in the forward); dweight may be NULL:
+ * not computed (one kernel, no scratch).
  */
 KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
 					      const void *h, int64_t ldh, const void *weight,
@@ -289,8 +385,9 @@ KTUNE_API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int6
  * LayerNorm: mean[r] = the mean of row r of x, rstd[r] = 1 / sqrt(mean over
  * the row of (x - mean[r])^2 + eps) (two passes over the row: no
  * cancellation), y = (x - mean) * rstd * weight + bias.  weight and bias
- * (cols elements of `dtype`) are required; mean and rstd (rows floats each)
- * are written for the backward pass.  A row of one value gives rstd =
+ * (cols elements of `dtype`) may each be NULL: a weight of ones, a bias of
+ * zeros (PyTorch's elementwise_affine=False, bias=False); mean and rstd
+ * (rows floats each) are written for the backward pass.  A row of one value gives rstd =
  * 1 / sqrt(eps) and y = bias.  y may be x.  cols up to 131072.
  */
 KTUNE_API ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x,
@@ -303,8 +400,9 @@ KTUNE_API ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t col
  * mean over the row of g - xhat * mean over the row of g * xhat), dweight =
  * sum over the rows of dy * xhat, dbias = sum over the rows of dy, both
  * reduced deterministically (a second kernel adds per-block partial sums in
- * a fixed order; the scratch for them is the context's, per stream).  Every
- * pointer is required.  dx may be dy.
+ * a fixed order; the scratch for them is the context's, per stream).  weight
+ * may be NULL (ones); dweight and dbias may each be NULL: not computed
+ * (neither: one kernel, no scratch).  dx may be dy.
  */
 KTUNE_API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t cols,
 						const void *x, int64_t ldx, const void *weight,

@@ -90,3 +90,21 @@ void ktune__key_format(const struct ktune_key *key, char *buf, size_t len)
 	snprintf(buf, len, "%.16s %s%s%.24s %s %s", key->op, dtype ? dtype : "?", key->variant[0] ? " " : "",
 		 key->variant, shape, key->aligned ? "aligned" : "unaligned");
 }
+
+int ktune__key_compare(const struct ktune_key *a, const struct ktune_key *b)
+{
+	int c = strncmp(a->op, b->op, sizeof(a->op));
+	if (!c)
+		c = (int)a->dtype - (int)b->dtype;
+	if (!c)
+		c = strncmp(a->variant, b->variant, sizeof(a->variant));
+	if (!c)
+		c = a->m < b->m ? -1 : a->m > b->m;
+	if (!c)
+		c = a->n < b->n ? -1 : a->n > b->n;
+	if (!c)
+		c = a->k < b->k ? -1 : a->k > b->k;
+	if (!c)
+		c = (a->aligned != 0) - (b->aligned != 0);
+	return c;
+}

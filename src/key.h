@@ -52,6 +52,9 @@ void ktune__key_shape(const struct ktune_key *key, char *buf, size_t len);
 /* One line describing the key: "gemm f16 nt 16x4096x4096 aligned", "gelu bf16 tanh,fwd 1048576 aligned". */
 void ktune__key_format(const struct ktune_key *key, char *buf, size_t len);
 
+/* A total order of keys (op, dtype, variant, m, n, k, aligned): <0, 0 (the same key), >0. */
+int ktune__key_compare(const struct ktune_key *a, const struct ktune_key *b);
+
 /* Whether two keys are the same problem (inline: the runtime's lookup is on every call). */
 static inline int ktune__key_same(const struct ktune_key *a, const struct ktune_key *b)
 {

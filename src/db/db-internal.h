@@ -3,7 +3,8 @@
  * else sees: the handle, and the helpers that prepare and bind statements,
  * encode keys, run transactions and find device rows (db.c) and that bind
  * and check a result row (results.c).  The files build on each other in one
- * direction: db.c <- results.c <- claims.c, import.c; none calls back.
+ * direction: db.c <- tunings.c <- results.c <- claims.c, import.c; misses.c
+ * uses db.c alone; none calls back.
  */
 #ifndef KTUNE_DB_INTERNAL_H
 #define KTUNE_DB_INTERNAL_H
@@ -70,5 +71,17 @@ int ktune__db_bind_result(sqlite3_stmt *st, sqlite3_int64 device, const struct k
 
 /* The first field of r that is NaN, which the schema refuses, or NULL (results.c). */
 const char *ktune__db_nan_field(const struct ktune_result *r);
+
+/*
+ * Inserts a tuning row of device row dev with its measurements, inside the
+ * caller's transaction; *id is the new row's (tunings.c, for results.c).
+ */
+int ktune__db_insert_tuning(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_tuning *t,
+			    sqlite3_int64 *id, struct ktune_err *e);
+
+/* Copies a text column into a fixed-size field, refusing what does not fit. */
+int ktune__db_column_text(const struct ktune_db *db, sqlite3_stmt *st, int col, char *buf, size_t cap,
+			  struct ktune_err *e);
+#define DB_COLUMN_FIELD(db, st, col, field, e) ktune__db_column_text((db), (st), (col), (field), sizeof(field), (e))
 
 #endif

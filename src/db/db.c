@@ -5,7 +5,8 @@
  * and the helpers the module's files share (db-internal.h): preparing and
  * binding statements, the stored key encodings, transactions, device rows.
  * Results and trials: results.c; claims on keys: claims.c; import and
- * standalone export: import.c.
+ * standalone export: import.c; tunings and their measurements: tunings.c;
+ * recorded misses: misses.c.
  *
  * Every statement is prepared with bound parameters.  A write is one
  * BEGIN IMMEDIATE ... COMMIT (ktune__db_begin), rolled back on any failure.
@@ -131,6 +132,67 @@ static const char *const migrations[] = {
 	 * database that may hold other ops.
 	 */
 	"PRAGMA user_version = 5;",
+
+	/*
+	 * 6: what explain shows and what sweep --from-db tunes.  tunings: each
+	 * tuning of a key and each group pick that weighed it, with every full
+	 * measurement it took (measurements); trials say which tuning they
+	 * belong to and their screen time.  misses: the keys programs were
+	 * served without a tuned entry, as they recorded them.
+	 */
+	"CREATE TABLE tunings ("
+	" id INTEGER PRIMARY KEY,"
+	" device_id INTEGER NOT NULL REFERENCES devices (id),"
+	" op TEXT NOT NULL,"
+	" dtype TEXT NOT NULL,"
+	" layout TEXT NOT NULL,"
+	" m INTEGER NOT NULL,"
+	" n INTEGER NOT NULL,"
+	" k INTEGER NOT NULL,"
+	" aligned INTEGER NOT NULL,"
+	" kind TEXT NOT NULL,"
+	" outcome TEXT NOT NULL,"
+	" winner TEXT NOT NULL,"
+	" candidates INTEGER NOT NULL,"
+	" pruned INTEGER NOT NULL,"
+	" known_bad INTEGER NOT NULL,"
+	" budget INTEGER NOT NULL,"
+	" seed INTEGER NOT NULL,"
+	" smem_optin INTEGER NOT NULL,"
+	" baseline_us REAL NOT NULL,"
+	" tune_s REAL NOT NULL,"
+	" note TEXT NOT NULL,"
+	" created_at TEXT NOT NULL);"
+	"CREATE INDEX tunings_key ON tunings (device_id, op, dtype, layout, m, n, k, aligned);"
+	"CREATE TABLE measurements ("
+	" tuning_id INTEGER NOT NULL REFERENCES tunings (id),"
+	" seq INTEGER NOT NULL,"
+	" stage TEXT NOT NULL,"
+	" round INTEGER NOT NULL,"
+	" config TEXT NOT NULL,"
+	" status TEXT NOT NULL,"
+	" time_us REAL,"
+	" p20_us REAL,"
+	" p80_us REAL,"
+	" reps INTEGER NOT NULL,"
+	" PRIMARY KEY (tuning_id, seq));"
+	"ALTER TABLE trials ADD COLUMN tuning_id INTEGER;"
+	"ALTER TABLE trials ADD COLUMN screen_us REAL;"
+	"CREATE TABLE misses ("
+	" device_id INTEGER NOT NULL REFERENCES devices (id),"
+	" op TEXT NOT NULL,"
+	" dtype TEXT NOT NULL,"
+	" layout TEXT NOT NULL,"
+	" m INTEGER NOT NULL,"
+	" n INTEGER NOT NULL,"
+	" k INTEGER NOT NULL,"
+	" aligned INTEGER NOT NULL,"
+	" source TEXT NOT NULL,"
+	" calls INTEGER NOT NULL,"
+	" first_seen TEXT NOT NULL,"
+	" last_seen TEXT NOT NULL,"
+	" PRIMARY KEY (device_id, op, dtype, layout, m, n, k, aligned));"
+	"PRAGMA user_version = 6;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == KTUNE_DB_SCHEMA_VERSION,
@@ -220,6 +282,29 @@ int ktune__db_bind_int(sqlite3_stmt *st, const char *name, sqlite3_int64 v)
 	int i = sqlite3_bind_parameter_index(st, name);
 
 	return i ? sqlite3_bind_int64(st, i, v) : SQLITE_RANGE;
+}
+
+/* Copies a text column into a fixed-size field, refusing what does not fit. */
+int ktune__db_column_text(const struct ktune_db *db, sqlite3_stmt *st, int col, char *buf,
+			  size_t cap, struct ktune_err *e)
+{
+	const unsigned char *s = sqlite3_column_text(st, col);
+	int n = sqlite3_column_bytes(st, col);
+
+	if (!s) {
+		if (sqlite3_errcode(db->h) == SQLITE_NOMEM)
+			return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory reading database '%s'",
+					   db->path);
+		buf[0] = '\0';
+		return KTUNE_OK;
+	}
+	if ((size_t)n >= cap)
+		return ktune__fail(e, KTUNE_ERR_DB,
+				   "database '%s': a row has a %s of %d bytes, more than %zu",
+				   db->path, sqlite3_column_name(st, col), n, cap - 1);
+	memcpy(buf, s, (size_t)n);
+	buf[n] = '\0';
+	return KTUNE_OK;
 }
 
 int ktune__db_bind_device(sqlite3_stmt *st, const struct ktune_device_id *dev)
@@ -641,7 +726,11 @@ out:
 	return ret;
 }
 
-/* The oldest schema a reader reads as it is (5 only added a version). */
+/*
+ * The oldest schema a reader reads as it is: results have not changed since
+ * 4 (5 only added a version); what 6 added reads as absent (no tunings and
+ * no misses, trials without their tuning and screen time).
+ */
 #define READ_MIN_VERSION 4
 
 /*
@@ -754,6 +843,14 @@ void ktune__db_close(struct ktune_db *db)
 const char *ktune__db_path(const struct ktune_db *db)
 {
 	return db ? db->path : NULL;
+}
+
+long ktune__db_version(struct ktune_db *db)
+{
+	long v = 0;
+	if (!db || query_long(db->h, "PRAGMA user_version", &v) != SQLITE_OK)
+		return 0;
+	return v;
 }
 
 /* The device's row id, inserting the device if it is new; inside the caller's transaction. */

@@ -15,7 +15,7 @@
 #include "key.h"
 
 /* The schema version this build writes; older files are migrated, newer refused. */
-#define KTUNE_DB_SCHEMA_VERSION 5
+#define KTUNE_DB_SCHEMA_VERSION 6
 
 struct ktune_db; /* opaque */
 
@@ -68,6 +68,74 @@ struct ktune_trial {
 	double err_fro, err_max;
 	char message[512];
 	char nvrtc_version[32], driver_version[32]; /* the toolchain it ran with */
+	double screen_us; /* the screen's time (time_us is a finalist's last measurement); 0: not screened */
+};
+
+/* Stages of a tuning's full measurements (struct ktune_measurement). */
+#define KTUNE_STAGE_FINAL "final"         /* the finalists by the full protocol, in order */
+#define KTUNE_STAGE_FINAL_REV "final_rev" /* the finalists again, in reverse order */
+#define KTUNE_STAGE_TURNS "turns"         /* the fastest finalist in turns with the baseline */
+#define KTUNE_STAGE_RUNOFF "runoff"       /* the fastest finalist of another tile, in turns */
+#define KTUNE_STAGE_AGAIN "again"         /* the runoff's winner in turns once more: the figures stored */
+#define KTUNE_STAGE_GROUP_OWN "group_own" /* the group pick: the key's own pick, in turns */
+#define KTUNE_STAGE_GROUP_TILE "group_tile" /* the group pick: the group's tile, in turns */
+#define KTUNE_STAGE_GROUP_FINAL "group_final" /* the group's tile once more: the figures stored */
+
+/* One full measurement a tuning took, in order. */
+struct ktune_measurement {
+	char stage[16];   /* KTUNE_STAGE_* */
+	int round;        /* the attempt (NVML saw a disturbance: measured again), or the group pick's round */
+	char config[256]; /* "" for the baseline: cuBLAS, or the copy of as many bytes */
+	char status[16];  /* a trial status: ok, wrong, crashed, ... */
+	double time_us, p20_us, p80_us; /* median and spread; 0 unless ok */
+	int reps;
+};
+
+/*
+ * One tuning of a key (ktune tune, a sweep's key), or one group pick that
+ * weighed it: what ktune explain shows beside the trials.
+ */
+struct ktune_tuning {
+	long long id; /* the row's, when read */
+	struct ktune_key key;
+	struct ktune_device_id device;
+	char kind[8];      /* "tune" or "group" */
+	/*
+	 * tune: "tuned", "none_right" (no candidate computed the right result);
+	 * group: "switched" (the group's tile is stored now), "kept" (the key's
+	 * own pick beat it in every round), "outvoted" (the tile lost over the
+	 * group), "own_tile" (the key's pick is the tile), "unfit" (the tile is
+	 * pruned for the key, or failed to compile), "failed" (a run failed)
+	 */
+	char outcome[16];
+	char winner[256];  /* the config stored; "" if none */
+	int candidates;    /* configs tried */
+	int pruned;        /* configs left out before compiling: pruned for the key and device, or not drawn */
+	int known_bad;     /* configs skipped that failed before (the negative cache) */
+	int budget;        /* candidates asked for; 0: all */
+	long seed;
+	int smem_optin;    /* the device's shared memory per block, bytes: what pruning used */
+	double baseline_us; /* cuBLAS (or the copy) in turns with the winner; 0 if none */
+	double tune_s;
+	char note[1024];   /* the decisions in words, a line each */
+	char created_at[32];
+	struct ktune_measurement *m; /* in order; when read, owned by the reader's callback's caller */
+	int nm;
+};
+
+/* Outcomes of a tuning (struct ktune_tuning.outcome). */
+#define KTUNE_TUNED "tuned"
+#define KTUNE_NONE_RIGHT "none_right"
+
+/*
+ * A key that a program was served without a tuned entry (by "nearest",
+ * "model", "cublas" or "default"), with the calls it took.
+ */
+struct ktune_miss {
+	struct ktune_key key; /* as looked up: GEMM's exact sizes, another op's bucket */
+	char source[16];      /* what served it: "nearest", "model", "cublas", "default" */
+	int64_t calls;
+	char first_seen[32], last_seen[32]; /* ISO 8601 UTC in the database; "" elsewhere */
 };
 
 /* Which results a query returns; zero fields match anything. */
@@ -106,6 +174,59 @@ int ktune__db_open_read(const char *path, struct ktune_db **out, struct ktune_er
  */
 int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e);
+
+/*
+ * Stores a tuning of a key in one transaction: its result if r is not NULL
+ * (replacing the one for the same device and key, and ending any claim on
+ * it), its trials, and the record of the tuning (may be NULL) with its
+ * measurements, to which the trials then point.  The device is dev (r's
+ * when r is given).  Without r a claim on the key stays: release it.
+ */
+int ktune__db_put_tuning(struct ktune_db *db, const struct ktune_result *r,
+			 const struct ktune_device_id *dev, const struct ktune_trial *trials,
+			 int ntrials, const struct ktune_tuning *tuning, struct ktune_err *e);
+
+/*
+ * Each tuning of (device, key), newest first, with its measurements (t->m,
+ * valid during the call); fn's non-zero value stops and is returned.  A
+ * database older than schema 6 has none.
+ */
+int ktune__db_tunings(struct ktune_db *db, const struct ktune_device_id *dev,
+		      const struct ktune_key *key, int (*fn)(const struct ktune_tuning *t, void *arg),
+		      void *arg, struct ktune_err *e);
+
+/*
+ * The trials of (device, key) that belong to tuning `tuning_id`, or every
+ * trial of the key when tuning_id is 0, in the order stored; fn's non-zero
+ * value stops and is returned.
+ */
+int ktune__db_trials(struct ktune_db *db, const struct ktune_device_id *dev,
+		     const struct ktune_key *key, long long tuning_id,
+		     int (*fn)(const struct ktune_trial *t, void *arg), void *arg, struct ktune_err *e);
+
+/* Every device of the database, by name, arch and SM count; fn's non-zero value stops. */
+int ktune__db_devices(struct ktune_db *db, int (*fn)(const struct ktune_device_id *d, void *arg),
+		      void *arg, struct ktune_err *e);
+
+/* The database's schema version (PRAGMA user_version); a reader's may be older than ours. */
+long ktune__db_version(struct ktune_db *db);
+
+/*
+ * Adds recorded misses of device dev, in one transaction: a key new to the
+ * table is inserted, one already there gets its calls added, its source
+ * and last_seen updated.
+ */
+int ktune__db_put_misses(struct ktune_db *db, const struct ktune_device_id *dev,
+			 const struct ktune_miss *m, int n, struct ktune_err *e);
+
+/*
+ * The recorded misses of device dev (NULL: of every device), by device and
+ * key; fn's non-zero value stops and is returned.  A database older than
+ * schema 6 has none.
+ */
+int ktune__db_misses(struct ktune_db *db, const struct ktune_device_id *dev,
+		     int (*fn)(const struct ktune_device_id *d, const struct ktune_miss *m, void *arg),
+		     void *arg, struct ktune_err *e);
 
 /*
  * Stores trials without a result (a key where no candidate was right), in

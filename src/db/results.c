@@ -1,9 +1,10 @@
 /*
  * results.c - the results and trials of the tuning database: storing a
- * result with its trials (which ends the claim on its key), storing the
- * trials of a key no candidate passed, and the reads: one result, a filtered
- * query, the negative cache of failed configs, each config's best time, the
- * row counts.  Their SQL and the decoding of a results row live here.
+ * tuning's result with its trials (which ends the claim on its key) and its
+ * record (tunings.c), storing the trials of a key no candidate passed, and
+ * the reads: one result, a filtered query, a key's trials, the negative
+ * cache of failed configs, each config's best time, the row counts.  Their
+ * SQL and the decoding of a results row live here.
  *
  * A write is one BEGIN IMMEDIATE ... COMMIT, rolled back on any failure, so
  * a reader (WAL mode) sees a result with all its trials or none of it.
@@ -81,10 +82,11 @@ static const char sql_put_result[] =
 static const char sql_put_trial[] =
 	"INSERT INTO trials (device_id, op, dtype, layout, m, n, k, aligned, family, config,"
 	" template_hash, status, time_us, err_fro, err_max, message, created_at,"
-	" nvrtc_version, driver_version)"
+	" nvrtc_version, driver_version, tuning_id, screen_us)"
 	" VALUES (:device_id, :op, :dtype, :layout, :m, :n, :k, :aligned, :family, :config,"
 	" :template_hash, :status, :time_us, :err_fro, :err_max, :message,"
-	" strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), :nvrtc_version, :driver_version)";
+	" strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), :nvrtc_version, :driver_version, :tuning_id,"
+	" :screen_us)";
 
 static const char sql_failed_configs[] =
 	"SELECT DISTINCT t.config, t.status FROM trials t JOIN devices d ON d.id = t.device_id"
@@ -113,30 +115,7 @@ static int bind_real(sqlite3_stmt *st, const char *name, double v)
 	return i ? sqlite3_bind_double(st, i, v) : SQLITE_RANGE;
 }
 
-/* Copies a text column into a fixed-size field, refusing what does not fit. */
-static int column_text(const struct ktune_db *db, sqlite3_stmt *st, int col, char *buf,
-		       size_t cap, struct ktune_err *e)
-{
-	const unsigned char *s = sqlite3_column_text(st, col);
-	int n = sqlite3_column_bytes(st, col);
-
-	if (!s) {
-		if (sqlite3_errcode(db->h) == SQLITE_NOMEM)
-			return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory reading database '%s'",
-					   db->path);
-		buf[0] = '\0';
-		return KTUNE_OK;
-	}
-	if ((size_t)n >= cap)
-		return ktune__fail(e, KTUNE_ERR_DB,
-				   "database '%s': results row has a %s of %d bytes, more than %zu",
-				   db->path, sqlite3_column_name(st, col), n, cap - 1);
-	memcpy(buf, s, (size_t)n);
-	buf[n] = '\0';
-	return KTUNE_OK;
-}
-
-#define COLUMN_FIELD(db, st, col, field, e) column_text((db), (st), (col), (field), sizeof(field), (e))
+#define COLUMN_FIELD DB_COLUMN_FIELD
 
 /* Fills *r from a row of RESULT_COLUMNS. */
 static int read_result(const struct ktune_db *db, sqlite3_stmt *st, struct ktune_result *r,
@@ -216,11 +195,14 @@ int ktune__db_bind_result(sqlite3_stmt *st, sqlite3_int64 device, const struct k
 }
 
 static int bind_trial(sqlite3_stmt *st, sqlite3_int64 device, const struct ktune_trial *t,
-		      const char *dtype, const char *layout)
+		      const char *dtype, const char *layout, sqlite3_int64 tuning)
 {
-	int rc;
+	int i = sqlite3_bind_parameter_index(st, ":tuning_id"), rc;
 
-	if ((rc = ktune__db_bind_int(st, ":device_id", device)) != SQLITE_OK ||
+	if ((rc = i ? (tuning ? sqlite3_bind_int64(st, i, tuning) : sqlite3_bind_null(st, i))
+		    : SQLITE_RANGE) != SQLITE_OK ||
+	    (rc = bind_real(st, ":screen_us", t->screen_us > 0 ? t->screen_us : NAN)) != SQLITE_OK ||
+	    (rc = ktune__db_bind_int(st, ":device_id", device)) != SQLITE_OK ||
 	    (rc = ktune__db_bind_key(st, &t->key, dtype, layout)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":family", t->family)) != SQLITE_OK ||
 	    (rc = BIND_FIELD(st, ":config", t->config)) != SQLITE_OK ||
@@ -258,9 +240,9 @@ const char *ktune__db_nan_field(const struct ktune_result *r)
 	return NULL;
 }
 
-/* Inserts trials of device dev; the caller holds the transaction. */
+/* Inserts trials of device dev (of tuning row `tuning`, 0: none); the caller holds the transaction. */
 static int insert_trials(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_trial *trials,
-			 int ntrials, struct ktune_err *e)
+			 int ntrials, sqlite3_int64 tuning, struct ktune_err *e)
 {
 	sqlite3_stmt *st = NULL;
 	const char *dtype;
@@ -275,7 +257,7 @@ static int insert_trials(struct ktune_db *db, sqlite3_int64 dev, const struct kt
 		if (ret != KTUNE_OK)
 			break;
 		sqlite3_reset(st);
-		if (bind_trial(st, dev, &trials[i], dtype, layout) != SQLITE_OK ||
+		if (bind_trial(st, dev, &trials[i], dtype, layout, tuning) != SQLITE_OK ||
 		    sqlite3_step(st) != SQLITE_DONE) {
 			ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store %s in database '%s': %s",
 					  what, db->path, sqlite3_errmsg(db->h));
@@ -289,22 +271,8 @@ static int insert_trials(struct ktune_db *db, sqlite3_int64 dev, const struct kt
 int ktune__db_put_trials(struct ktune_db *db, const struct ktune_device_id *dev,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e)
 {
-	sqlite3_int64 id = 0;
-	int ret;
-
-	if (!db || !dev || ntrials < 0 || (ntrials > 0 && !trials))
-		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store trials");
-	if ((ret = ktune__db_check_device(db, dev, e)) != KTUNE_OK)
-		return ret;
 	/* The key's claim stays: its owner decides whether to try again or release it. */
-	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
-		return ret;
-	if ((ret = ktune__db_device_id(db, dev, &id, e)) == KTUNE_OK &&
-	    (ret = insert_trials(db, id, trials, ntrials, e)) == KTUNE_OK)
-		ret = ktune__db_commit(db, e);
-	if (ret != KTUNE_OK)
-		ktune__db_rollback(db);
-	return ret;
+	return ktune__db_put_tuning(db, NULL, dev, trials, ntrials, NULL, e);
 }
 
 /* Prepares a query about one device's trials of one key and template source. */
@@ -381,43 +349,59 @@ static int end_claim(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_
 int ktune__db_put_result(struct ktune_db *db, const struct ktune_result *r,
 			 const struct ktune_trial *trials, int ntrials, struct ktune_err *e)
 {
+	return ktune__db_put_tuning(db, r, r ? &r->device : NULL, trials, ntrials, NULL, e);
+}
+
+/* Inserts or replaces result r of device row dev; the caller holds the transaction. */
+static int insert_result(struct ktune_db *db, sqlite3_int64 dev, const struct ktune_result *r,
+			 const char *dtype, const char *layout, struct ktune_err *e)
+{
 	sqlite3_stmt *st = NULL;
-	sqlite3_int64 dev = 0;
-	const char *dtype, *field;
+	int ret;
+
+	if ((ret = ktune__db_prepare(db, sql_put_result, &st, e)) != KTUNE_OK)
+		return ret;
+	if (ktune__db_bind_result(st, dev, r, dtype, layout) != SQLITE_OK ||
+	    BIND_FIELD(st, ":measure_note", r->measure_note) != SQLITE_OK ||
+	    sqlite3_step(st) != SQLITE_DONE)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store result in database '%s': %s",
+				  db->path, sqlite3_errmsg(db->h));
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int ktune__db_put_tuning(struct ktune_db *db, const struct ktune_result *r,
+			 const struct ktune_device_id *dev, const struct ktune_trial *trials,
+			 int ntrials, const struct ktune_tuning *tuning, struct ktune_err *e)
+{
+	sqlite3_int64 id = 0, tuning_id = 0;
+	const char *dtype = NULL, *field;
 	char layout[KTUNE_KEY_VARIANT];
 	int ret;
 
-	if (!db || !r || ntrials < 0 || (ntrials > 0 && !trials))
-		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store a result");
-	if ((ret = ktune__db_check_device(db, &r->device, e)) != KTUNE_OK ||
-	    (ret = ktune__db_check_key(db, &r->key, "result", &dtype, layout, e)) != KTUNE_OK)
+	if (!db || !dev || ntrials < 0 || (ntrials > 0 && !trials) || (tuning && tuning->nm > 0 && !tuning->m))
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to store a tuning");
+	if ((ret = ktune__db_check_device(db, dev, e)) != KTUNE_OK)
 		return ret;
-	if ((field = ktune__db_nan_field(r)) != NULL)
-		return ktune__fail(e, KTUNE_ERR_INVALID, "result for database '%s' has NaN %s",
-				   db->path, field);
-
-	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
-		goto out;
-	if ((ret = ktune__db_device_id(db, &r->device, &dev, e)) != KTUNE_OK ||
-	    (ret = ktune__db_prepare(db, sql_put_result, &st, e)) != KTUNE_OK)
-		goto out;
-	if (ktune__db_bind_result(st, dev, r, dtype, layout) != SQLITE_OK ||
-	    BIND_FIELD(st, ":measure_note", r->measure_note) != SQLITE_OK ||
-	    sqlite3_step(st) != SQLITE_DONE) {
-		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot store result in database '%s': %s",
-				  db->path, sqlite3_errmsg(db->h));
-		goto out;
+	if (r) {
+		if ((ret = ktune__db_check_key(db, &r->key, "result", &dtype, layout, e)) != KTUNE_OK)
+			return ret;
+		if ((field = ktune__db_nan_field(r)) != NULL)
+			return ktune__fail(e, KTUNE_ERR_INVALID, "result for database '%s' has NaN %s",
+					   db->path, field);
 	}
-	sqlite3_finalize(st);
-	st = NULL;
-
+	if ((ret = ktune__db_begin(db, e)) != KTUNE_OK)
+		return ret;
+	if ((ret = ktune__db_device_id(db, dev, &id, e)) != KTUNE_OK ||
+	    (r && (ret = insert_result(db, id, r, dtype, layout, e)) != KTUNE_OK) ||
+	    (tuning && (ret = ktune__db_insert_tuning(db, id, tuning, &tuning_id, e)) != KTUNE_OK) ||
+	    (ret = insert_trials(db, id, trials, ntrials, tuning_id, e)) != KTUNE_OK)
+		goto out;
 	/* The key is done: whoever claimed it, its claim ends with the result. */
-	if ((ret = insert_trials(db, dev, trials, ntrials, e)) != KTUNE_OK ||
-	    (ret = end_claim(db, dev, &r->key, dtype, layout, e)) != KTUNE_OK)
+	if (r && (ret = end_claim(db, id, &r->key, dtype, layout, e)) != KTUNE_OK)
 		goto out;
 	ret = ktune__db_commit(db, e);
 out:
-	sqlite3_finalize(st);
 	if (ret != KTUNE_OK)
 		ktune__db_rollback(db);
 	return ret;
@@ -451,6 +435,69 @@ int ktune__db_get_result(struct ktune_db *db, const struct ktune_device_id *dev,
 		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
 				  sqlite3_errmsg(db->h));
 	}
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* A key's trials; tuning_id and screen_us are schema 6's (older databases: NULL). */
+#define TRIAL_COLUMNS(v6)                                                                 \
+	"SELECT t.family, t.config, t.template_hash, t.status, t.time_us, t.err_fro,"     \
+	" t.err_max, t.message, t.nvrtc_version, t.driver_version, "                      \
+	v6 " FROM trials t JOIN devices d ON d.id = t.device_id"                          \
+	" WHERE d.name = :name AND d.arch = :arch AND d.sm_count = :sm_count"             \
+	" AND t.op = :op AND t.dtype = :dtype AND t.layout = :layout"                     \
+	" AND t.m = :m AND t.n = :n AND t.k = :k AND t.aligned = :aligned"
+
+static const char sql_trials[] =
+	TRIAL_COLUMNS("t.screen_us") " AND (:tuning = 0 OR t.tuning_id = :tuning) ORDER BY t.id";
+static const char sql_trials_v5[] =
+	TRIAL_COLUMNS("NULL") " AND :tuning = 0 ORDER BY t.id";
+
+int ktune__db_trials(struct ktune_db *db, const struct ktune_device_id *dev,
+		     const struct ktune_key *key, long long tuning_id,
+		     int (*fn)(const struct ktune_trial *t, void *arg), void *arg, struct ktune_err *e)
+{
+	sqlite3_stmt *st = NULL;
+	struct ktune_trial t;
+	const char *dtype = NULL;
+	char layout[KTUNE_KEY_VARIANT];
+	int rc, ret;
+
+	if (!db || !dev || !key || !fn)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "invalid arguments to read trials");
+	if ((ret = ktune__db_check_key(db, key, "trial query", &dtype, layout, e)) != KTUNE_OK ||
+	    (ret = ktune__db_prepare(db, ktune__db_version(db) >= 6 ? sql_trials : sql_trials_v5, &st,
+				     e)) != KTUNE_OK)
+		goto out;
+	if (ktune__db_bind_device(st, dev) != SQLITE_OK || ktune__db_bind_key(st, key, dtype, layout) != SQLITE_OK ||
+	    ktune__db_bind_int(st, ":tuning", tuning_id) != SQLITE_OK) {
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
+		goto out;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		memset(&t, 0, sizeof(t));
+		t.key = *key;
+		if ((ret = COLUMN_FIELD(db, st, 0, t.family, e)) != KTUNE_OK ||
+		    (ret = COLUMN_FIELD(db, st, 1, t.config, e)) != KTUNE_OK ||
+		    (ret = COLUMN_FIELD(db, st, 2, t.template_hash, e)) != KTUNE_OK ||
+		    (ret = COLUMN_FIELD(db, st, 3, t.status, e)) != KTUNE_OK ||
+		    (ret = COLUMN_FIELD(db, st, 7, t.message, e)) != KTUNE_OK ||
+		    (ret = COLUMN_FIELD(db, st, 8, t.nvrtc_version, e)) != KTUNE_OK ||
+		    (ret = COLUMN_FIELD(db, st, 9, t.driver_version, e)) != KTUNE_OK)
+			goto out;
+		/* NULL is NaN: a failed run's time or error */
+		t.time_us = sqlite3_column_type(st, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 4);
+		t.err_fro = sqlite3_column_type(st, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 5);
+		t.err_max = sqlite3_column_type(st, 6) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 6);
+		t.screen_us = sqlite3_column_double(st, 10); /* NULL: 0, not screened */
+		if ((ret = fn(&t, arg)))
+			goto out;
+	}
+	if (rc != SQLITE_DONE)
+		ret = ktune__fail(e, KTUNE_ERR_DB, "cannot read database '%s': %s", db->path,
+				  sqlite3_errmsg(db->h));
 out:
 	sqlite3_finalize(st);
 	return ret;

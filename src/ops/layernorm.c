@@ -1,6 +1,6 @@
 /*
  * layernorm.c - the op "layernorm": LayerNorm over the last dimension of
- * [rows, cols] with a weight and a bias (both required), forward, and its
+ * [rows, cols] with a weight and a bias (each optional), forward, and its
  * gradient (backward: dx, and dw and db reduced over the rows
  * deterministically by a second kernel).  kernels/templates/layernorm.cu.
  *
@@ -8,7 +8,10 @@
  * by power-of-two bucket, cols exactly up to 65536), the alignment class;
  * row strides and epsilon are runtime arguments.  cols up to 131072.
  * Buffers: fwd x, w, b -> y, mean, rstd; bwd x, w, mean, rstd, dy -> dx,
- * dw, db.  mean and rstd are fp32.
+ * dw, db.  mean and rstd are fp32.  w, b, dw and db may be NULL in a call
+ * (KTUNE_OPTIONAL): the kernels read the context's ones and zeros, a
+ * gradient not wanted goes to its sink, and with neither dw nor db the
+ * second kernel is not run; the affine key's tuning serves every case.
  */
 #include <stdio.h>
 #include <string.h>
@@ -68,15 +71,16 @@ static double flops(const struct ktune_key *key)
 static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 {
 	int64_t mat = key->m * key->n, ld = key->n, rows = key->m, cols = key->n;
+	const struct ktune_op_buf w = KTUNE_OPTIONAL("w", 0, cols, KTUNE_OR_ONES);
 	if (pass(key) == FWD)
-		*out = (struct ktune_op_layout){ 6, { { "x", 0, mat, ld }, { "w", 0, cols }, { "b", 0, cols },
+		*out = (struct ktune_op_layout){ 6, { { "x", 0, mat, ld }, w, KTUNE_OPTIONAL("b", 0, cols, KTUNE_OR_ZEROS),
 						      { "y", 1, mat, ld }, { "mean", 1, rows, 0, KTUNE_BUF_F32 },
 						      { "rstd", 1, rows, 0, KTUNE_BUF_F32 } } };
 	else
-		*out = (struct ktune_op_layout){ 8, { { "x", 0, mat, ld }, { "w", 0, cols },
-						      { "mean", 0, rows, 0, KTUNE_BUF_F32 },
+		*out = (struct ktune_op_layout){ 8, { { "x", 0, mat, ld }, w, { "mean", 0, rows, 0, KTUNE_BUF_F32 },
 						      { "rstd", 0, rows, 0, KTUNE_BUF_F32 }, { "dy", 0, mat, ld },
-						      { "dx", 1, mat, ld }, { "dw", 1, cols }, { "db", 1, cols } } };
+						      { "dx", 1, mat, ld }, KTUNE_OPTIONAL("dw", 1, cols, KTUNE_OR_DISCARD),
+						      KTUNE_OPTIONAL("db", 1, cols, KTUNE_OR_DISCARD) } };
 }
 
 static void input_range(const struct ktune_key *key, int buf, double *lo, double *hi)
@@ -200,6 +204,8 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	ktune__ew_arg_i64(a, ktune__op_ld(call, 0));
 	ktune__ew_arg_i64(a, ktune__op_ld(call, 4));
 	ktune__ew_arg_i64(a, ktune__op_ld(call, 5));
+	if ((call->absent & 3u << 6) == 3u << 6) /* neither dw nor db wanted: the partials are left unsummed */
+		return 1;
 
 	a = &out[1].args;
 	out[1].entry = 2;
@@ -220,7 +226,7 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 
 const struct ktune_op ktune__op_layernorm = {
 	.name = "layernorm",
-	.summary = "LayerNorm over the rows of [rows, cols] with weight and bias, forward or backward",
+	.summary = "LayerNorm over the rows of [rows, cols], weight and bias optional, forward or backward",
 	.fields = fields,
 	.nfields = 3,
 	.families = families,

@@ -70,6 +70,20 @@ enum ktune_buf_type {
 	KTUNE_BUF_F32,  /* fp32 whatever the dtype: statistics saved for a backward pass */
 };
 
+/*
+ * Whether a caller may leave a buffer NULL, and what the op then sees (the
+ * context's vectors, runtime/context.h): an input read as ones or zeros (a
+ * norm without its affine weight or bias), an output written where nobody
+ * reads it (a gradient not wanted).  Vectors only, up to
+ * KTUNE_CONSTANT_ELEMS elements.
+ */
+enum ktune_buf_optional {
+	KTUNE_REQUIRED,
+	KTUNE_OR_ONES,
+	KTUNE_OR_ZEROS,
+	KTUNE_OR_DISCARD,
+};
+
 /* One buffer of an op's problem. */
 struct ktune_op_buf {
 	const char *name; /* "x", "dy" */
@@ -77,7 +91,11 @@ struct ktune_op_buf {
 	int64_t elems;    /* elements, row stride included */
 	int64_t ld;       /* its row stride in the tuner's packed layout; 0: one-dimensional */
 	enum ktune_buf_type type;
+	enum ktune_buf_optional optional; /* what NULL means in a call; the tuner always passes a buffer */
 };
+
+/* A vector of the key's dtype that a caller may leave NULL (an affine weight, its gradient). */
+#define KTUNE_OPTIONAL(name, output, elems, or) { (name), (output), (elems), 0, KTUNE_BUF_ELEM, (or) }
 
 /* The buffers of a key's problem as the tuner lays them out (packed, aligned). */
 struct ktune_op_layout {
@@ -97,6 +115,7 @@ struct ktune_op_call {
 	uint64_t seed, offset;         /* dropout's Philox key and counter offset */
 	double scalar[4];              /* an op's other scalars, as its file says (a norm's epsilon) */
 	uint64_t workspace;            /* device scratch of the bytes the op's workspace() asks */
+	unsigned absent;               /* bit i: buffer i was NULL in the call, served as its optional says */
 };
 
 /* Kernel arguments as cuLaunchKernel takes them: argv[i] points into slot[i]. */

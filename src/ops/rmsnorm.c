@@ -9,7 +9,9 @@
  * alignment class; row strides and epsilon are runtime arguments.  cols up
  * to 131072.
  * Buffers: fwd x, w -> y, rstd; fwd_residual x, res, w -> y, rstd, h;
- * bwd h, w, rstd, dy -> dx, dw.  rstd is fp32.
+ * bwd h, w, rstd, dy -> dx, dw.  rstd is fp32.  w and dw may be NULL in a
+ * call (KTUNE_OPTIONAL): the kernels read the context's ones, and without
+ * dw the second kernel is not run; the weighted key's tuning serves both.
  */
 #include <stdio.h>
 #include <string.h>
@@ -73,20 +75,20 @@ static double flops(const struct ktune_key *key)
 static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 {
 	int64_t mat = key->m * key->n, ld = key->n, rows = key->m, cols = key->n;
+	const struct ktune_op_buf w = KTUNE_OPTIONAL("w", 0, cols, KTUNE_OR_ONES);
 	switch (pass(key)) {
 	case FWD:
-		*out = (struct ktune_op_layout){ 4, { { "x", 0, mat, ld }, { "w", 0, cols }, { "y", 1, mat, ld },
+		*out = (struct ktune_op_layout){ 4, { { "x", 0, mat, ld }, w, { "y", 1, mat, ld },
 						      { "rstd", 1, rows, 0, KTUNE_BUF_F32 } } };
 		break;
 	case FWD_RESIDUAL:
-		*out = (struct ktune_op_layout){ 6, { { "x", 0, mat, ld }, { "res", 0, mat, ld }, { "w", 0, cols },
-						      { "y", 1, mat, ld }, { "rstd", 1, rows, 0, KTUNE_BUF_F32 },
-						      { "h", 1, mat, ld } } };
+		*out = (struct ktune_op_layout){ 6, { { "x", 0, mat, ld }, { "res", 0, mat, ld }, w, { "y", 1, mat, ld },
+						      { "rstd", 1, rows, 0, KTUNE_BUF_F32 }, { "h", 1, mat, ld } } };
 		break;
 	default:
-		*out = (struct ktune_op_layout){ 6, { { "h", 0, mat, ld }, { "w", 0, cols },
-						      { "rstd", 0, rows, 0, KTUNE_BUF_F32 }, { "dy", 0, mat, ld },
-						      { "dx", 1, mat, ld }, { "dw", 1, cols } } };
+		*out = (struct ktune_op_layout){ 6, { { "h", 0, mat, ld }, w, { "rstd", 0, rows, 0, KTUNE_BUF_F32 },
+						      { "dy", 0, mat, ld }, { "dx", 1, mat, ld },
+						      KTUNE_OPTIONAL("dw", 1, cols, KTUNE_OR_DISCARD) } };
 	}
 }
 
@@ -212,6 +214,8 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	ktune__ew_arg_i64(a, ktune__op_ld(call, 0));
 	ktune__ew_arg_i64(a, ktune__op_ld(call, 3));
 	ktune__ew_arg_i64(a, ktune__op_ld(call, 4));
+	if (call->absent & 1u << 5) /* no dw wanted: its partials are left unsummed */
+		return 1;
 
 	a = &out[1].args;
 	out[1].entry = 2;

@@ -26,6 +26,31 @@ int ktune__ctx_error(ktune_ctx *ctx, int status, const struct ktune_err *e)
 	return status;
 }
 
+ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
+{
+	ktune_stats s;
+	if (!ctx || !out || size == 0)
+		return KTUNE_ERR_INVALID;
+	memset(&s, 0, sizeof(s));
+	pthread_mutex_lock(&ctx->lock);
+	s.calls = ctx->calls;
+	s.keys = ctx->keys;
+	s.kernels = ctx->kernels_loaded;
+	s.nvrtc_compiles = ctx->nvrtc_compiles;
+	s.nvrtc_seconds = ctx->nvrtc_seconds;
+	s.cache_loads = ctx->cache_loads;
+	s.warm_state = ctx->warm_state;
+	s.warm_compiled = ctx->warm.compiled;
+	s.warm_cached = ctx->warm.cached;
+	s.warm_failed = ctx->warm.failed;
+	s.warm_seconds = ctx->warm.seconds;
+	pthread_mutex_unlock(&ctx->lock);
+	ktune__record_totals(&ctx->record, &s.missed_keys, &s.missed_calls);
+	/* a caller built against an older, shorter struct gets its fields */
+	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	return KTUNE_OK;
+}
+
 const char *ktune_errmsg(const ktune_ctx *ctx)
 {
 	return ctx ? ctx->errmsg : "no context";
@@ -103,6 +128,35 @@ static int read_fallback(ktune_ctx *ctx, struct ktune_err *e)
 	return ktune__fail(e, KTUNE_ERR_INVALID, "KTUNE_FALLBACK='%.32s' is not one of auto, model, cublas, measure", v);
 }
 
+/* The vectors behind ktune__ctx_constant, in this order, each KTUNE_CONSTANT_ELEMS 4-byte slots. */
+enum { ONES_F32, ONES_F16, ONES_BF16, ZEROS, SINK, NCONSTANTS };
+
+static int constants_make(ktune_ctx *ctx, struct ktune_err *e)
+{
+	const size_t n = KTUNE_CONSTANT_ELEMS, slot = n * 4;
+	int pushed, rc;
+	if ((rc = ktune__ctx_enter(ctx, &pushed, e)))
+		return rc;
+	CU_GOTO(e, rc, cuMemAlloc_v2(&ctx->constants, NCONSTANTS * slot));
+	CU_GOTO(e, rc, cuMemsetD32_v2(ctx->constants + ONES_F32 * slot, 0x3f800000u, n));
+	CU_GOTO(e, rc, cuMemsetD16_v2(ctx->constants + ONES_F16 * slot, 0x3c00, n));
+	CU_GOTO(e, rc, cuMemsetD16_v2(ctx->constants + ONES_BF16 * slot, 0x3f80, n));
+	CU_GOTO(e, rc, cuMemsetD8_v2(ctx->constants + ZEROS * slot, 0, slot));
+out:
+	ktune__ctx_leave(ctx, pushed);
+	return rc;
+}
+
+CUdeviceptr ktune__ctx_constant(const ktune_ctx *ctx, enum ktune_buf_optional or, ktune_dtype dtype)
+{
+	const size_t slot = KTUNE_CONSTANT_ELEMS * 4;
+	if (or == KTUNE_OR_ZEROS)
+		return ctx->constants + ZEROS * slot;
+	if (or == KTUNE_OR_DISCARD)
+		return ctx->constants + SINK * slot;
+	return ctx->constants + (dtype == KTUNE_F16 ? ONES_F16 : dtype == KTUNE_BF16 ? ONES_BF16 : ONES_F32) * slot;
+}
+
 ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *errbuf,
 			size_t errlen)
 {
@@ -121,6 +175,7 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 		goto fail;
 	}
 	pthread_mutex_init(&ctx->lock, NULL);
+	ktune__record_init(&ctx->record);
 	ctx->ordinal = device;
 	if ((rc = read_fallback(ctx, &e)))
 		goto fail;
@@ -162,7 +217,8 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 			goto fail;
 		}
 	}
-	if ((rc = ktune__dispatch_load(ctx, &e)))
+	if ((rc = ktune__dispatch_load(ctx, &e)) || (rc = constants_make(ctx, &e)) ||
+	    (rc = ktune__record_open(ctx, &e)) || (rc = ktune__warm_open(ctx, &e)))
 		goto fail;
 	*out = ctx;
 	return KTUNE_OK;
@@ -171,6 +227,45 @@ fail:
 		snprintf(errbuf, errlen, "%s", e.msg);
 	ktune_close(ctx);
 	return rc;
+}
+
+int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const char *db_path, ktune_ctx **out,
+		       struct ktune_err *e)
+{
+	ktune_ctx *ctx = calloc(1, sizeof(*ctx));
+	char *base = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!ctx)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	pthread_mutex_init(&ctx->lock, NULL);
+	ktune__record_init(&ctx->record);
+	ctx->ordinal = -1;
+	ctx->id = *id;
+	ctx->smem_optin = smem_optin;
+	if ((rc = read_fallback(ctx, e))) { /* dispatch's choices as a program's context makes them */
+		ktune_close(ctx);
+		return rc;
+	}
+	if (ctx->fallback == KTUNE_FALLBACK_MODEL)
+		ctx->blas_state = -1;
+	ctx->db_path = strdup(db_path ? db_path : "");
+	if (ktune__cache_dir(&base, NULL) == KTUNE_OK && (ctx->cache_dir = malloc(strlen(base) + 7)))
+		sprintf(ctx->cache_dir, "%s/cubin", base);
+	else
+		ctx->cache_dir = strdup("");
+	free(base);
+	if (!ctx->db_path || !ctx->cache_dir) {
+		ktune_close(ctx);
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	}
+	if ((rc = ktune__dispatch_load(ctx, e))) {
+		ktune_close(ctx);
+		return rc;
+	}
+	*out = ctx;
+	return KTUNE_OK;
 }
 
 /* Frees every stream's split-K scratch (the context must be current). */
@@ -233,11 +328,17 @@ void ktune_close(ktune_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	/* a background warm stops after the compile it is in, and is waited for */
+	__atomic_store_n(&ctx->warm_stop, 1, __ATOMIC_RELAXED);
+	ktune__warm_join(ctx);
+	ktune__record_close(ctx);
 	if (ctx->cu) {
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
 			ktune__cublas_close(ctx->blas); /* its handle lives in this context */
 			workspaces_free(ctx);
+			if (ctx->constants)
+				ktune_cu.cuMemFree_v2(ctx->constants);
 			for (struct ktune_kernel *k = ctx->kernels; k; k = k->next)
 				ktune_cu.cuModuleUnload(k->module);
 			ktune__ctx_leave(ctx, pushed);
@@ -257,6 +358,7 @@ void ktune_close(ktune_ctx *ctx)
 	free(ctx->entries);
 	free(ctx->db_path);
 	free(ctx->cache_dir);
+	ktune__record_free(&ctx->record);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }

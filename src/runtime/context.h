@@ -14,7 +14,10 @@
 #include "ops/gemm.h"
 #include "ops/op.h"
 #include "runtime/compile.h"
+#include "runtime/device.h"
 #include "runtime/driver.h"
+#include "runtime/record.h"
+#include "runtime/warm.h"
 
 /* The wgmma family's tensor maps (A, B and C) and the operands they were encoded for. */
 struct ktune_tensor_maps {
@@ -80,6 +83,7 @@ struct ktune_resolved {
 	const char *own;             /* where cfg came from (struct ktune_choice) */
 	struct ktune_kernel *kernel; /* NULL while cuBLAS serves and nothing needed compiling */
 	int measure;                 /* 1: not yet measured against cuBLAS; 2: being measured (atomic) */
+	struct ktune_recorded *miss; /* a key without a tuned entry of its own: its calls count here; else NULL */
 	struct ktune_resolved *next;
 };
 
@@ -119,11 +123,39 @@ struct ktune_ctx {
 	int nworkspaces;
 	struct ktune_cublas *blas; /* loaded at the first key it serves */
 	int blas_state;            /* 0: not tried, 1: loaded, -1: not available (or not allowed) */
-	long misses; /* keys served without a tuned entry of their own: "nearest", "model", "cublas", "default" */
+	CUdeviceptr constants;     /* ones (f32, f16, bf16), zeros and a sink: ktune__ctx_constant */
 	int from_device, from_arch, from_shipped; /* entries loaded from each source */
 	char shipped_names[256];                   /* the shipped files loaded, comma-separated */
+	/* what calls cost (ktune_get_stats) */
+	int64_t calls, keys, kernels_loaded, nvrtc_compiles, cache_loads;
+	double nvrtc_seconds;
 	char errmsg[sizeof(((struct ktune_err *)0)->msg)];
+
+	/* the last ktune_warm's (warm.c) */
+	int warm_state;                /* KTUNE_WARM_NONE, _RUNNING, _DONE */
+	int warm_status;
+	struct ktune_warm_report warm;
+
+	/* Below: not guarded by lock. */
+	struct ktune_record record; /* the keys served without a tuned entry; its own lock */
+	char *record_path;          /* where ktune_close saves them: a misses file; NULL: see record_db */
+	int record_db;              /* 1: into the database */
+	pthread_t warm_thread;      /* a background warm (ktune_warm, wait 0) */
+	int warm_started;           /* warm_thread is to be joined */
+	int warm_stop;              /* atomic: ktune_close asks the warm thread to stop */
 };
+
+/*
+ * The longest vector a caller may leave NULL (enum ktune_buf_optional): the
+ * context holds ones of each dtype, zeros and a sink of this many elements.
+ */
+#define KTUNE_CONSTANT_ELEMS 131072
+
+/*
+ * Where an op reads or writes a NULL optional buffer of `dtype`: ones,
+ * zeros, or the sink (written concurrently by any call: never read).
+ */
+CUdeviceptr ktune__ctx_constant(const ktune_ctx *ctx, enum ktune_buf_optional or, ktune_dtype dtype);
 
 /* What served the last call of this thread (ktune_last_dispatch; context.c). */
 extern __thread const char *ktune__last_dispatch;
@@ -144,6 +176,10 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		      const struct ktune_config *cfg, const struct ktune_cubin *cubin,
 		      struct ktune_kernel **out, struct ktune_err *e);
 
+/* Whether two (key, config) pairs compile to the same kernel: one compile, one cache entry. */
+int ktune__kernel_same(const struct ktune_key *ka, const struct ktune_config *a, const struct ktune_key *kb,
+		       const struct ktune_config *b);
+
 /* Compiles (no GPU needed) the key's variant of cfg for arch. */
 int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config *cfg,
 			  const char *arch, const char *cache_dir, struct ktune_cubin *out,
@@ -163,8 +199,8 @@ struct ktune_choice {
  * What serves a key (dispatch.c has the order).  A pure function of the
  * key, the loaded entries, the device's figures, the fallback policy and
  * whether cuBLAS is known to be missing (ctx->blas_state < 0): no GPU
- * call.  Counts a miss for a key without a tuned entry of its own.
- * Caller holds ctx->lock.
+ * call, nothing counted (resolve.c counts a key whose `own` is not a tuned
+ * source as a miss, once: ktune__source_tuned).  Caller holds ctx->lock.
  */
 void ktune__dispatch_decide(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_choice *out);
 /* The same, for callers that want the config and the source (a static string) alone. */
@@ -236,5 +272,18 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct ktune_key *key,
 		     const struct ktune_config *cfg, const struct ktune_op_call *call, CUstream stream,
 		     struct ktune_err *e);
+
+/*
+ * Recording the keys served without a tuned entry (misses.c): where
+ * ktune_close saves them (path a misses file, NULL the database, ""
+ * nowhere); KTUNE_RECORD read at ktune_open; the save at ktune_close.
+ */
+int ktune__record_target(ktune_ctx *ctx, const char *path, struct ktune_err *e);
+
+/* KTUNE_WARM read at ktune_open (warm.c); waiting for a background warm to end (ktune_close). */
+int ktune__warm_open(ktune_ctx *ctx, struct ktune_err *e);
+void ktune__warm_join(ktune_ctx *ctx);
+int ktune__record_open(ktune_ctx *ctx, struct ktune_err *e);
+void ktune__record_close(ktune_ctx *ctx);
 
 #endif

@@ -4,6 +4,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/context.h"
@@ -50,4 +51,14 @@ void ktune__ctx_dispatch_sources(ktune_ctx *ctx, struct ktune_dispatch_sources *
 		out->shipped_here += ctx->entries[i].shipped && ctx->entries[i].same_device;
 	snprintf(out->shipped_names, sizeof(out->shipped_names), "%s", ctx->shipped_names);
 	pthread_mutex_unlock(&ctx->lock);
+}
+
+int ktune__arch_smem_optin(const char *arch)
+{
+	int cc = arch && !strncmp(arch, "sm_", 3) ? atoi(arch + 3) : 0;
+	if (cc >= 90 && cc < 120)
+		return 227 * 1024; /* Hopper and Blackwell datacenter parts */
+	if (cc == 80 || cc == 87)
+		return 163 * 1024;
+	return 99 * 1024; /* sm_86, sm_89, sm_120: the consumer parts */
 }

@@ -293,7 +293,6 @@ static void choose_gemm(ktune_ctx *ctx, const struct ktune_key *key, struct ktun
 	}
 
 	/* no tuned entry of its own (or none that fits this device) */
-	ctx->misses++;
 	ktune__ctx_model_device(ctx, &dev);
 	if (ktune__gemm_model_pick(key, &dev, cfg, &pick)) {
 		/* no admitted config survives pruning: the built-in default runs on any key */
@@ -363,8 +362,6 @@ static void choose_op(ktune_ctx *ctx, const struct ktune_op *op, const struct kt
 		*cfg = op->default_config(key, ctx->id.sm_count);
 	}
 	out->own = *source;
-	if (!exact && !arch && !shipped)
-		ctx->misses++;
 }
 
 void ktune__dispatch_decide(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_choice *out)

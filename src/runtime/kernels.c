@@ -59,20 +59,26 @@ int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config
 			      ktune__gemm_compile_arch(cfg->family, arch), cache_dir, out, e);
 }
 
+int ktune__kernel_same(const struct ktune_key *ka, const struct ktune_config *a, const struct ktune_key *kb,
+		       const struct ktune_config *b)
+{
+	int once_a[2], once_b[2];
+	const struct ktune_op *op = ktune__op_of(kb);
+	if (strcmp(ka->op, kb->op))
+		return 0;
+	if (op && !ktune__op_is_gemm(op))
+		return ktune__op_same_kernel(op, ka, a, kb, b);
+	ktune__gemm_read_once(ka, a, &once_a[0], &once_a[1]);
+	ktune__gemm_read_once(kb, b, &once_b[0], &once_b[1]);
+	return ka->dtype == kb->dtype && ka->variant[0] == kb->variant[0] && ka->variant[1] == kb->variant[1] &&
+	       ka->aligned == kb->aligned && once_a[0] == once_b[0] && once_a[1] == once_b[1] &&
+	       ktune__gemm_same_kernel(a, b);
+}
+
 static int same_variant(const struct ktune_kernel *k, const struct ktune_key *key,
 			const struct ktune_config *cfg)
 {
-	int once_a, once_b;
-	const struct ktune_op *op = ktune__op_of(key);
-	if (strcmp(k->op, key->op))
-		return 0;
-	if (op && !ktune__op_is_gemm(op))
-		return ktune__op_same_kernel(op, &k->key, &k->cfg, key, cfg);
-	ktune__gemm_read_once(key, cfg, &once_a, &once_b);
-	return k->dtype == key->dtype && k->variant[0] == key->variant[0] &&
-	       k->variant[1] == key->variant[1] && k->aligned == key->aligned &&
-	       k->read_once_a == once_a && k->read_once_b == once_b &&
-	       ktune__gemm_same_kernel(&k->cfg, cfg);
+	return ktune__kernel_same(&k->key, &k->cfg, key, cfg);
 }
 
 int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
@@ -92,6 +98,13 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		if ((rc = ktune__kernel_compile(key, cfg, ctx->id.arch, ctx->cache_dir, &compiled, e)))
 			return rc;
 		cubin = &compiled;
+		/* what a cold start costs: ktune_get_stats, and ktune warm's proof */
+		if (compiled.cached) {
+			ctx->cache_loads++;
+		} else {
+			ctx->nvrtc_compiles++;
+			ctx->nvrtc_seconds += compiled.seconds;
+		}
 	}
 	k = calloc(1, sizeof(*k));
 	if (!k) {
@@ -155,6 +168,7 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 	}
 	k->next = ctx->kernels;
 	ctx->kernels = k;
+	ctx->kernels_loaded++;
 	*out = k;
 	k = NULL;
 out:

@@ -95,9 +95,18 @@ ktune_status ktune__op_run(ktune_ctx *ctx, struct ktune_key *key, struct ktune_o
 		return ktune__ctx_error(ctx, rc, &e);
 	struct ktune_op_layout layout;
 	op->layout(key, &layout);
-	for (int i = 0; i < layout.nbufs; i++)
-		if (!call->buf[i])
-			return ktune__op_invalid(ctx, "%s: %s is NULL", op->name, layout.bufs[i].name);
+	for (int i = 0; i < layout.nbufs; i++) {
+		const struct ktune_op_buf *b = &layout.bufs[i];
+		if (call->buf[i])
+			continue;
+		if (b->optional == KTUNE_REQUIRED)
+			return ktune__op_invalid(ctx, "%s: %s is NULL", op->name, b->name);
+		if (b->elems > KTUNE_CONSTANT_ELEMS)
+			return ktune__op_invalid(ctx, "%s: %s may be NULL only up to %d elements, not %lld", op->name,
+						 b->name, KTUNE_CONSTANT_ELEMS, (long long)b->elems);
+		call->buf[i] = ktune__ctx_constant(ctx, b->optional, b->type == KTUNE_BUF_F32 ? KTUNE_F32 : key->dtype);
+		call->absent |= 1u << i;
+	}
 	key->aligned = ktune__op_call_aligned(key, &layout, call);
 	tuned = *key;
 	op->key_bucket(&tuned);

@@ -4,7 +4,8 @@
  * looks up.
  *
  * The hot path for a key seen before is one hash and one comparison under
- * the context's lock.
+ * the context's lock (and, for a key served without a tuned entry, one
+ * relaxed atomic add to its count: record.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,11 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 	unsigned h = key_hash(key);
 	struct ktune_resolved *r;
 
+	ctx->calls++;
 	for (r = ctx->resolved[h]; r; r = r->next)
 		if (ktune__key_same(&r->key, key)) {
+			if (r->miss)
+				ktune__record_count(r->miss);
 			*out = r;
 			return KTUNE_OK;
 		}
@@ -45,12 +49,9 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 	r->key = *key;
 	struct ktune_choice c;
-	long misses = ctx->misses;
 	ktune__dispatch_decide(ctx, key, &c);
-	if (!strcmp(c.source, KTUNE_SRC_CUBLAS) && !ktune__ctx_blas(ctx)) {
-		ctx->misses = misses; /* cuBLAS did not load (blas_state is -1 now): the choice without it */
-		ktune__dispatch_decide(ctx, key, &c);
-	}
+	if (!strcmp(c.source, KTUNE_SRC_CUBLAS) && !ktune__ctx_blas(ctx))
+		ktune__dispatch_decide(ctx, key, &c); /* cuBLAS did not load (blas_state is -1 now): without it */
 	r->cfg = c.cfg;
 	r->source = c.source;
 	r->own = c.own;
@@ -71,6 +72,15 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 			return rc;
 		}
 	}
+	/*
+	 * A key without a tuned entry of its own (served by a neighbour, the
+	 * model, cuBLAS or a default) is counted once here, so that it can be
+	 * saved and tuned; a tuned key that cuBLAS serves because it measured
+	 * faster is no miss: tuning it again would change nothing.
+	 */
+	if (!ktune__source_tuned(c.own))
+		r->miss = ktune__record_note(&ctx->record, key, r->source);
+	ctx->keys++;
 	r->next = ctx->resolved[h];
 	ctx->resolved[h] = r;
 	*out = r;

@@ -35,7 +35,7 @@
 
 struct ktune_spec {
 	int nkeys;
-	struct ktune_key *keys; /* malloc'd; aligned = 1; op "gemm" */
+	struct ktune_key *keys; /* malloc'd; aligned = 1 from a spec (recorded misses keep their class) */
 	int budget;             /* candidates per key; 0 = exhaustive */
 };
 

@@ -134,11 +134,15 @@ int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm
 			    struct ktune_config *cfgs, int n, int top, struct ktune_gemm_estimate *est)
 {
 	struct ktune_gemm_estimate *e = malloc((size_t)(n > 0 ? n : 1) * sizeof(*e));
+	struct ktune_gemm_estimate *rest_e = malloc((size_t)(n > 0 ? n : 1) * sizeof(*rest_e));
+	struct ktune_config *rest = malloc((size_t)(n > 0 ? n : 1) * sizeof(*rest));
 	char *keep = calloc((size_t)(n > 0 ? n : 1), 1);
-	int kept = 0;
+	int kept = 0, nrest = 0;
 
-	if (!e || !keep) { /* out of memory: every candidate in its order, which is still correct */
+	if (!e || !rest_e || !rest || !keep) { /* out of memory: every candidate in its order, still correct */
 		free(e);
+		free(rest_e);
+		free(rest);
 		free(keep);
 		return n;
 	}
@@ -164,14 +168,24 @@ int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm
 				     cfgs[j].block_n == cfgs[i].block_n;
 		keep[i] = top <= 0 || ++kernels <= top || !shape_seen;
 	}
+	/* the kept first, then the left out, each in rank order */
 	for (int i = 0; i < n; i++)
 		if (keep[i]) {
 			cfgs[kept] = cfgs[i];
-			if (est)
-				est[kept] = e[i];
+			e[kept] = e[i];
 			kept++;
+		} else {
+			rest[nrest] = cfgs[i];
+			rest_e[nrest] = e[i];
+			nrest++;
 		}
+	memcpy(cfgs + kept, rest, (size_t)nrest * sizeof(*rest));
+	memcpy(e + kept, rest_e, (size_t)nrest * sizeof(*rest_e));
+	if (est)
+		memcpy(est, e, (size_t)n * sizeof(*e));
 	free(e);
+	free(rest_e);
+	free(rest);
 	free(keep);
 	return kept;
 }

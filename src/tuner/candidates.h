@@ -29,8 +29,10 @@ int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm
  * With top > 0, keeps only the candidates of the `top` kernels the model
  * ranks best and of the best-ranked kernel of each tile shape (family,
  * BLOCK_M, BLOCK_N) -- a tile the model misjudges still gets a try.
- * Fills est[i] (may be NULL) with candidate i's estimate after the sort.
- * Returns how many candidates are kept, in order.
+ * Returns how many candidates are kept, in order, in cfgs[0..kept); those
+ * left out follow in cfgs[kept..n), in rank order too (the tuner records
+ * them as untried).  Fills est[i] (may be NULL; n of them) with cfgs[i]'s
+ * estimate after the reordering.
  */
 int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm_device *dev,
 			    struct ktune_config *cfgs, int n, int top, struct ktune_gemm_estimate *est);

@@ -97,6 +97,7 @@ int ktune__measure_in_turns(struct ktune_tuner *t, struct candidate *w, double t
 			if ((rc = ktune__client_run(t->client, w->job, &w->cfg, KTUNE_RUN_MEASURE, timeout, &tr,
 						    &wt[nw], e)))
 				return rc;
+			ktune__log_measure(t, w->trial.config, tr.status, &wt[nw]);
 			if (strcmp(tr.status, KTUNE_TRIAL_OK)) {
 				w->trial = tr;
 				return KTUNE_OK;
@@ -105,10 +106,13 @@ int ktune__measure_in_turns(struct ktune_tuner *t, struct candidate *w, double t
 			w->trial.err_max = tr.err_max;
 			nw++;
 		} else if (*has_cublas) {
-			if (ktune__client_cublas(t->client, timeout, cb_check, &ct[nc], NULL) == KTUNE_OK)
+			if (ktune__client_cublas(t->client, timeout, cb_check, &ct[nc], NULL) == KTUNE_OK) {
+				ktune__log_measure(t, "", KTUNE_TRIAL_OK, &ct[nc]);
 				nc++;
-			else
+			} else {
+				ktune__log_measure(t, "", KTUNE_TRIAL_LAUNCH_ERROR, NULL);
 				*has_cublas = 0;
+			}
 		}
 	}
 	w->timing = middle_timing(wt, nw);
@@ -122,12 +126,16 @@ int ktune__measure_in_turns(struct ktune_tuner *t, struct candidate *w, double t
 static int measure_twice(struct ktune_tuner *t, struct candidate *c, int n, double timeout, struct ktune_err *e)
 {
 	int rc;
-	for (int i = 0; i < n; i++)
+	ktune__log_stage(t, KTUNE_STAGE_FINAL, -1);
+	for (int i = 0; i < n; i++) {
 		if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE, timeout, &c[i].trial,
 					    &c[i].timing, e)))
 			return rc;
+		ktune__log_measure(t, c[i].trial.config, c[i].trial.status, &c[i].timing);
+	}
 	if (n < 2)
 		return KTUNE_OK; /* nothing to rank */
+	ktune__log_stage(t, KTUNE_STAGE_FINAL_REV, -1);
 	for (int i = n - 1; i >= 0; i--) {
 		struct ktune_timing runs[2] = { c[i].timing };
 		if (strcmp(c[i].trial.status, KTUNE_TRIAL_OK))
@@ -135,6 +143,7 @@ static int measure_twice(struct ktune_tuner *t, struct candidate *c, int n, doub
 		if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_MEASURE, timeout, &c[i].trial,
 					    &runs[1], e)))
 			return rc;
+		ktune__log_measure(t, c[i].trial.config, c[i].trial.status, &runs[1]);
 		if (strcmp(c[i].trial.status, KTUNE_TRIAL_OK))
 			continue;
 		c[i].timing = middle_timing(runs, 2);
@@ -173,23 +182,37 @@ static int runoff(struct ktune_tuner *t, struct candidate *c, int n, double time
 	while (rival < n &&
 	       (strcmp(c[rival].trial.status, KTUNE_TRIAL_OK) || !ktune__other_tile(&c[rival].cfg, &c[0].cfg)))
 		rival++;
-	if (!*has_cublas || rival == n || strcmp(c[0].trial.status, KTUNE_TRIAL_OK))
+	if (!*has_cublas || strcmp(c[0].trial.status, KTUNE_TRIAL_OK)) {
+		ktune__log_note(t, "no runoff: %s", !*has_cublas ? "no baseline to take ratios with" : "the fastest failed");
 		return KTUNE_OK;
+	}
+	if (rival == n) {
+		ktune__log_note(t, "no runoff: no finalist of another tile");
+		return KTUNE_OK;
+	}
 	struct ktune_check rival_check;
 	struct ktune_timing rival_cublas;
+	ktune__log_stage(t, KTUNE_STAGE_RUNOFF, -1);
 	if ((rc = ktune__measure_in_turns(t, &c[rival], timeout, &cublas, &rival_check, &rival_cublas, e)))
 		return rc;
-	if (!cublas || strcmp(c[rival].trial.status, KTUNE_TRIAL_OK))
-		return KTUNE_OK; /* the rival failed a run, or cuBLAS did: c[0] stays */
+	if (!cublas || strcmp(c[rival].trial.status, KTUNE_TRIAL_OK)) {
+		/* the rival failed a run, or cuBLAS did: c[0] stays */
+		ktune__log_note(t, "runoff: %s %s: %s stays", c[rival].trial.config,
+				!cublas ? "lost its baseline" : "failed a run", c[0].trial.config);
+		return KTUNE_OK;
+	}
 	double first = cb_time->median_us / c[0].timing.median_us;
 	double second = rival_cublas.median_us / c[rival].timing.median_us;
 	ktune__tune_progress(o, "  runoff: %s %.3f, %s %.3f\n", c[0].trial.config, first, c[rival].trial.config,
 			     second);
+	ktune__log_note(t, "runoff: %s %.3f, %s %.3f (baseline time / time, in turns): %s wins", c[0].trial.config,
+			first, c[rival].trial.config, second, second > first ? c[rival].trial.config : c[0].trial.config);
 	if (second > first) {
 		struct candidate w = c[rival];
 		memmove(&c[1], &c[0], (size_t)rival * sizeof(*c));
 		c[0] = w;
 	}
+	ktune__log_stage(t, KTUNE_STAGE_AGAIN, -1);
 	return ktune__measure_in_turns(t, &c[0], timeout, has_cublas, cb_check, cb_time, e);
 }
 
@@ -216,9 +239,11 @@ int ktune__measure_finalists(struct ktune_tuner *t, struct candidate *c, int fin
 	for (int attempt = 1;; attempt++) {
 		struct ktune_gpu_sample before, after;
 		int sampled = hygiene_sample(t, &before);
+		ktune__log_stage(t, KTUNE_STAGE_FINAL, attempt - 1);
 		if ((rc = measure_twice(t, c, finalists, timeout, e)))
 			return rc;
 		qsort(c, (size_t)finalists, sizeof(*c), ktune__candidate_by_time);
+		ktune__log_stage(t, KTUNE_STAGE_TURNS, -1);
 		if (!strcmp(c[0].trial.status, KTUNE_TRIAL_OK) &&
 		    (rc = ktune__measure_in_turns(t, &c[0], timeout, has_cublas, cb_check, cb_time, e)))
 			return rc;
@@ -233,9 +258,11 @@ int ktune__measure_finalists(struct ktune_tuner *t, struct candidate *c, int fin
 			snprintf(disturbed, disturbed_size, "%s", v.reason);
 			ktune__tune_progress(o, "  measured %d times, disturbed each time: %s\n", attempt,
 					     v.reason);
+			ktune__log_note(t, "measured %d times, disturbed each time: %s", attempt, v.reason);
 			return KTUNE_OK;
 		}
 		ktune__tune_progress(o, "  measurement disturbed (%s): measuring again\n", v.reason);
+		ktune__log_note(t, "round %d disturbed (%s): measured again", attempt - 1, v.reason);
 		if (v.throttle)
 			sleep(2); /* let the clocks recover */
 	}

@@ -4,6 +4,7 @@
  * each other in one direction, none calling back:
  *
  *   progress.c  progress lines
+ *   tune-log.c  the record of a tuning, for explain
  *   measure.c   the measurement protocol (and NVML hygiene)
  *   tune.c      the tuner, the tune loop, verify and bench of stored results
  *   group.c     the group pick
@@ -22,12 +23,22 @@
 struct ktune_client;
 struct ktune_nvml;
 
+/* What a tuning records for explain (tune-log.c): its full measurements and decisions. */
+struct ktune_tune_log {
+	struct ktune_measurement *m;
+	int nm, cap, lost;
+	const char *stage; /* of the measurements being taken: KTUNE_STAGE_* */
+	int round;
+	char note[960];    /* the decisions, a line each (room left in struct ktune_tuning.note) */
+};
+
 struct ktune_tuner {
 	struct ktune_db *db;
 	struct ktune_client *client;
 	char driver[32]; /* "13.0" */
 	struct ktune_nvml *nvml; /* NULL: NVML absent, measurements unchecked */
 	int pids_match;          /* NVML lists our worker under its own pid */
+	struct ktune_tune_log *log; /* the tuning being recorded; NULL: none */
 };
 
 /* One candidate's state through screening and measurement. */
@@ -58,6 +69,19 @@ static inline const struct ktune_op *ktune__other_op(const struct ktune_key *key
  */
 void ktune__tune_progress(const struct ktune_tune_options *o, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* tune-log.c: the record of a tuning (nothing without t->log). */
+
+/* The stage and round (-1: the same round) of the measurements that follow. */
+void ktune__log_stage(struct ktune_tuner *t, const char *stage, int round);
+/* One full measurement: config "" for the baseline; timing kept when status is ok. */
+void ktune__log_measure(struct ktune_tuner *t, const char *config, const char *status,
+			const struct ktune_timing *timing);
+/* A decision, one line. */
+void ktune__log_note(struct ktune_tuner *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ktune__log_free(struct ktune_tune_log *l);
+/* Points out's measurements at the log's (valid while it lives) and copies its notes. */
+void ktune__log_tuning(const struct ktune_tune_log *l, struct ktune_tuning *out);
 
 /* measure.c: the measurement protocol. */
 

@@ -4,6 +4,7 @@
  * screen, then measure.c's protocol, store), and a stored result verified
  * or timed again (ktune verify, ktune bench).  The group pick: group.c.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,44 @@ static int compile_jobs(struct ktune_tuner *t, struct ktune_compile_job *jobs, i
 	return KTUNE_OK;
 }
 
+/* A trial of cfg for the key, before it says how it went: what it is and what built it. */
+static void trial_of(struct ktune_tuner *t, const struct ktune_key *key, const struct ktune_config *cfg,
+		     struct ktune_trial *tr)
+{
+	memset(tr, 0, sizeof(*tr));
+	tr->key = *key;
+	snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, cfg->family));
+	snprintf(tr->template_hash, sizeof(tr->template_hash), "%s", family_hash(key, cfg->family));
+	config_text(key, cfg, tr->config, sizeof(tr->config));
+	snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
+	snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
+}
+
+/*
+ * A candidate the model's order leaves untried (--top): a "pruned" trial
+ * whose message says why, so that explain lists it.  Not a failure: the
+ * negative cache does not skip it next time.
+ */
+static void trial_untried(struct ktune_tuner *t, const struct ktune_key *key, const struct ktune_config *cfg,
+			  struct ktune_trial *tr, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void trial_untried(struct ktune_tuner *t, const struct ktune_key *key, const struct ktune_config *cfg,
+			  struct ktune_trial *tr, const char *fmt, ...)
+{
+	va_list ap;
+	trial_of(t, key, cfg, tr);
+	snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
+	va_start(ap, fmt);
+	vsnprintf(tr->message, sizeof(tr->message), fmt, ap);
+	va_end(ap);
+}
+
+int ktune__trial_untried(const struct ktune_trial *tr)
+{
+	return !strcmp(tr->status, KTUNE_TRIAL_PRUNED) &&
+	       (!strncmp(tr->message, KTUNE_UNTRIED_TOP, strlen(KTUNE_UNTRIED_TOP)) ||
+		!strncmp(tr->message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND)));
+}
+
 /* Verifies candidate i and times it briefly (its kernel compiled): its trial says how it went. */
 static int screen(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c, int i, int n,
 		  const struct ktune_compile_job *jobs, double timeout, const struct ktune_tune_options *o,
@@ -199,12 +238,7 @@ static int screen(struct ktune_tuner *t, const struct ktune_key *key, struct can
 	struct ktune_trial *tr = &c[i].trial;
 	const struct ktune_compile_job *job = &jobs[c[i].job];
 	int rc;
-	tr->key = *key;
-	snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, c[i].cfg.family));
-	snprintf(tr->template_hash, sizeof(tr->template_hash), "%s", family_hash(key, c[i].cfg.family));
-	config_text(key, &c[i].cfg, tr->config, sizeof(tr->config));
-	snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
-	snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
+	trial_of(t, key, &c[i].cfg, tr);
 	if (job->status) {
 		snprintf(tr->status, sizeof(tr->status), "%s",
 			 job->timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
@@ -216,6 +250,8 @@ static int screen(struct ktune_tuner *t, const struct ktune_key *key, struct can
 	} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN, timeout, tr,
 					   &c[i].timing, e))) {
 		return rc;
+	} else if (!strcmp(tr->status, KTUNE_TRIAL_OK)) {
+		tr->screen_us = c[i].timing.median_us; /* explain ranks by it */
 	}
 	if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
 		ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config, tr->status,
@@ -270,7 +306,7 @@ static int compile_and_screen_all(struct ktune_tuner *t, const struct ktune_key 
  * (peak rates over its waves of tiles: gemm-model.h) is above the best
  * screen time so far is dropped: it cannot win.  A batch holds only
  * kernels with a live candidate (the jobs array is compacted so); the
- * dropped are counted in *untried.
+ * dropped are counted in *untried, their trials say why (not screened).
  */
 static int compile_and_screen_ranked(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c,
 				     int n, struct ktune_compile_job *jobs, int njobs, double timeout,
@@ -286,6 +322,9 @@ static int compile_and_screen_ranked(struct ktune_tuner *t, const struct ktune_k
 		double best = best_screened(c, n);
 		for (int i = 0; i < n; i++)
 			if (!c[i].screened && c[i].job >= first && best > 0 && c[i].bound_us > BOUND_MARGIN * best) {
+				trial_untried(t, key, &c[i].cfg, &c[i].trial,
+					      KTUNE_UNTRIED_BOUND " %.2f us, above %.2f x the best screen time %.2f us",
+					      c[i].bound_us, BOUND_MARGIN, best);
 				c[i].job = -1;
 				(*untried)++;
 			}
@@ -413,24 +452,41 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct ktune_config *cfgs = NULL;
 	struct candidate *c = NULL;
 	struct ktune_compile_job *jobs = NULL;
-	struct ktune_trial *trials = NULL;
+	struct ktune_trial *trials = NULL, *untried = NULL;
 	struct ktune_gemm_estimate *est = NULL;
 	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed }, set;
 	const struct ktune_hello *dev = ktune__tuner_device(t);
-	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client);
+	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client), pruned = 0;
+	int nuntried = 0; /* untried[0..nuntried): candidates the model's order left untried */
+	int ncut = 0;     /* cfgs[n .. n + ncut) after the model's cut: those beyond it, in rank order */
 	double t0 = ktune__now();
 	char keytext[128];
+	struct ktune_tune_log log = { 0 };
 
 	memset(r, 0, sizeof(*r));
+	t->log = &log; /* what explain shows: every full measurement, every decision */
 	ktune__client_set_compile_timeout(t->client, o->compile_timeout_s);
-	/* GEMM: operands laid out in the key's alignment class (padded rows, or pointers off by one) */
-	if (!ktune__other_op(key_in))
+	/*
+	 * The operands in the key's alignment class: GEMM's laid out for it
+	 * (rows padded to multiples of 8, or pointers one element off:
+	 * ktune__gemm_problem_layout); another op's packed, offset by one
+	 * element for an unaligned key (a recorded miss), as a stored result of
+	 * that class is run again.
+	 */
+	if (ktune__other_op(key_in))
+		prob.offset = key_in->aligned ? 0 : 1;
+	else
 		ktune__gemm_problem_layout(key_in, &prob.lda, &prob.ldb, &prob.ldc, &prob.offset);
 	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
 	const struct ktune_key *key = &set.key;
 	double timeout = ktune__run_timeout(key, o->timeout_s);
 	ktune__key_format(key, keytext, sizeof(keytext));
+	if (o->as_recorded && key->aligned != key_in->aligned) {
+		rc = ktune__fail(e, KTUNE_ERR_UNSUPPORTED, "%s: the tuner cannot make the aligned class of this key "
+				 "(its packed rows are not multiples of 16 bytes)", keytext);
+		goto out;
+	}
 
 	if (ktune__other_op(key))
 		rc = ktune__op_candidates(ktune__other_op(key), key, dev->id.sm_count, o->budget, o->seed, &cfgs, &n,
@@ -440,6 +496,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 					    o->seed, &cfgs, &n, &r->pruned, e);
 	if (rc)
 		goto out;
+	pruned = r->pruned; /* before compiling; spills add to r->pruned below */
 	if (!o->retry_failed) {
 		int kept = drop_known_bad(t, key, cfgs, n, &r->known_bad, e);
 		if (kept < 0) {
@@ -462,6 +519,13 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	 * in batches until the rest cannot win by its bound.
 	 */
 	int ranked = o->top > 0 && !ktune__other_op(key);
+	c = calloc((size_t)n, sizeof(*c));
+	trials = calloc((size_t)n, sizeof(*trials)); /* the tried, then the untried */
+	untried = ranked ? calloc((size_t)n, sizeof(*untried)) : NULL;
+	if (!c || !trials || (ranked && !untried)) {
+		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+		goto out;
+	}
 	if (ranked) {
 		struct ktune_gemm_device gd;
 		ktune__tuner_model_device(t, &gd);
@@ -473,13 +537,11 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		r->untried = n - kept;
 		ktune__tune_progress(o, "  the model's order: %d of %d candidates, the best %d kernels and the "
 				     "best of each tile (--top 0 tries every one)\n", kept, n, o->top);
+		if (kept < n)
+			ktune__log_note(t, "the model's order (--top %d): %d of %d candidates, of its best %d kernels "
+					"and the best of each tile", o->top, kept, n, o->top);
+		ncut = n - kept; /* they follow the kept in cfgs and est: recorded after the screen, below */
 		n = kept;
-	}
-	c = calloc((size_t)n, sizeof(*c));
-	trials = calloc((size_t)n, sizeof(*trials));
-	if (!c || !trials) {
-		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
-		goto out;
 	}
 	for (int i = 0; i < n; i++) {
 		c[i].cfg = cfgs[i];
@@ -490,14 +552,27 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	if (ranked) {
 		int cut = r->untried;
 		rc = compile_and_screen_ranked(t, key, c, n, jobs, njobs, timeout, o, &r->untried, e);
-		if (r->untried > cut)
+		if (r->untried > cut) {
 			ktune__tune_progress(o, "\n  %d candidates could not win by the model's bound: not tried\n",
 					     r->untried - cut);
-		/* the trials are the candidates tried */
+			ktune__log_note(t, "the model's bound: %d candidates could not win, left untried",
+					r->untried - cut);
+		}
+		/*
+		 * The trials are the candidates tried; the untried are recorded
+		 * too, the likeliest first: those the bound stopped, then those
+		 * beyond the cut, each with the model's reason (for explain).
+		 */
 		int tried = 0;
 		for (int i = 0; i < n; i++)
 			if (c[i].screened)
 				c[tried++] = c[i];
+			else if (c[i].job < 0)
+				untried[nuntried++] = c[i].trial;
+		for (int i = n; i < n + ncut; i++)
+			trial_untried(t, key, &cfgs[i], &untried[nuntried++],
+				      KTUNE_UNTRIED_TOP " %d kernels nor the best of its tile (estimate %.2f us)", o->top,
+				      est[i].time_us);
 		n = tried;
 	} else {
 		rc = compile_and_screen_all(t, key, c, n, jobs, njobs, timeout, o, e);
@@ -516,12 +591,21 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		else
 			r->failed++;
 	}
+	struct ktune_tuning tuning = { .key = *key, .kind = "tune", .outcome = KTUNE_TUNED, .candidates = n,
+				       .pruned = pruned, .known_bad = r->known_bad, .budget = o->budget,
+				       .seed = (long)o->seed, .smem_optin = dev->smem_optin };
+	/* every candidate's fate: the tried in the order tried, then those the model left untried */
+	if (nuntried)
+		memcpy(trials + n, untried, (size_t)nuntried * sizeof(*untried));
 	if (r->ok == 0) {
 		/* no result, but the failures are remembered so that the next sweep skips them */
 		for (int i = 0; i < n; i++)
 			trials[i] = c[i].trial;
 		struct ktune_err te;
-		if (ktune__db_put_trials(t->db, &dev->id, trials, n, &te))
+		snprintf(tuning.outcome, sizeof(tuning.outcome), "%s", KTUNE_NONE_RIGHT);
+		tuning.tune_s = ktune__now() - t0;
+		ktune__log_tuning(&log, &tuning);
+		if (ktune__db_put_tuning(t->db, NULL, &dev->id, trials, n + nuntried, &tuning, &te))
 			ktune__tune_progress(o, "  cannot store the trials: %s\n", te.msg);
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
 				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
@@ -558,13 +642,20 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		 r->disturbed);
 	for (int i = 0; i < n; i++)
 		trials[i] = c[i].trial;
-	rc = ktune__db_put_result(t->db, res, trials, n, e);
+	snprintf(tuning.winner, sizeof(tuning.winner), "%s", res->config);
+	tuning.baseline_us = res->cublas_us;
+	tuning.tune_s = res->tune_s;
+	ktune__log_tuning(&log, &tuning);
+	rc = ktune__db_put_tuning(t->db, res, &res->device, trials, n + nuntried, &tuning, e);
 	r->worker_restarts = ktune__client_starts(t->client) - starts;
 out:
+	t->log = NULL;
+	ktune__log_free(&log);
 	if (jobs)
 		ktune__compile_jobs_free(jobs, njobs);
 	free(jobs);
 	free(trials);
+	free(untried);
 	free(c);
 	free(est);
 	free(cfgs);

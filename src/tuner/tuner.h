@@ -40,10 +40,29 @@ struct ktune_tune_options {
 	double timeout_s; /* a candidate's run; 0: derived from the key (ktune__run_timeout) */
 	double compile_timeout_s; /* one NVRTC compile; 0: 120 s */
 	int group_pick;  /* sweep: weigh each group's most won config at its other keys (ktune__group_pick) */
+	/*
+	 * Tune each key in its own alignment class, as a program recorded it
+	 * (sweep --misses): a key whose class the tuner cannot make fails with
+	 * the reason.  Else another op's aligned key is tuned with packed
+	 * operands, whatever class they fall in.  (GEMM's operands are always
+	 * laid out in the key's class: ktune__gemm_problem_layout.)
+	 */
+	int as_recorded;
 	FILE *progress;  /* where progress lines go; NULL: none */
 	const char *progress_prefix; /* NULL: lines as they are; else put before each whole line, and
 				      * the in-place updates ("\r...") left out: several GPUs share the stream */
 };
+
+/*
+ * The messages of the candidates that the model's order (top) leaves
+ * untried, stored as "pruned" trials so that explain lists them: beyond
+ * the cut, or unable to win by the model's bound.
+ */
+#define KTUNE_UNTRIED_TOP "not in the model's top"
+#define KTUNE_UNTRIED_BOUND "model bound"
+
+/* Whether a stored trial is a candidate the model's order left untried (tune.c). */
+int ktune__trial_untried(const struct ktune_trial *tr);
 
 struct ktune_tune_report {
 	struct ktune_result result;
@@ -115,6 +134,17 @@ int ktune__group_pick(struct ktune_tuner *t, struct ktune_result *r, int n, cons
 int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices, int ndevices,
 		 const struct ktune_spec *spec, const struct ktune_tune_options *o, FILE *out,
 		 struct ktune_err *e);
+
+/*
+ * Tune what is used: a spec of exactly the keys a misses file lists (each
+ * in its own alignment class; recorded_on, if not NULL, gets the GPU that
+ * recorded them), or the misses the database holds for any of the devices
+ * devs[0..ndevs) (a key recorded on several of them once).  (recorded.c)
+ */
+int ktune__spec_from_misses(const char *path, struct ktune_spec *out, struct ktune_device_id *recorded_on,
+			    struct ktune_err *e);
+int ktune__spec_from_db_misses(struct ktune_db *db, const struct ktune_device_id *devs, int ndevs,
+			       struct ktune_spec *out, struct ktune_err *e);
 
 /*
  * Re-runs a stored result's config on fresh random inputs against the

@@ -16,6 +16,10 @@
  *                                NVRTC compiles; with ops/gemm.h and runtime/compile.h)
  *   info                         runtime/device.h (the driver, an open context's device and
  *                                dispatch sources), ops/op.h (families and their hashes)
+ *   explain                      tuner/explain.h (a key's dispatch, tuning and trials),
+ *                                runtime/device.h (the device, shipped GPUs), db/db.h (devices)
+ *   warm                         runtime/warm.h (compiling a device's kernels into the cache),
+ *                                runtime/device.h (an offline context of a device not here)
  *   all of them                  ops/op.h (the op registry: --op, tune OP --FIELD, help tune),
  *                                key.h, common.h (errors, files, default paths)
  *   __worker                     tuner/tuner.h (ktune__gpu_worker_main)
@@ -30,8 +34,10 @@
 #include "key.h"
 #include "ops/op.h"
 #include "runtime/device.h"
+#include "runtime/warm.h"
 #include "search/spec.h"
 #include "tuner/candidates.h"
+#include "tuner/explain.h"
 #include "tuner/tuner.h"
 
 #endif

@@ -398,6 +398,94 @@ static void test_rowwise_gpu__layernorm_constant_row_backward_deterministic(void
 	free(db2), free(xd), free(wd), free(bd), free(y), free(dy), free(dx), free(dw), free(db);
 }
 
+/* |got - want| within tol * max(1, |want|) for n floats, or a named failure. */
+static void expect_close(const char *what, const float *got, const double *want, size_t n, double tol)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs(got[i] - want[i]) <= tol * fmax(1, fabs(want[i]))))
+			fail_msg("%s[%zu] = %g, want %g", what, i, got[i], want[i]);
+}
+
+/*
+ * The norms without their affine parameters (NULL weight, bias, dweight,
+ * dbias): as with a weight of ones and a bias of zeros; a backward with
+ * only db, or no reduction at all, still gives dx.
+ */
+static void test_rowwise_gpu__norms_without_affine(void **state)
+{
+	(void)state;
+	enum { ROWS = 64, COLS = 4097 };
+	const float eps = 1e-5f;
+	size_t n = (size_t)ROWS * COLS;
+	float *x = malloc(n * 4), *dyf = malloc(n * 4), *got = malloc(n * 4);
+	float rstd_got[ROWS] = { 0 }, mean_got[ROWS] = { 0 };
+	double *xd = malloc(n * 8), *dy = malloc(n * 8), *want = malloc(n * 8), *dw = malloc(COLS * 8);
+	double *db = malloc(COLS * 8), *ones = malloc(COLS * 8), *zeros = calloc(COLS, 8);
+	double mean[ROWS], rstd[ROWS];
+	assert_true(x && dyf && got && xd && dy && want && dw && db && ones && zeros);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((long)(i * 7919 % 2001) - 1000) / 400 + 0.5f;
+		dyf[i] = (float)((long)(i * 104729 % 1999) - 999) / 1000;
+		xd[i] = x[i];
+		dy[i] = dyf[i];
+	}
+	for (int c = 0; c < COLS; c++)
+		ones[c] = 1;
+	CUdeviceptr d_x = upload(x, n), d_y = upload(x, n), d_dy = upload(dyf, n), d_dx = upload(x, n);
+	CUdeviceptr d_mean = upload(rstd_got, ROWS), d_rstd = upload(rstd_got, ROWS);
+	CUdeviceptr d_db = upload(x, COLS);
+
+	/* RMSNorm: y, then dx with no dw */
+	assert_int_equal(ktune_rmsnorm(ctx, ROWS, COLS, (void *)d_x, COLS, NULL, 0, NULL, eps, (void *)d_y, COLS,
+				       (float *)d_rstd, NULL, 0, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_rmsnorm(xd, COLS, NULL, 0, ones, eps, want, COLS, rstd, NULL, 0, ROWS, COLS);
+	download(got, d_y, n);
+	expect_close("rmsnorm (no weight) y", got, want, n, 1e-5);
+	download(rstd_got, d_rstd, ROWS);
+	for (int r = 0; r < ROWS; r++)
+		rstd[r] = rstd_got[r];
+	assert_int_equal(ktune_rmsnorm_backward(ctx, ROWS, COLS, (void *)d_x, COLS, NULL, (float *)d_rstd,
+						(void *)d_dy, COLS, (void *)d_dx, COLS, NULL, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_rmsnorm_backward(xd, COLS, ones, rstd, dy, COLS, want, COLS, dw, ROWS, COLS);
+	download(got, d_dx, n);
+	expect_close("rmsnorm (no weight) dx", got, want, n, 1e-5);
+
+	/* LayerNorm: y; dx and db only; dx alone */
+	assert_int_equal(ktune_layernorm(ctx, ROWS, COLS, (void *)d_x, COLS, NULL, NULL, eps, (void *)d_y, COLS,
+					 (float *)d_mean, (float *)d_rstd, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_layernorm(xd, COLS, ones, zeros, eps, want, COLS, mean, rstd, ROWS, COLS);
+	download(got, d_y, n);
+	expect_close("layernorm (no weight, bias) y", got, want, n, 1e-5);
+	download(mean_got, d_mean, ROWS);
+	download(rstd_got, d_rstd, ROWS);
+	for (int r = 0; r < ROWS; r++) {
+		mean[r] = mean_got[r];
+		rstd[r] = rstd_got[r];
+	}
+	ktune__ref_layernorm_backward(xd, COLS, ones, mean, rstd, dy, COLS, want, COLS, dw, db, ROWS, COLS);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ktune_layernorm_backward(ctx, ROWS, COLS, (void *)d_x, COLS, NULL, (float *)d_mean,
+							  (float *)d_rstd, (void *)d_dy, COLS, (void *)d_dx, COLS,
+							  NULL, round ? NULL : (void *)d_db, KTUNE_F32, NULL),
+				 KTUNE_OK);
+		download(got, d_dx, n);
+		expect_close("layernorm (no weight) dx", got, want, n, 1e-5);
+		if (round == 0) {
+			download(got, d_db, COLS);
+			expect_close("layernorm (no weight) db", got, db, COLS, 1e-5);
+		}
+	}
+
+	CUdeviceptr all[] = { d_x, d_y, d_dy, d_dx, d_mean, d_rstd, d_db };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+	free(x), free(dyf), free(got), free(xd), free(dy), free(want), free(dw), free(db);
+	free(ones), free(zeros);
+}
+
 static void test_rowwise_gpu__bad_arguments(void **state)
 {
 	(void)state;
@@ -419,10 +507,10 @@ static void test_rowwise_gpu__bad_arguments(void **state)
 	assert_int_equal(ktune_layernorm(ctx, 2, 16, (void *)d, 16, (void *)d, (void *)d, -1.0f, (void *)d, 16,
 					 (float *)d, (float *)d, KTUNE_F32, NULL),
 			 KTUNE_ERR_INVALID);
-	assert_int_equal(ktune_layernorm(ctx, 2, 16, (void *)d, 16, (void *)d, NULL, 1e-5f, (void *)d, 16,
-					 (float *)d, (float *)d, KTUNE_F32, NULL),
+	assert_int_equal(ktune_layernorm(ctx, 2, 16, (void *)d, 16, NULL, NULL, 1e-5f, (void *)d, 16, NULL,
+					 (float *)d, KTUNE_F32, NULL),
 			 KTUNE_ERR_INVALID);
-	assert_non_null(strstr(ktune_errmsg(ctx), "b is NULL"));
+	assert_non_null(strstr(ktune_errmsg(ctx), "mean is NULL")); /* weight and bias may be NULL, mean not */
 	assert_int_equal(ktune_layernorm(ctx, 2, 200000, (void *)d, 200000, (void *)d, (void *)d, 1e-5f, (void *)d,
 					 200000, (float *)d, (float *)d, KTUNE_F32, NULL),
 			 KTUNE_ERR_INVALID);
@@ -476,6 +564,7 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__rmsnorm_every_config),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_constant_row_backward_deterministic),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_every_config),
+		cmocka_unit_test(test_rowwise_gpu__norms_without_affine),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

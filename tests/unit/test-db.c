@@ -1,7 +1,8 @@
 /*
  * test-db.c - the tuning database: round trips, replacement, queries,
- * migration from versions 1 and 3, and refusal (untouched) of files that are not
- * ours, damaged or newer.
+ * tunings with their measurements, recorded misses, migration from versions
+ * 1 and 3, a reader of version 5, and refusal (untouched) of files that are
+ * not ours, damaged or newer.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -410,6 +411,230 @@ static void test_db__trials_are_stored_with_the_result(void **state)
 	assert_int_equal(sqlite3_step(st), SQLITE_DONE);
 	sqlite3_finalize(st);
 	sqlite3_close(h);
+}
+
+/* What the readers of a tuning saw: its rows and its trials. */
+struct seen_tunings {
+	struct ktune_tuning t[4];
+	struct ktune_measurement m[4][4];
+	int n;
+};
+
+static int keep_tuning(const struct ktune_tuning *t, void *arg)
+{
+	struct seen_tunings *s = arg;
+	assert_true(s->n < 4);
+	assert_true(t->nm <= 4);
+	s->t[s->n] = *t;
+	if (t->nm)
+		memcpy(s->m[s->n], t->m, (size_t)t->nm * sizeof(*t->m));
+	s->t[s->n].m = s->m[s->n];
+	s->n++;
+	return 0;
+}
+
+struct seen_trials {
+	struct ktune_trial t[8];
+	int n;
+};
+
+static int keep_trial(const struct ktune_trial *t, void *arg)
+{
+	struct seen_trials *s = arg;
+	assert_true(s->n < 8);
+	s->t[s->n++] = *t;
+	return 0;
+}
+
+static void test_db__tuning_round_trips_with_trials_and_measurements(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	struct ktune_result r;
+	struct ktune_trial tr[2];
+	struct ktune_measurement m[3] = {
+		{ KTUNE_STAGE_FINAL, 0, "BLOCK_M=64", "ok", 12.5, 12.25, 12.75, 30 },
+		{ KTUNE_STAGE_TURNS, 1, "", "ok", 14.75, 14.5, 15, 40 },
+		{ KTUNE_STAGE_RUNOFF, 0, "BLOCK_M=128", "crashed", NAN, NAN, NAN, 0 },
+	};
+	struct ktune_tuning tun = { .kind = "tune", .outcome = KTUNE_TUNED,
+				    .candidates = 2, .pruned = 300, .known_bad = 1, .budget = 64,
+				    .seed = 3, .smem_optin = 232448, .baseline_us = 14.75, .tune_s = 9.5,
+				    .note = "runoff: BLOCK_M=64 1.180, BLOCK_M=128 failed", .m = m, .nm = 3 };
+	struct seen_tunings seen = { .n = 0 };
+	struct seen_trials trials = { .n = 0 };
+
+	sample_result(&r);
+	tun.key = r.key;
+	snprintf(tun.winner, sizeof(tun.winner), "%s", r.config);
+	sample_trial(&tr[0], &r, KTUNE_TRIAL_OK, r.config);
+	tr[0].time_us = 12.5;
+	tr[0].screen_us = 11.75;
+	sample_trial(&tr[1], &r, KTUNE_TRIAL_WRONG, "BLOCK_M=128");
+	tr[1].err_fro = 0.5;
+	tr[1].err_max = NAN;
+	strcpy(tr[1].message, "error 0.5 (Frobenius)");
+
+	struct ktune_db *db = open_db(t->db);
+	/* trials stored before, without a tuning: the key's, not this tuning's */
+	assert_int_equal(ktune__db_put_trials(db, &r.device, &tr[1], 1, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_tuning(db, &r, &r.device, tr, 2, &tun, &e), KTUNE_OK);
+	/* a group pick weighing the key later: no trials, no result */
+	struct ktune_tuning group = tun;
+	snprintf(group.kind, sizeof(group.kind), "group");
+	snprintf(group.outcome, sizeof(group.outcome), "kept");
+	group.m = NULL;
+	group.nm = 0;
+	assert_int_equal(ktune__db_put_tuning(db, NULL, &r.device, NULL, 0, &group, &e), KTUNE_OK);
+
+	assert_int_equal(ktune__db_tunings(db, &r.device, &r.key, keep_tuning, &seen, &e), KTUNE_OK);
+	assert_int_equal(seen.n, 2);
+	assert_string_equal(seen.t[0].kind, "group"); /* newest first */
+	assert_string_equal(seen.t[0].outcome, "kept");
+	assert_int_equal(seen.t[0].nm, 0);
+	const struct ktune_tuning *got = &seen.t[1];
+	assert_true(got->id > 0 && got->id < seen.t[0].id);
+	assert_string_equal(got->kind, "tune");
+	assert_string_equal(got->outcome, KTUNE_TUNED);
+	assert_string_equal(got->winner, r.config);
+	assert_int_equal(got->candidates, 2);
+	assert_int_equal(got->pruned, 300);
+	assert_int_equal(got->known_bad, 1);
+	assert_int_equal(got->budget, 64);
+	assert_int_equal(got->seed, 3);
+	assert_int_equal(got->smem_optin, 232448);
+	assert_same_double(got->baseline_us, 14.75);
+	assert_same_double(got->tune_s, 9.5);
+	assert_string_equal(got->note, tun.note);
+	assert_recent_timestamp(got->created_at);
+	assert_int_equal(got->nm, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_string_equal(got->m[i].stage, m[i].stage);
+		assert_int_equal(got->m[i].round, m[i].round);
+		assert_string_equal(got->m[i].config, m[i].config);
+		assert_string_equal(got->m[i].status, m[i].status);
+		assert_int_equal(got->m[i].reps, m[i].reps);
+	}
+	assert_same_double(got->m[1].p80_us, 15);
+	assert_same_double(got->m[2].time_us, 0); /* NaN: stored as NULL */
+
+	/* the tuning's own trials, then every trial of the key */
+	assert_int_equal(ktune__db_trials(db, &r.device, &r.key, got->id, keep_trial, &trials, &e), KTUNE_OK);
+	assert_int_equal(trials.n, 2);
+	assert_string_equal(trials.t[0].config, r.config);
+	assert_same_double(trials.t[0].screen_us, 11.75);
+	assert_same_double(trials.t[0].time_us, 12.5);
+	assert_string_equal(trials.t[1].status, KTUNE_TRIAL_WRONG);
+	assert_same_double(trials.t[1].err_fro, 0.5);
+	assert_true(isnan(trials.t[1].err_max));
+	assert_string_equal(trials.t[1].message, "error 0.5 (Frobenius)");
+	assert_same_double(trials.t[1].screen_us, 0);
+	trials.n = 0;
+	assert_int_equal(ktune__db_trials(db, &r.device, &r.key, 0, keep_trial, &trials, &e), KTUNE_OK);
+	assert_int_equal(trials.n, 3);
+	trials.n = 0;
+	assert_int_equal(ktune__db_trials(db, &r.device, &r.key, seen.t[0].id, keep_trial, &trials, &e), KTUNE_OK);
+	assert_int_equal(trials.n, 0);
+	/* another key has none */
+	struct ktune_key other = r.key;
+	other.m = 17;
+	seen.n = 0;
+	assert_int_equal(ktune__db_tunings(db, &r.device, &other, keep_tuning, &seen, &e), KTUNE_OK);
+	assert_int_equal(seen.n, 0);
+	ktune__db_close(db);
+}
+
+struct seen_misses {
+	struct ktune_device_id d[8];
+	struct ktune_miss m[8];
+	int n;
+};
+
+static int keep_miss(const struct ktune_device_id *d, const struct ktune_miss *m, void *arg)
+{
+	struct seen_misses *s = arg;
+	assert_true(s->n < 8);
+	s->d[s->n] = *d;
+	s->m[s->n++] = *m;
+	return 0;
+}
+
+static void test_db__misses_add_up_over_recordings(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	struct ktune_device_id h100 = { "NVIDIA H100 80GB HBM3", "sm_90", 132 }, a100 = { "NVIDIA A100", "sm_80", 108 };
+	struct ktune_miss first[2] = {
+		{ { "gemm", KTUNE_BF16, "nt", 1, 50257, 768, 1 }, "default", 10, "", "" },
+		{ { "gelu", KTUNE_BF16, "tanh,fwd", 1 << 20, 0, 0, 0 }, "nearest", 3, "", "" },
+	};
+	struct ktune_miss again = { { "gemm", KTUNE_BF16, "nt", 1, 50257, 768, 1 }, "nearest", 5, "", "" };
+	struct seen_misses s = { .n = 0 };
+
+	struct ktune_db *db = open_db(t->db);
+	assert_int_equal(ktune__db_put_misses(db, &h100, first, 2, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_misses(db, &h100, &again, 1, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_misses(db, &a100, &again, 1, &e), KTUNE_OK);
+
+	assert_int_equal(ktune__db_misses(db, &h100, keep_miss, &s, &e), KTUNE_OK);
+	assert_int_equal(s.n, 2);
+	/* ordered by key: gelu before gemm */
+	assert_string_equal(s.m[0].key.op, "gelu");
+	assert_string_equal(s.m[0].key.variant, "tanh,fwd");
+	assert_int_equal(s.m[0].key.aligned, 0);
+	assert_int_equal(s.m[0].calls, 3);
+	assert_string_equal(s.m[1].key.op, "gemm");
+	assert_int_equal(s.m[1].key.n, 50257);
+	assert_int_equal(s.m[1].calls, 15); /* 10 + 5 */
+	assert_string_equal(s.m[1].source, "nearest"); /* the last recording's */
+	assert_recent_timestamp(s.m[1].first_seen);
+	assert_recent_timestamp(s.m[1].last_seen);
+	assert_string_equal(s.d[1].name, h100.name);
+
+	s.n = 0;
+	assert_int_equal(ktune__db_misses(db, NULL, keep_miss, &s, &e), KTUNE_OK);
+	assert_int_equal(s.n, 3);
+	assert_string_equal(s.d[0].name, a100.name);
+	assert_int_equal(s.m[0].calls, 5);
+
+	/* a bad key is refused and nothing of the batch is written */
+	struct ktune_miss bad[2] = { again, again };
+	bad[1].key.dtype = (ktune_dtype)9;
+	assert_int_equal(ktune__db_put_misses(db, &a100, bad, 2, &e), KTUNE_ERR_INVALID);
+	s.n = 0;
+	assert_int_equal(ktune__db_misses(db, &a100, keep_miss, &s, &e), KTUNE_OK);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.m[0].calls, 5);
+	ktune__db_close(db);
+}
+
+/* A reader opens a schema 5 file as it is: its trials read, it has no tunings and no misses. */
+static void test_db__reader_of_schema_5_sees_no_tunings(void **state)
+{
+	struct test_scratch *t = *state;
+	struct ktune_err e = { "" };
+	struct ktune_result r;
+	struct seen_tunings seen = { .n = 0 };
+	struct seen_trials trials = { .n = 0 };
+	struct seen_misses misses = { .n = 0 };
+	struct ktune_db *db;
+
+	make_db(t->db, 1);
+	raw_exec(t->db, "DROP TABLE measurements; DROP TABLE tunings; DROP TABLE misses;"
+			"ALTER TABLE trials DROP COLUMN tuning_id; ALTER TABLE trials DROP COLUMN screen_us;"
+			"PRAGMA user_version = 5;");
+	sample_result(&r);
+	assert_int_equal(ktune__db_open_read(t->db, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_version(db), 5);
+	assert_int_equal(ktune__db_tunings(db, &r.device, &r.key, keep_tuning, &seen, &e), KTUNE_OK);
+	assert_int_equal(seen.n, 0);
+	assert_int_equal(ktune__db_trials(db, &r.device, &r.key, 0, keep_trial, &trials, &e), KTUNE_OK);
+	assert_int_equal(trials.n, 1);
+	assert_same_double(trials.t[0].time_us, 10);
+	assert_int_equal(ktune__db_misses(db, NULL, keep_miss, &misses, &e), KTUNE_OK);
+	assert_int_equal(misses.n, 0);
+	ktune__db_close(db);
+	assert_int_equal(raw_long(t->db, "PRAGMA user_version"), 5); /* read, never migrated */
 }
 
 static void test_db__put_replaces_result_for_same_key(void **state)
@@ -967,9 +1192,9 @@ static void test_db__open_rejects_newer_schema(void **state)
 
 	/* Not in WAL mode, so that turning WAL on before the check would show. */
 	raw_exec(t->db, v1_schema);
-	raw_exec(t->db, "PRAGMA user_version = 7;");
+	raw_exec(t->db, "PRAGMA user_version = 8;");
 	assert_refused_untouched(t, t->db,
-				 "has schema version 7, newer than this ktune (5): upgrade ktune");
+				 "has schema version 8, newer than this ktune (6): upgrade ktune");
 }
 
 static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
@@ -977,8 +1202,8 @@ static void test_db__open_rejects_newer_schema_in_wal_mode(void **state)
 	struct test_scratch *t = *state;
 
 	make_db(t->db, 2);
-	raw_exec(t->db, "PRAGMA user_version = 6;");
-	assert_refused_untouched(t, t->db, "schema version 6, newer than this ktune (5)");
+	raw_exec(t->db, "PRAGMA user_version = 7;");
+	assert_refused_untouched(t, t->db, "schema version 7, newer than this ktune (6)");
 }
 
 static void test_db__open_rejects_random_bytes(void **state)
@@ -1154,24 +1379,24 @@ static void test_db__schema_sql_matches_migrations(void **state)
 	if (ktune__read_file(path, 1 << 20, &sql, NULL, &e) != KTUNE_OK)
 		fail_msg("%s (compile with -DKTUNE_SOURCE_DIR='\"<repo>\"' or an absolute source path)",
 			 e.msg);
-	want = calloc(1, 16384);
-	got = calloc(1, 16384);
+	want = calloc(1, 32768);
+	got = calloc(1, 32768);
 	assert_non_null(want);
 	assert_non_null(got);
 
 	assert_int_equal(sqlite3_open(":memory:", &h), SQLITE_OK);
 	if (sqlite3_exec(h, sql, NULL, NULL, &err) != SQLITE_OK)
 		fail_msg("schema.sql: %s", err);
-	describe_schema(h, want, 16384);
+	describe_schema(h, want, 32768);
 	assert_int_equal(sqlite3_close(h), SQLITE_OK);
 	assert_non_null(strstr(want, "table results on results\n"));
 
 	make_db(t->db, 0);
 	assert_int_equal(sqlite3_open(t->db, &h), SQLITE_OK);
-	describe_schema(h, got, 16384);
+	describe_schema(h, got, 32768);
 	assert_int_equal(sqlite3_close(h), SQLITE_OK);
 	assert_string_equal(got, want);
-	assert_non_null(strstr(sql, "PRAGMA user_version = 4;"));
+	assert_non_null(strstr(sql, "PRAGMA user_version = 6;"));
 	free(sql);
 	free(want);
 	free(got);
@@ -1215,6 +1440,9 @@ int main(void)
 		DB_TEST(test_db__result_round_trips_every_field),
 		DB_TEST(test_db__trials_are_stored_with_the_result),
 		DB_TEST(test_db__put_replaces_result_for_same_key),
+		DB_TEST(test_db__tuning_round_trips_with_trials_and_measurements),
+		DB_TEST(test_db__misses_add_up_over_recordings),
+		DB_TEST(test_db__reader_of_schema_5_sees_no_tunings),
 		DB_TEST(test_db__get_missing_returns_zero),
 		DB_TEST(test_db__key_fields_tell_results_apart),
 		DB_TEST(test_db__query_filters),

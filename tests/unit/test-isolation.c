@@ -106,6 +106,113 @@ static void test_isolation__planted_candidates(void **state)
 	unsetenv("KTUNE_FAKE_PLAN");
 }
 
+/* What a tuning stored for explain: its record (the newest) and its stages' measurements. */
+static int newest_tune(const struct ktune_tuning *t, void *arg)
+{
+	struct ktune_tuning *out = arg;
+	if (out->id || strcmp(t->kind, "tune"))
+		return 0;
+	*out = *t;
+	int final = 0, rev = 0, turns = 0;
+	for (int i = 0; i < t->nm; i++) {
+		final += !strcmp(t->m[i].stage, KTUNE_STAGE_FINAL);
+		rev += !strcmp(t->m[i].stage, KTUNE_STAGE_FINAL_REV);
+		turns += !strcmp(t->m[i].stage, KTUNE_STAGE_TURNS);
+	}
+	/* stash the counts where the test finds them: the pointer is gone after the call */
+	out->m = NULL;
+	out->nm = final * 10000 + rev * 100 + turns;
+	return 0;
+}
+
+/* A recorded miss may be of the unaligned class: the tuner tunes that class, every op alike. */
+static void test_isolation__tunes_an_unaligned_key(void **state)
+{
+	struct ktune_key keys[2] = { { "gemm", KTUNE_F16, "tn", 33, 100, 200, 0 },
+				     { "gelu", KTUNE_BF16, "tanh,fwd", 1 << 20, 0, 0, 0 } };
+	struct ktune_tune_options o = { .budget = 12, .seed = 5, .finalists = 3, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5 };
+	struct ktune_tuner *t;
+	struct ktune_tune_report r;
+	struct ktune_err e;
+	(void)state;
+
+	assert_int_equal(ktune__tuner_open(db_path, 0, fake_worker(), &t, &e), KTUNE_OK);
+	for (int i = 0; i < 2; i++) {
+		if (ktune__tune_key(t, &keys[i], &o, &r, &e))
+			fail_msg("%s", e.msg);
+		assert_int_equal(r.result.key.aligned, 0);
+		struct ktune_result stored;
+		assert_int_equal(ktune__db_get_result(ktune__tuner_db(t), &ktune__tuner_device(t)->id, &keys[i], &stored,
+						      &e), 1);
+		assert_string_equal(stored.config, r.result.config);
+
+		struct ktune_tuning rec = { .id = 0 };
+		assert_int_equal(ktune__db_tunings(ktune__tuner_db(t), &ktune__tuner_device(t)->id, &keys[i], newest_tune,
+						   &rec, &e), KTUNE_OK);
+		assert_true(rec.id > 0);
+		assert_string_equal(rec.outcome, KTUNE_TUNED);
+		assert_string_equal(rec.winner, r.result.config);
+		assert_int_equal(rec.candidates, r.result.candidates);
+		assert_int_equal(rec.budget, 12);
+		assert_int_equal(rec.smem_optin, 232448);
+		/* three finalists in order and in reverse, then four runs of each side in turns */
+		assert_int_equal(rec.nm / 10000, 3);
+		assert_int_equal(rec.nm / 100 % 100, 3);
+		assert_int_equal(rec.nm % 100, 8);
+		if (i == 0) /* GEMM: the runoff said what it did */
+			assert_non_null(strstr(rec.note, "runoff"));
+	}
+	ktune__tuner_close(t);
+}
+
+static int count_result(const struct ktune_result *r, void *arg)
+{
+	(void)r;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* sweep --from-db: the misses recorded on this GPU's model, exactly, in their classes. */
+static void test_isolation__sweep_tunes_the_misses_recorded_in_the_database(void **state)
+{
+	char path[4300];
+	struct ktune_device_id fake = { "Fake H100 (no GPU)", "sm_90", 132 }, other = { "NVIDIA A100", "sm_80", 108 };
+	struct ktune_miss mine[2] = { { { "gemm", KTUNE_F16, "nn", 7, 9, 11, 0 }, "default", 4, "", "" },
+				      { { "add", KTUNE_F32, "", 1 << 16, 0, 0, 1 }, "nearest", 2, "", "" } };
+	struct ktune_miss theirs = { { "gemm", KTUNE_F16, "nn", 64, 64, 64, 1 }, "default", 1, "", "" };
+	struct ktune_tune_options o = { .budget = 4, .seed = 2, .finalists = 2, .jobs = 2, .timeout_s = 2,
+					.compile_timeout_s = 5, .as_recorded = 1 };
+	struct ktune_spec spec;
+	struct ktune_db *db;
+	struct ktune_err e;
+	int zero = 0, n = 0;
+	(void)state;
+
+	snprintf(path, sizeof(path), "%s/recorded.db", dir);
+	assert_int_equal(ktune__db_open(path, 1, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_misses(db, &fake, mine, 2, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_put_misses(db, &other, &theirs, 1, &e), KTUNE_OK);
+	assert_int_equal(ktune__spec_from_db_misses(db, &fake, 1, &spec, &e), KTUNE_OK);
+	ktune__db_close(db);
+	assert_int_equal(spec.nkeys, 2);
+
+	FILE *null = fopen("/dev/null", "w");
+	assert_non_null(null);
+	assert_int_equal(ktune__sweep(path, fake_worker(), &zero, 1, &spec, &o, null, &e), 0);
+	fclose(null);
+	ktune__spec_free(&spec);
+
+	assert_int_equal(ktune__db_open_read(path, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_query(db, NULL, count_result, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 2); /* not the other GPU's key */
+	for (int i = 0; i < 2; i++) {
+		struct ktune_result r;
+		assert_int_equal(ktune__db_get_result(db, &fake, &mine[i].key, &r, &e), 1);
+	}
+	ktune__db_close(db);
+}
+
 static void test_isolation__missing_worker_is_a_clear_error(void **state)
 {
 	struct ktune_tuner *t;
@@ -248,6 +355,42 @@ static void sweep_group(int group_pick, struct ktune_result *stored)
 						      &stored[i], &e), 1);
 	}
 	ktune__tuner_close(t);
+}
+
+/* The newest record of the group pick at key i of the group (explain's source). */
+struct newest {
+	struct ktune_tuning t;
+	int found, measured_own, measured_tile;
+};
+
+static int newest_group(const struct ktune_tuning *t, void *arg)
+{
+	struct newest *n = arg;
+	if (n->found || strcmp(t->kind, "group"))
+		return 0;
+	n->t = *t;
+	n->t.m = NULL;
+	for (int i = 0; i < t->nm; i++) {
+		/* the config's runs; the baseline's in the same turns have config "" */
+		n->measured_own += !strcmp(t->m[i].stage, KTUNE_STAGE_GROUP_OWN) && t->m[i].config[0];
+		n->measured_tile += !strcmp(t->m[i].stage, KTUNE_STAGE_GROUP_TILE) && t->m[i].config[0];
+	}
+	n->found = 1;
+	return 0;
+}
+
+static struct newest group_record(int i)
+{
+	struct ktune_key key = { "gemm", KTUNE_BF16, "nt", 256, group_n[i], 256, 1 };
+	struct ktune_device_id dev = { "Fake H100 (no GPU)", "sm_90", 132 };
+	struct newest n = { .found = 0 };
+	struct ktune_db *db;
+	struct ktune_err e;
+	assert_int_equal(ktune__db_open_read(db_path, &db, &e), KTUNE_OK);
+	assert_int_equal(ktune__db_tunings(db, &dev, &key, newest_group, &n, &e), KTUNE_OK);
+	ktune__db_close(db);
+	assert_true(n.found);
+	return n;
 }
 
 /* A config text without its GROUP_SIZE: "BMxBN family cluster split stages consumers". */
@@ -394,6 +537,14 @@ static void test_isolation__group_pick_keeps_a_clear_winner(void **state)
 			assert_string_equal(b, group); /* 1.2% ahead: within the margin */
 		else
 			assert_string_equal(picked[1].config, own); /* 6% ahead: its own */
+		/* what explain will show: the decision and the rounds that made it, at each key */
+		struct newest r1 = group_record(1), r3 = group_record(3);
+		assert_string_equal(r1.t.outcome, f == 0 ? "switched" : "kept");
+		assert_string_equal(r3.t.outcome, "switched");
+		assert_int_equal(r1.measured_own, 2 * 4);  /* two rounds of four runs in turns */
+		assert_int_equal(r1.measured_tile, 2 * 4);
+		assert_non_null(strstr(r1.t.note, "round 1: own pick"));
+		assert_string_equal(r1.t.winner, picked[1].config);
 	}
 }
 
@@ -484,6 +635,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_isolation__planted_candidates),
 		cmocka_unit_test(test_isolation__missing_worker_is_a_clear_error),
+		cmocka_unit_test(test_isolation__tunes_an_unaligned_key),
+		cmocka_unit_test(test_isolation__sweep_tunes_the_misses_recorded_in_the_database),
 		cmocka_unit_test(test_isolation__run_timeout_is_derived_from_the_key),
 		cmocka_unit_test(test_isolation__ratio_survives_a_heating_gpu),
 		cmocka_unit_test(test_isolation__winner_survives_a_cooling_gpu),

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
+#include <string.h>
+
 #include "test_util.h"
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
@@ -68,6 +70,52 @@ static long stored_trials(struct ktune_tuner *t)
 	return trials;
 }
 
+/* What the newest tuning of a key stored of its candidates: tried, and left untried by the cut or the bound. */
+struct fates {
+	long long id;
+	int tried, cut, bound, untried_first; /* untried_first: every untried trial after every tried one */
+};
+
+static int newest_tune(const struct ktune_tuning *tu, void *arg)
+{
+	struct fates *f = arg;
+	if (!f->id && !strcmp(tu->kind, "tune"))
+		f->id = tu->id;
+	return 0;
+}
+
+static int count_fate(const struct ktune_trial *tr, void *arg)
+{
+	struct fates *f = arg;
+	if (!ktune__trial_untried(tr)) {
+		f->untried_first |= f->cut + f->bound > 0;
+		f->tried++;
+	} else if (!strncmp(tr->message, KTUNE_UNTRIED_TOP, strlen(KTUNE_UNTRIED_TOP))) {
+		assert_string_equal(tr->status, KTUNE_TRIAL_PRUNED);
+		assert_non_null(strstr(tr->message, "estimate"));
+		f->cut++;
+	} else {
+		assert_string_equal(tr->status, KTUNE_TRIAL_PRUNED);
+		assert_non_null(strstr(tr->message, "best screen time"));
+		f->bound++;
+	}
+	return 0;
+}
+
+static struct fates stored_fates(struct ktune_tuner *t, const struct ktune_key *key)
+{
+	struct fates f = { 0 };
+	struct ktune_err e;
+	struct ktune_device_info info;
+	ktune__tuner_device_info(t, &info);
+	const struct ktune_device_id *dev = &info.id;
+	assert_int_equal(ktune__db_tunings(ktune__tuner_db(t), dev, key, newest_tune, &f, &e), KTUNE_OK);
+	assert_true(f.id > 0);
+	assert_int_equal(ktune__db_trials(ktune__tuner_db(t), dev, key, f.id, count_fate, &f, &e), KTUNE_OK);
+	assert_false(f.untried_first);
+	return f;
+}
+
 /*
  * The fake GPU runs everything in tens of microseconds, far below what the
  * model's bound allows a 4096^3 GEMM (over 100 us): once the first batch is
@@ -93,7 +141,13 @@ static void test_tune_model__bound_stops_after_what_cannot_be_beaten(void **stat
 	assert_int_equal(r.result.candidates, first);
 	assert_int_equal(r.untried, n - first);
 	assert_int_equal(r.ok, first);
-	assert_int_equal(stored_trials(t), first);
+	/* every candidate is stored, the untried with why (for explain): the cut's and the bound's */
+	assert_int_equal(stored_trials(t), n);
+	struct fates f = stored_fates(t, &key);
+	assert_int_equal(f.tried, first);
+	assert_int_equal(f.cut, n - kept);
+	assert_int_equal(f.bound, kept - first);
+	assert_true(f.bound > 0);
 	/* the winner is one of them */
 	struct ktune_config win;
 	assert_int_equal(ktune__gemm_config_parse(r.result.config, &win, &e), KTUNE_OK);
@@ -138,7 +192,11 @@ static void test_tune_model__cut_is_screened_whole(void **state)
 		fail_msg("%s", e.msg);
 	assert_int_equal(r.result.candidates, kept);
 	assert_int_equal(r.untried, n - kept);
-	assert_int_equal(stored_trials(t), kept);
+	assert_int_equal(stored_trials(t), n);
+	struct fates f = stored_fates(t, &key);
+	assert_int_equal(f.tried, kept);
+	assert_int_equal(f.cut, n - kept);
+	assert_int_equal(f.bound, 0);
 
 	/* --top 0: every candidate, as a sweep does by default */
 	o.top = 0;
@@ -146,6 +204,9 @@ static void test_tune_model__cut_is_screened_whole(void **state)
 		fail_msg("%s", e.msg);
 	assert_int_equal(r.result.candidates, n);
 	assert_int_equal(r.untried, 0);
+	f = stored_fates(t, &key);
+	assert_int_equal(f.tried, n);
+	assert_int_equal(f.cut + f.bound, 0);
 	ktune__tuner_close(t);
 	free(est);
 	free(cfgs);

@@ -1,0 +1,130 @@
+"""Finding and loading libktune with ctypes, and the C signatures.
+
+No compiler is involved at import time: the library is found in this order,
+  1. $KTUNE_LIBRARY, a path to libktune.so (e.g. build-device/install/lib/libktune.so);
+  2. the copy that `pip install ./python` put inside this package (ktune/lib/);
+  3. the system's loader path (an installed `cmake --install` prefix).
+It is loaded on first use, so that `import ktune` works on a machine without it.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+
+from .errors import Error, LibraryNotFoundError
+
+c_int64, c_float, c_char, c_int, c_uint64 = ctypes.c_int64, ctypes.c_float, ctypes.c_char, ctypes.c_int, ctypes.c_uint64
+vp, cvp, fp, ccp = ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
+
+# Each public function of include/ktune.h: (restype, argtypes), in header order.
+# tests/test_lib.py holds this table equal to the header's prototypes.
+SIGNATURES = {
+    "ktune_version_number": (ctypes.c_uint, []),
+    "ktune_version": (ccp, []),
+    "ktune_strerror": (ccp, [c_int]),
+    "ktune_status_name": (ccp, [c_int]),
+    "ktune_open": (c_int, [ccp, c_int, ctypes.POINTER(vp), ctypes.c_char_p, ctypes.c_size_t]),
+    "ktune_close": (None, [vp]),
+    "ktune_errmsg": (ccp, [vp]),
+    "ktune_gemm": (c_int, [vp, c_char, c_char, c_int64, c_int64, c_int64, c_float, cvp, c_int64, cvp,
+                           c_int64, c_float, vp, c_int64, c_int, vp]),
+    "ktune_last_dispatch": (ccp, [vp]),
+    "ktune_add": (c_int, [vp, c_int64, cvp, cvp, vp, c_int, vp]),
+    "ktune_gelu": (c_int, [vp, c_int64, cvp, vp, c_int, c_int, vp]),
+    "ktune_gelu_backward": (c_int, [vp, c_int64, cvp, cvp, vp, c_int, c_int, vp]),
+    "ktune_glu": (c_int, [vp, c_int, c_int64, c_int64, cvp, c_int64, cvp, c_int64, vp, c_int64, c_int, vp]),
+    "ktune_glu_backward": (c_int, [vp, c_int, c_int64, c_int64, cvp, c_int64, cvp, c_int64, cvp, c_int64,
+                                   vp, c_int64, vp, c_int64, c_int, vp]),
+    "ktune_dropout": (c_int, [vp, c_int64, c_float, c_uint64, c_uint64, cvp, vp, c_int, vp]),
+    "ktune_dropout_backward": (c_int, [vp, c_int64, c_float, c_uint64, c_uint64, cvp, vp, c_int, vp]),
+    "ktune_softmax": (c_int, [vp, c_int64, c_int64, cvp, c_int64, vp, c_int64, c_int, vp]),
+    "ktune_softmax_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, c_int64, vp, c_int64,
+                                       c_int, vp]),
+    "ktune_rmsnorm": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, c_int64, cvp, c_float, vp, c_int64,
+                              fp, vp, c_int64, c_int, vp]),
+    "ktune_rmsnorm_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, fp, cvp, c_int64, vp,
+                                       c_int64, vp, c_int, vp]),
+    "ktune_layernorm": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, cvp, c_float, vp, c_int64, fp,
+                                fp, c_int, vp]),
+    "ktune_layernorm_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, fp, fp, cvp, c_int64,
+                                         vp, c_int64, vp, vp, c_int, vp]),
+}
+
+# ktune_dtype values (include/ktune.h).
+DTYPES = {"f16": 0, "bf16": 1, "f32": 2}
+
+_lock = threading.Lock()
+_lib = None
+
+
+def candidates():
+    """The paths tried, in order (see the module's docstring)."""
+    env = os.environ.get("KTUNE_LIBRARY")
+    if env:
+        return [env]  # an explicit choice is never silently replaced by another library
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    for sub in ("lib", "lib64"):
+        found += sorted(glob.glob(os.path.join(here, sub, "libktune.so*")))[:1]
+    found += ["libktune.so.0", "libktune.so"]
+    name = ctypes.util.find_library("ktune")
+    if name:
+        found.append(name)
+    return found
+
+
+class Library:
+    """libktune loaded, with its functions typed.  `host` is true only for the
+    test double of tests/host/, which computes on host memory (CPU tensors)."""
+
+    def __init__(self, path, cdll):
+        self.path = path
+        self.cdll = cdll
+        missing = []
+        for name, (res, args) in SIGNATURES.items():
+            try:
+                f = getattr(cdll, name)
+            except AttributeError:
+                missing.append(name)
+                continue
+            f.restype, f.argtypes = res, args
+            setattr(self, name[len("ktune_"):], f)
+        if missing:
+            raise LibraryNotFoundError(f"'{path}' is not a libktune this package can use: it lacks "
+                                       + ", ".join(missing))
+        self.host = hasattr(cdll, "ktune_test_host_memory")
+        self.version_text = self.version().decode()
+
+    def name_of(self, status):
+        """"ERR_INVALID" for -1: the status's name without its prefix."""
+        return self.status_name(status).decode()
+
+    def check(self, status, ctx):
+        """Raises ktune.Error for a failed call on context `ctx`."""
+        if status != 0:
+            raise Error(status, self.name_of(status), self.errmsg(ctx).decode(errors="replace"))
+
+
+def library():
+    """The loaded libktune (loaded on the first call).  Raises
+    LibraryNotFoundError naming every path tried."""
+    global _lib
+    if _lib is not None:  # no lock once loaded: torch.compile traces this from ktune.nn's forwards
+        return _lib
+    with _lock:
+        if _lib is None:
+            tried = []
+            for path in candidates():
+                try:
+                    cdll = ctypes.CDLL(path)
+                except OSError as e:
+                    tried.append(f"{path} ({e})")
+                    continue
+                _lib = Library(path, cdll)
+                break
+            else:
+                raise LibraryNotFoundError("libktune not found; set KTUNE_LIBRARY to its path, or "
+                                           "install the package with `pip install ./python`. Tried: "
+                                           + "; ".join(tried))
+        return _lib

@@ -1,0 +1,403 @@
+"""The public ops: on torch tensors through the custom ops of torch_ops.py
+(autograd, torch.compile), and, for the forward ops, on any object with
+__cuda_array_interface__ (CuPy, Numba) or DLPack.
+
+Errors: TypeError for an unsupported dtype or a non-array argument,
+ValueError for a bad shape, device or argument value, ktune.Error when
+libktune refuses or fails (its status name and ktune_errmsg)."""
+import math
+import sys
+
+from . import calls
+from .arrays import of_cai
+
+_FLOATS = ("torch.float16", "torch.bfloat16", "torch.float32")
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _is_tensor(x):
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def _check(tensors, names, dtypes=_FLOATS):
+    """The checks that need no data pointer (they run on fake tensors under
+    torch.compile too): dtypes allowed and equal, one device."""
+    first = tensors[0]
+    for t, n in zip(tensors, names):
+        if not _is_tensor(t):
+            raise TypeError(f"{n}: expected a torch.Tensor, not {type(t).__name__}")
+        if str(t.dtype) not in dtypes:
+            raise TypeError(f"{n}: dtype {t.dtype} is not supported ({', '.join(d[6:] for d in dtypes)})")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{n}: dtype {t.dtype} differs from {names[0]}'s {first.dtype}")
+        if t.device != first.device:
+            raise ValueError(f"{n}: on {t.device}, {names[0]} on {first.device}")
+
+
+def _same_shape(x, y, nx, ny):
+    if tuple(x.shape) != tuple(y.shape):
+        raise ValueError(f"{ny}: shape {tuple(y.shape)} differs from {nx}'s {tuple(x.shape)}")
+
+
+def _ops():
+    from . import torch_ops
+    return torch_ops
+
+
+# --- __cuda_array_interface__ and DLPack ---------------------------------------------------
+
+def _foreign(x):
+    """True for an array that is not a torch tensor but speaks
+    __cuda_array_interface__; a DLPack-only object becomes a torch tensor
+    here (torch.from_dlpack), or a TypeError without torch."""
+    if _is_tensor(x):
+        return False
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    if hasattr(x, "__dlpack__"):
+        return False
+    raise TypeError(f"expected a torch.Tensor or an array with __cuda_array_interface__ or DLPack, "
+                    f"not {type(x).__name__}")
+
+
+def _from_dlpack(x):
+    if _is_tensor(x) or not hasattr(x, "__dlpack__"):
+        return x
+    t = _torch()
+    if t is None:
+        raise TypeError(f"{type(x).__name__}: DLPack arrays need torch (or __cuda_array_interface__)")
+    return t.from_dlpack(x)
+
+
+class _Foreign:
+    """A forward call on __cuda_array_interface__ arrays: the device (CuPy's
+    .device.id, else `device`), the stream (`stream`, else CuPy's current
+    one, else 0) and outputs made by the inputs' own library (CuPy), else
+    torch, else the caller's `out`."""
+
+    def __init__(self, first, device, stream):
+        self.first = first
+        self.cupy = type(first).__module__.split(".")[0] == "cupy"
+        dev = getattr(getattr(first, "device", None), "id", None)
+        self.device = dev if isinstance(dev, int) else (device or 0)
+        if stream is None:
+            stream = sys.modules["cupy"].cuda.get_current_stream().ptr if self.cupy else 0
+        self.stream = int(stream)
+
+    def view(self, obj, name):
+        if not hasattr(obj, "__cuda_array_interface__"):
+            raise TypeError(f"{name}: {type(obj).__name__} has no __cuda_array_interface__")
+        return of_cai(obj, name, self.device)
+
+    def empty(self, shape, dtype):
+        if self.cupy:
+            cp = sys.modules["cupy"]
+            with cp.cuda.Device(self.device):
+                return cp.empty(shape, dtype={"f16": cp.float16, "f32": cp.float32}[dtype])
+        t = _torch()
+        if t is None:
+            raise TypeError("no library to allocate the output with: pass out=, or install torch or CuPy")
+        return t.empty(shape, dtype={"f16": t.float16, "f32": t.float32}[dtype], device=f"cuda:{self.device}")
+
+    def out(self, out, shape, dtype, name="out"):
+        o = self.empty(shape, dtype) if out is None else out
+        v = self.view(o, name)
+        if v.dtype != dtype:
+            raise TypeError(f"{name}: dtype {v.dtype} where {dtype} is needed")
+        return o, v
+
+
+def _rstd(f, rows):
+    return f.view(f.empty((rows,), "f32"), "rstd")
+
+
+def _norm_vectors(f, vx, vectors):
+    """Views of a norm's weight and bias, checked before the per-row float32
+    outputs are allocated (so that a bad vector is a ValueError or TypeError
+    even where nothing can allocate)."""
+    out = []
+    for obj, name in vectors:
+        if obj is None:
+            raise ValueError(f"{name}: required for arrays other than torch tensors")
+        v = f.view(obj, name)
+        if v.shape != vx.shape[-1:]:
+            raise ValueError(f"{name}: shape {v.shape} where {vx.shape[-1:]}, the last dimension of x, is needed")
+        if v.dtype != vx.dtype:
+            raise TypeError(f"{name}: dtype {v.dtype} differs from x's {vx.dtype}")
+        out.append(v)
+    return out
+
+
+# --- the ops --------------------------------------------------------------------------------
+
+def gemm(a, b, alpha=1.0, *, out=None, device=None, stream=None):
+    """alpha * a @ b for 2-D a [m, k] and b [k, n], float16 or bfloat16; a and b
+    may be transposed views (b = w.t() is nn.Linear's layout), f32
+    accumulation, the result [m, n] in their dtype."""
+    if _foreign(a):
+        f = _Foreign(a, device, stream)
+        va, vb = f.view(a, "a"), f.view(b, "b")
+        if len(va.shape) != 2 or len(vb.shape) != 2:
+            raise ValueError("gemm: a and b must be 2-D")
+        o, vo = f.out(out, (va.shape[0], vb.shape[1]), va.dtype)
+        calls.gemm(va, vb, vo, float(alpha), 0.0, f.stream)
+        return o
+    a, b = _from_dlpack(a), _from_dlpack(b)
+    _check((a, b), ("a", "b"), _FLOATS[:2])
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"gemm: a and b must be 2-D, not {a.dim()}-D and {b.dim()}-D")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"gemm: a is {tuple(a.shape)} and b is {tuple(b.shape)}: inner sizes differ")
+    return _ops().gemm(a, b, float(alpha))
+
+
+def add(x, y, *, out=None, device=None, stream=None):
+    """x + y, same shape and dtype (no broadcasting)."""
+    if _foreign(x):
+        f = _Foreign(x, device, stream)
+        vx, vy = f.view(x, "x"), f.view(y, "y")
+        o, vo = f.out(out, vx.shape, vx.dtype)
+        calls.add(vx, vy, vo, f.stream)
+        return o
+    x, y = _from_dlpack(x), _from_dlpack(y)
+    _check((x, y), ("x", "y"))
+    _same_shape(x, y, "x", "y")
+    return _ops().add(x, y)
+
+
+def _approximate(approximate):
+    if approximate not in calls.GELU:
+        raise ValueError(f"approximate must be 'none' or 'tanh', not {approximate!r}")
+
+
+def gelu(x, approximate="none", *, out=None, device=None, stream=None):
+    """GeLU, exact ('none') or the tanh approximation, as torch.nn.functional.gelu."""
+    _approximate(approximate)
+    if _foreign(x):
+        f = _Foreign(x, device, stream)
+        vx = f.view(x, "x")
+        o, vo = f.out(out, vx.shape, vx.dtype)
+        calls.gelu(vx, vo, approximate, f.stream)
+        return o
+    x = _from_dlpack(x)
+    _check((x,), ("x",))
+    return _ops().gelu(x, approximate)
+
+
+def gelu_backward(dy, x, approximate="none"):
+    """dy * gelu'(x) (torch tensors)."""
+    _approximate(approximate)
+    _check((dy, x), ("dy", "x"))
+    _same_shape(x, dy, "x", "dy")
+    return _ops().gelu_backward(dy, x, approximate)
+
+
+def _glu(act, a, b, out, device, stream):
+    if _foreign(a):
+        f = _Foreign(a, device, stream)
+        va = f.view(a, "a")
+        if b is None:
+            if not va.shape or va.shape[-1] % 2:
+                raise ValueError(f"a: the last dimension must be even to split it in halves, not {va.shape}")
+            c = va.shape[-1] // 2
+            vb = type(va)(va.ptr + c * (2 if va.dtype == "f16" else 4), va.shape[:-1] + (c,), va.strides,
+                          va.dtype, va.device)
+            va = type(va)(va.ptr, vb.shape, va.strides, va.dtype, va.device)
+        else:
+            vb = f.view(b, "b")
+        o, vo = f.out(out, va.shape, va.dtype)
+        calls.glu(va, vb, vo, act, f.stream)
+        return o
+    a = _from_dlpack(a)
+    if b is None:
+        _check((a,), ("a",))
+        if a.dim() == 0 or a.shape[-1] % 2:
+            raise ValueError(f"a: the last dimension must be even to split it in halves, not {tuple(a.shape)}")
+        return _ops().glu_fused(a, act)
+    b = _from_dlpack(b)
+    _check((a, b), ("a", "b"))
+    _same_shape(a, b, "a", "b")
+    return _ops().glu(a, b, act)
+
+
+def swiglu(a, b=None, *, out=None, device=None, stream=None):
+    """silu(a) * b.  With b None, a is [..., 2 c], the fused up-projection of an
+    LLM MLP: its first half the gate, its second half the up value."""
+    return _glu("swiglu", a, b, out, device, stream)
+
+
+def geglu(a, b=None, approximate="none", *, out=None, device=None, stream=None):
+    """gelu(a) * b (exact, or approximate='tanh'); b None as in swiglu."""
+    _approximate(approximate)
+    return _glu("geglu" if approximate == "none" else "geglu_tanh", a, b, out, device, stream)
+
+
+def glu_backward(a, b, dout, act="swiglu"):
+    """(da, db) of act(a) * b from dout; act is 'swiglu', 'geglu' or 'geglu_tanh' (torch tensors)."""
+    _check((a, b, dout), ("a", "b", "dout"))
+    _same_shape(a, b, "a", "b")
+    _same_shape(a, dout, "a", "dout")
+    if act not in calls.GLU:
+        raise ValueError(f"act must be one of {', '.join(calls.GLU)}, not {act!r}")
+    return _ops().glu_backward(a, b, dout, act)
+
+
+def _signed64(v, name):
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v  # the op schema's int is int64: same bits
+
+
+def _dropout_p(p):
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
+        raise ValueError(f"dropout: p must be a number in [0, 1), not {p!r}")
+    return float(p)
+
+
+def dropout(x, p, seed, offset=0, *, out=None, device=None, stream=None):
+    """x / (1 - p) where the Philox draw of (seed, offset, i) keeps element i,
+    else 0; no mask is stored (the same seed and offset give the same mask).
+    A caller drawing fresh masks advances offset by ceil(numel / 4) a call."""
+    p = _dropout_p(p)
+    seed, offset = _signed64(seed, "seed"), _signed64(offset, "offset")
+    if _foreign(x):
+        f = _Foreign(x, device, stream)
+        vx = f.view(x, "x")
+        o, vo = f.out(out, vx.shape, vx.dtype)
+        calls.dropout(vx, vo, p, seed, offset, f.stream)
+        return o
+    x = _from_dlpack(x)
+    _check((x,), ("x",))
+    return _ops().dropout(x, p, seed, offset)
+
+
+def dropout_backward(dy, p, seed, offset=0):
+    """dy * mask / (1 - p), the mask of dropout(x, p, seed, offset) (torch tensors)."""
+    p = _dropout_p(p)
+    _check((dy,), ("dy",))
+    return _ops().dropout_backward(dy, p, _signed64(seed, "seed"), _signed64(offset, "offset"))
+
+
+def _last_dim(dim, ndim):
+    if dim not in (-1, ndim - 1):
+        raise ValueError(f"ktune reduces over the last dimension only, not dim={dim}")
+
+
+def softmax(x, dim=-1, *, out=None, device=None, stream=None):
+    """softmax over the last dimension."""
+    if _foreign(x):
+        f = _Foreign(x, device, stream)
+        vx = f.view(x, "x")
+        _last_dim(dim, len(vx.shape))
+        o, vo = f.out(out, vx.shape, vx.dtype)
+        calls.softmax(vx, vo, f.stream)
+        return o
+    x = _from_dlpack(x)
+    _check((x,), ("x",))
+    _last_dim(dim, x.dim())
+    return _ops().softmax(x)
+
+
+def softmax_backward(y, dy):
+    """y * (dy - sum over the last dimension of y * dy), from softmax's output y (torch tensors)."""
+    _check((y, dy), ("y", "dy"))
+    _same_shape(y, dy, "y", "dy")
+    return _ops().softmax_backward(y, dy)
+
+
+def _vector(w, x, name, fill):
+    """The weight or bias of a norm: x's dtype (a cast, differentiable), or
+    `fill` where None (libktune needs both)."""
+    t = _torch()
+    cols = x.shape[-1]
+    if w is None:
+        return t.full((cols,), fill, dtype=x.dtype, device=x.device)
+    if not _is_tensor(w):
+        raise TypeError(f"{name}: expected a torch.Tensor, not {type(w).__name__}")
+    if tuple(w.shape) != (cols,):
+        raise ValueError(f"{name}: shape {tuple(w.shape)} where ({cols},), the last dimension of x, is needed")
+    if w.device != x.device:
+        raise ValueError(f"{name}: on {w.device}, x on {x.device}")
+    return w if w.dtype == x.dtype else w.to(x.dtype)
+
+
+def _eps(eps):
+    if not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a number >= 0, not {eps!r}")
+    return float(eps)
+
+
+def rms_norm(x, weight=None, eps=1e-6, residual=None, *, out=None, device=None, stream=None):
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dimension.  With
+    residual, h = x + residual is normalised instead and (y, h) returned:
+    h is the next layer's residual stream, from one kernel."""
+    eps = _eps(eps)
+    if _foreign(x):
+        f = _Foreign(x, device, stream)
+        vx = f.view(x, "x")
+        if not vx.shape:
+            raise ValueError("x: a 0-d array has no rows")
+        vw, = _norm_vectors(f, vx, [(weight, "weight")])
+        o, vo = f.out(out, vx.shape, vx.dtype)
+        rows = math.prod(vx.shape[:-1])
+        if residual is None:
+            calls.rmsnorm(vx, vw, vo, _rstd(f, rows), eps, stream=f.stream)
+            return o
+        h, vh = f.out(None, vx.shape, vx.dtype, "h")
+        calls.rmsnorm(vx, vw, vo, _rstd(f, rows), eps, f.view(residual, "residual"), vh, f.stream)
+        return o, h
+    x = _from_dlpack(x)
+    _check((x,), ("x",))
+    if x.dim() == 0:
+        raise ValueError("x: a 0-d tensor has no rows")
+    w = _vector(weight, x, "weight", 1.0)
+    if residual is None:
+        return _ops().rms_norm(x, w, eps)[0]
+    residual = _from_dlpack(residual)
+    _check((x, residual), ("x", "residual"))
+    _same_shape(x, residual, "x", "residual")
+    y, h, _ = _ops().rms_norm_residual(x, residual, w, eps)
+    return y, h
+
+
+def rms_norm_backward(h, weight, rstd, dy):
+    """(dx, dweight) of rms_norm from dy, the normalised input h (x, or x +
+    residual) and the forward's rstd (float32, one a row) (torch tensors)."""
+    _check((h, weight, dy), ("h", "weight", "dy"))
+    _check((rstd,), ("rstd",), ("torch.float32",))
+    return _ops().rms_norm_backward(h, weight, rstd, dy)
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, out=None, device=None, stream=None):
+    """(x - mean) * rsqrt(var + eps) * weight + bias over the last dimension
+    (weight None: ones; bias None: zeros)."""
+    eps = _eps(eps)
+    if _foreign(x):
+        f = _Foreign(x, device, stream)
+        vx = f.view(x, "x")
+        if not vx.shape:
+            raise ValueError("x: a 0-d array has no rows")
+        vw, vb = _norm_vectors(f, vx, [(weight, "weight"), (bias, "bias")])
+        o, vo = f.out(out, vx.shape, vx.dtype)
+        rows = math.prod(vx.shape[:-1])
+        calls.layernorm(vx, vw, vb, vo, _rstd(f, rows),
+                        _rstd(f, rows), eps, f.stream)
+        return o
+    x = _from_dlpack(x)
+    _check((x,), ("x",))
+    if x.dim() == 0:
+        raise ValueError("x: a 0-d tensor has no rows")
+    return _ops().layer_norm(x, _vector(weight, x, "weight", 1.0), _vector(bias, x, "bias", 0.0), eps)[0]
+
+
+def layer_norm_backward(x, weight, mean, rstd, dy):
+    """(dx, dweight, dbias) of layer_norm from dy, x and the forward's mean and
+    rstd (float32, one a row) (torch tensors)."""
+    _check((x, weight, dy), ("x", "weight", "dy"))
+    _check((mean, rstd), ("mean", "rstd"), ("torch.float32",))
+    return _ops().layer_norm_backward(x, weight, mean, rstd, dy)
