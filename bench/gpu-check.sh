@@ -17,6 +17,21 @@
 #          over the shipped tuning (so that it tunes what the file lacks), verify
 #          and bench of each, and the ops against PyTorch and Liger
 #          (bench/ops/rowwise.py); ROWWISE_STEPS picks among test, sweep, peers
+#   random GEMM keys nobody tuned (bench/random: 64 keys, seed 2026) against cuBLAS,
+#          on a fresh database (the shipped tuning only); then each key tuned by
+#          'ktune tune' (its default, --top 32) with an empty compile cache, each
+#          tune timed; then the keys timed again.  About 15 minutes on an H100.
+#          Its parts, for a limit of 10 minutes a command (on one machine: the
+#          database is RANDOM_DB, default /tmp/ktune-random.db):
+#            random-untuned  the first timing (fresh database), 2-4 minutes
+#            random-tune     the tunes, resuming after those done, stopping by
+#                            itself after RANDOM_BUDGET s (default 540): run it
+#                            until it no longer says "keys left"
+#            random-tuned    the timing after the tunes, 2-3 minutes
+#            random-full     'ktune tune --top 0' of each key (every candidate),
+#                            then a third timing (RANDOM_FULL=1 adds it to random)
+#          RANDOM_KEYS sets the count.  Writes random-{untuned,tuned,full}.{md,csv},
+#          random-tune-times.csv, random-tune.log, random.log
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -152,6 +167,64 @@ for step in $steps; do
 				;;
 			esac
 		done
+		;;
+	random | random-untuned | random-tune | random-tuned | random-full)
+		# the keys are fixed by the seed, so every part times the same ones
+		RDB=${RANDOM_DB:-/tmp/ktune-random.db}
+		NKEYS=${RANDOM_KEYS:-64}
+		$B/bench/random --list --keys "$NKEYS" >"$OUT/random-keys.txt"
+		case $step in random | random-untuned)
+			rm -f "$RDB"* "$OUT/random-tune-times.csv" "$OUT/random-tune.log" # a fresh start
+			run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-untuned.csv" \
+				--md "$OUT/random-untuned.md" --title "untuned (a fresh database: the shipped tuning only)"
+		esac
+		case $step in random | random-tune)
+			# each key tuned as a user would on a fresh machine, with an empty compile cache
+			# of its own; resumes after the keys already tuned, stops after RANDOM_BUDGET s
+			times=$OUT/random-tune-times.csv
+			[ -s "$times" ] || echo "dtype,layout,m,n,k,class,exit,seconds" >"$times"
+			echo "\$ ktune tune gemm ... (each of the $NKEYS keys, an empty compile cache each)" | tee -a "$OUT/random.log"
+			started=$SECONDS left=0
+			while read -r dtype layout m n k class _; do
+				grep -q "^$dtype,$layout,$m,$n,$k,$class," "$times" && continue
+				if [ $((SECONDS - started)) -ge "${RANDOM_BUDGET:-540}" ]; then
+					left=$((left + 1))
+					continue
+				fi
+				cache=$(mktemp -d /tmp/ktune-random-cache-XXXXXX)
+				t0=$(date +%s.%N)
+				XDG_CACHE_HOME=$cache $B/ktune tune gemm --db "$RDB" -m "$m" -n "$n" -k "$k" --dtype "$dtype" \
+					--layout "$layout" --"$class" </dev/null >>"$OUT/random-tune.log" 2>&1
+				rc=$?
+				t1=$(date +%s.%N)
+				[ "$rc" = 0 ] || status=1
+				echo "$dtype,$layout,$m,$n,$k,$class,$rc,$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+					>>"$times"
+				rm -rf "$cache"
+			done <"$OUT/random-keys.txt"
+			[ "$left" = 0 ] || echo "random-tune: $left keys left after ${RANDOM_BUDGET:-540} s: run the step again" |
+				tee -a "$OUT/random.log"
+			# the distribution of tune times (issue 25: each within 10 s on a 16-core machine)
+			tail -n +2 "$times" | cut -d, -f8 | sort -n | awk -v cores="$(nproc)" '
+				{ t[NR] = $1; sum += $1; if ($1 > 10) over++ }
+				END { if (!NR) exit; printf "tune times, empty compile cache, %d keys, %d cores: min %.1f s, median %.1f s, " \
+					"p90 %.1f s, max %.1f s, mean %.1f s; %d over 10 s\n", NR, cores, t[1], t[int((NR + 1) / 2)], \
+					t[int(0.9 * NR + 0.999)], t[NR], sum / NR, over }' | tee -a "$OUT/random.log"
+			awk -F, 'NR > 1 && $7 != 0 { bad++ } END { printf "tunes that failed: %d\n", bad }' "$times" |
+				tee -a "$OUT/random.log"
+		esac
+		case $step in random | random-tuned)
+			run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-tuned.csv" \
+				--md "$OUT/random-tuned.md" --title "after 'ktune tune' of each key (--top 32, the default)"
+		esac
+		if [ "$step" = random-full ] || { [ "$step" = random ] && [ -n "${RANDOM_FULL:-}" ]; }; then
+			while read -r dtype layout m n k class _; do
+				$B/ktune tune gemm --db "$RDB" -m "$m" -n "$n" -k "$k" --dtype "$dtype" --layout "$layout" \
+					--"$class" --top 0 </dev/null >>"$OUT/random-tune-full.log" 2>&1 || status=1
+			done <"$OUT/random-keys.txt"
+			run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-full.csv" \
+				--md "$OUT/random-full.md" --title "after 'ktune tune --top 0' of each key (every candidate)"
+		fi
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*

@@ -67,13 +67,34 @@ int main(int argc, char **argv)
 	if (rc || cfg.split_k != 1)
 		goto fail;
 	unsigned grid[3];
-	ktune__gemm_grid(&key, &cfg, grid);
 	int m32 = (int)n, n32 = (int)n, k32 = (int)n, group = cfg.group_size, split = 1;
 	long long ld = n;
 	float alpha = 1, beta = 0;
 	CUdeviceptr none = 0;
-	void *args[] = { &a, &b, &c, &m32, &n32, &k32, &ld, &ld, &ld, &alpha, &beta,
-			 &group, &split, &none, &none };
+	void *mma_args[] = { &a, &b, &c, &m32, &n32, &k32, &ld, &ld, &ld, &alpha, &beta,
+			     &group, &split, &none, &none };
+	/*
+	 * The wgmma family takes tensor maps: those ktune_gemm encoded for these
+	 * operands at the warm-up call, which the kernel keeps, and the
+	 * persistent grid its launch computes (gemm_api.c's launch_wgmma).
+	 */
+	CUtensorMap map_a, map_b, map_c;
+	void *wgmma_args[] = { &map_a, &map_b, &map_c, &c, &m32, &n32, &k32, &ld, &alpha, &beta,
+			       &group, &split, &none, &none };
+	void **args = mma_args;
+	if (cfg.family == KTUNE_GEMM_WGMMA) {
+		if (!kernel->maps) {
+			fprintf(stderr, "overhead: no tensor maps kept from the warm-up call\n");
+			return 1;
+		}
+		map_a = kernel->maps->map_a;
+		map_b = kernel->maps->map_b;
+		map_c = kernel->maps->map_c;
+		ktune__gemm_wgmma_grid(&key, &cfg, cfg.cluster_m > 1 ? kernel->max_clusters : ctx->id.sm_count, grid);
+		args = wgmma_args;
+	} else {
+		ktune__gemm_grid(&key, &cfg, grid);
+	}
 
 	for (int round = 0; round < BATCHES; round++) {
 		double t0 = ktune__now();
@@ -93,8 +114,8 @@ int main(int argc, char **argv)
 	}
 	qsort(t_ktune, BATCHES, sizeof(double), cmp);
 	qsort(t_raw, BATCHES, sizeof(double), cmp);
-	printf("host time per call, median of %d batches of %d (64x64x64 f16 nt, served by '%s'):\n",
-	       BATCHES, BATCH, source);
+	printf("host time per call, median of %d batches of %d (64x64x64 f16 nt, served by '%s', %s):\n",
+	       BATCHES, BATCH, source, ktune__gemm_family_name(cfg.family));
 	printf("  cuLaunchKernel:  %.2f us\n", t_raw[BATCHES / 2]);
 	printf("  ktune_gemm:      %.2f us\n", t_ktune[BATCHES / 2]);
 	printf("  overhead:        %.2f us\n", t_ktune[BATCHES / 2] - t_raw[BATCHES / 2]);

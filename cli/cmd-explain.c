@@ -117,18 +117,23 @@ static void print_lines(const char *label, const char *text)
 static void print_dispatch(const struct ktune_explain *x)
 {
 	const struct ktune_dispatch_explain *d = &x->dispatch;
+	/* ktune's config: a tuned entry's, or a fallback's (nearest, model, default); cuBLAS may serve instead */
+	int blas = is(d->source, "cublas");
+	const char *mine = blas ? "  <- ktune's (cuBLAS serves instead)" : "  <- serves";
 	for (int s = 0; s < 3; s++) {
 		const struct ktune_dispatch_step *st = &d->steps[s];
 		printf("%-10s %-8s %s%s%s\n", s ? "" : "dispatch", st->source, st->found ? st->config : "-",
-		       st->used ? "  <- serves" : "", st->found && !st->used ? "  (not used here)" : "");
+		       st->used ? mine : "", st->found && !st->used ? "  (not used here)" : "");
 	}
-	int tuned = is(d->source, "exact") || is(d->source, "arch") || is(d->source, "shipped");
+	int tuned = is(d->own, "exact") || is(d->own, "arch") || is(d->own, "shipped");
 	if (!tuned) {
 		char from[128];
 		ktune__key_format(&d->from, from, sizeof(from));
-		printf("%-10s %-8s %s  <- serves%s%s%s\n", "", d->source, d->config, d->borrowed ? " (from " : "",
+		printf("%-10s %-8s %s%s%s%s%s\n", "", d->own, d->config, mine, d->borrowed ? " (from " : "",
 		       d->borrowed ? from : "", d->borrowed ? ")" : "");
 	}
+	if (blas)
+		printf("%-10s %-8s %s\n", "", "cublas", "<- serves");
 	printf("%-10s %d entries of this GPU, %d of other %s GPUs, %d shipped%s%s%s\n", "", d->sources.from_device,
 	       d->sources.from_arch, x->device.id.arch, d->sources.from_shipped, d->sources.shipped_names[0] ? " (" : "",
 	       d->sources.shipped_names, d->sources.shipped_names[0] ? ")" : "");
@@ -165,24 +170,30 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 		return;
 
 	/* the candidates: how many, and what became of each */
-	int n_ok = 0, n_wrong = 0, n_spill = 0, n_failed = 0;
+	int n_ok = 0, n_wrong = 0, n_spill = 0, n_failed = 0, n_untried = 0, n_bound = 0;
 	for (int i = 0; i < x->ntrials; i++) {
 		const char *st = x->trials[i].status;
+		int untried = ktune__trial_untried(&x->trials[i]);
 		n_ok += is(st, KTUNE_TRIAL_OK);
 		n_wrong += is(st, KTUNE_TRIAL_WRONG);
-		n_spill += is(st, KTUNE_TRIAL_PRUNED);
+		n_spill += is(st, KTUNE_TRIAL_PRUNED) && !untried;
+		n_untried += untried;
+		n_bound += untried && !strncmp(x->trials[i].message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND));
 	}
-	n_failed = x->ntrials - n_ok - n_wrong - n_spill;
+	n_failed = x->ntrials - n_ok - n_wrong - n_spill - n_untried;
 	printf("%-10s #%lld %s: %s %s in %.1f s\n", "tuning", t->id, t->created_at,
 	       is(t->outcome, KTUNE_TUNED) ? "tuned" : "no candidate was right:", t->winner[0] ? t->winner : "nothing stored",
 	       t->tune_s);
 	printf("%-10s %d tried: %d ok, %d wrong, %d failed, %d pruned after compiling; %d skipped (failed before)\n", "",
 	       t->candidates, n_ok, n_wrong, n_failed, n_spill, t->known_bad);
+	if (n_untried)
+		printf("%-10s %d left untried by the model's order (--top): %d beyond its cut, %d unable to win by its "
+		       "bound\n", "", n_untried, n_untried - n_bound, n_bound);
 	int admitted = x->space - x->pruned_now;
 	printf("%-10s %d of the %d configs here left out before compiling", "", t->pruned, x->space);
-	if (t->budget > 0 && admitted > t->candidates + t->known_bad)
+	if (t->budget > 0 && admitted > t->candidates + n_untried + t->known_bad)
 		printf(" (%d pruned, %d not drawn by --budget %d)", x->pruned_now,
-		       admitted - t->candidates - t->known_bad, t->budget);
+		       admitted - t->candidates - n_untried - t->known_bad, t->budget);
 	printf("\n");
 	for (int i = 0; i < x->nprunes && (all || i < SCREEN_ROWS); i++)
 		printf("%-10s %5d  %s%s%s\n", i ? "" : "pruned", x->prunes[i].count, x->prunes[i].reason,
@@ -190,11 +201,11 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 	if (!all && x->nprunes > SCREEN_ROWS)
 		printf("%-10s        ... %d reasons more (--all)\n", "", x->nprunes - SCREEN_ROWS);
 
-	/* every candidate that did not run right, with what happened */
+	/* every candidate that did not run right, with what happened (the untried below) */
 	int shown = 0;
 	for (int i = 0; i < x->ntrials; i++) {
 		const struct ktune_trial *tr = &x->trials[i];
-		if (is(tr->status, KTUNE_TRIAL_OK))
+		if (is(tr->status, KTUNE_TRIAL_OK) || ktune__trial_untried(tr))
 			continue;
 		if (!all && shown == 2 * SCREEN_ROWS) {
 			printf("%-10s ... %d more (--all)\n", "", n_wrong + n_failed + n_spill - shown);
@@ -212,6 +223,20 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 		else if (msg[0])
 			printf("%-10s %-13s %.120s\n", "", "", msg);
 	}
+
+	/* the candidates the model's order left untried, the likeliest first (--all: with the model's figures) */
+	int listed = 0;
+	for (int i = 0; i < x->ntrials && (all || listed < SCREEN_ROWS); i++) {
+		const struct ktune_trial *tr = &x->trials[i];
+		if (!ktune__trial_untried(tr))
+			continue;
+		int bound = !strncmp(tr->message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND));
+		printf("%-10s %-13s %s\n", listed++ ? "" : "untried", bound ? "bound" : "beyond cut", tr->config);
+		if (all)
+			printf("%-10s %-13s %.200s\n", "", "", tr->message);
+	}
+	if (!all && n_untried > listed)
+		printf("%-10s ... %d more (--all)\n", "", n_untried - listed);
 
 	/* the fastest by the screen, with their ratio to the baseline */
 	int *order = malloc((size_t)(x->ntrials + 1) * sizeof(*order)), nrank = 0;
@@ -359,7 +384,7 @@ static void print_json(const struct ktune_explain *x, const char *from)
 		json_str(d->steps[s].config);
 		printf(", \"used\": %s}", d->steps[s].used ? "true" : "false");
 	}
-	printf("], \"serves\": \"%s\", \"config\": ", d->source);
+	printf("], \"serves\": \"%s\", \"own\": \"%s\", \"config\": ", d->source, d->own);
 	json_str(d->config);
 	printf(", \"from\": ");
 	if (d->borrowed)
@@ -468,7 +493,7 @@ int cmd_explain(int argc, char **argv, struct cli *cli)
 	struct ktune_err e;
 	const char *gpu = NULL, *arch = NULL, *from = "";
 	char *db_path = NULL;
-	long aligned = 1, sm_count = 0;
+	long aligned = -1, sm_count = 0; /* -1: the class ktune tune takes */
 	int c, rc, bad, json = 0, all = 0;
 
 	const struct ktune_op *op = cli_key_op("explain", argc, argv, &bad);
@@ -515,7 +540,8 @@ int cmd_explain(int argc, char **argv, struct cli *cli)
 	}
 	if ((rc = cli_key_make("explain", op, &args, argc, argv, &key)))
 		return rc;
-	key.aligned = (int)aligned;
+	/* GEMM's class as ktune tune takes it: that of packed operands (rows not a multiple of 8: unaligned) */
+	key.aligned = aligned >= 0 ? (int)aligned : ktune__op_is_gemm(op) ? ktune__gemm_packed_aligned(&key) : 1;
 	if (cli_db_path(cli, &db_path))
 		return EXIT_USAGE;
 	if ((rc = cli_pick_device("explain", cli, db_path, gpu, arch, (int)sm_count, &key, &dev, &from)))

@@ -11,6 +11,7 @@ static void print_gpu(const struct cli *cli, const char *db_path)
 {
 	struct ktune_device_info dev;
 	struct ktune_dispatch_sources src;
+	struct ktune_fallback_info fb;
 	struct ktune_err e;
 	ktune_ctx *ctx;
 
@@ -26,6 +27,7 @@ static void print_gpu(const struct cli *cli, const char *db_path)
 	}
 	ktune__ctx_device_info(ctx, &dev);
 	ktune__ctx_dispatch_sources(ctx, &src);
+	ktune__ctx_fallback(ctx, &fb);
 	ktune_close(ctx);
 	printf("gpu:          %s (device %d)\n", dev.id.name, cli->device);
 	printf("arch:         %s\n", dev.id.arch);
@@ -34,11 +36,21 @@ static void print_gpu(const struct cli *cli, const char *db_path)
 	printf("smem/block:   %d KiB (opt-in)\n", dev.smem_optin / 1024);
 	printf("l2:           %d MiB\n", dev.l2_bytes >> 20);
 	printf("driver:       CUDA %d.%d\n", dev.driver_version / 1000, dev.driver_version % 1000 / 10);
+	if (dev.mem_gbps > 0)
+		printf("dram:         %.0f GB/s (the GEMM model's bandwidth: 90%% of the memory clock's)\n",
+		       dev.mem_gbps);
 	/* a shipped file per GPU: those tuned on this one serve first */
 	printf("sources:      database: %d entries for this GPU, %d from other %s GPUs; "
 	       "shipped: %d entries, %d tuned on this GPU%s%s%s\n", src.from_device, src.from_arch,
 	       dev.id.arch, src.from_shipped, src.shipped_here, src.shipped_names[0] ? " (" : "",
 	       src.shipped_names, src.shipped_names[0] ? ")" : "");
+	/* GEMM keys nobody tuned (docs/gemm.md) */
+	if (fb.cublas[0])
+		printf("untuned:      KTUNE_FALLBACK=%s: a neighbour of the regime, the model's pick, or cuBLAS %s "
+		       "where ktune has no good answer\n", fb.policy, fb.cublas);
+	else
+		printf("untuned:      KTUNE_FALLBACK=%s: a neighbour of the regime or the model's pick%s\n", fb.policy,
+		       strcmp(fb.policy, "model") ? " (cuBLAS not found)" : "");
 }
 
 int cmd_info(int argc, char **argv, struct cli *cli)

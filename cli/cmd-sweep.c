@@ -21,6 +21,11 @@ int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tun
 			return -1;
 		o->budget = (int)v;
 		return 1;
+	case 'O':
+		if (cli_parse_int(name, "--top", arg, 0, 100000, &v))
+			return -1;
+		o->top = (int)v;
+		return 1;
 	case 's':
 		if (cli_parse_int(name, "--seed", arg, 0, 0x7fffffff, &v))
 			return -1;
@@ -113,6 +118,7 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 	static const struct option opts[] = {
 		CLI_COMMON_OPTIONS,
 		{ "budget", required_argument, NULL, 'b' },
+		{ "top", required_argument, NULL, 'O' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "jobs", required_argument, NULL, 'j' },

@@ -39,6 +39,9 @@ static void print_result(const struct ktune_op *op, const struct ktune_key *key,
 	}
 	printf("candidates: %d timed (%d ok, %d wrong, %d failed, %d pruned) in %.1f s\n",
 	       r->candidates, rep->ok, rep->wrong, rep->failed, rep->pruned, r->tune_s);
+	if (rep->untried)
+		printf("untried:    %d candidates by the model's rank and bound (--top 0 tries every one)\n",
+		       rep->untried);
 	if (rep->known_bad)
 		printf("skipped:    %d configs that failed before (--retry-failed tries them)\n",
 		       rep->known_bad);
@@ -50,6 +53,9 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		CLI_COMMON_OPTIONS,
 		{ "dtype", required_argument, NULL, 't' },
 		{ "budget", required_argument, NULL, 'b' },
+		{ "top", required_argument, NULL, 'O' },
+		{ "aligned", no_argument, NULL, 'A' },
+		{ "unaligned", no_argument, NULL, 'U' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'P' },
@@ -59,7 +65,9 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 	};
 	enum { NFIXED = sizeof(fixed) / sizeof(fixed[0]) };
 	struct option opts[NFIXED + CLI_KEY_MAX_FIELDS + 1];
-	struct ktune_tune_options o = { .seed = 1, .force = 1, .progress = isatty(2) ? stderr : NULL };
+	struct ktune_tune_options o = { .seed = 1, .force = 1, .progress = isatty(2) ? stderr : NULL,
+					.top = KTUNE_TUNE_TOP };
+	int klass = -1; /* GEMM's alignment class: -1 the packed problem's, 1 --aligned, 0 --unaligned */
 	struct cli_key_args args = { .has_dtype = 0 };
 	struct ktune_key key;
 	struct ktune_tuner *t = NULL;
@@ -76,6 +84,10 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		int r = cli_common("tune", c, optarg, cli);
 		if (!r)
 			r = cli_tune_option("tune", c, optarg, &o);
+		if (!r && (c == 'A' || c == 'U')) {
+			klass = c == 'A';
+			r = 1;
+		}
 		if (!r)
 			r = cli_key_option("tune", op, c, optarg, &args);
 		if (r < 0)
@@ -85,6 +97,10 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 	}
 	if ((rc = cli_key_make("tune", op, &args, argc, argv, &key)))
 		return rc;
+	if (klass >= 0 && !ktune__op_is_gemm(op))
+		return cli_usage_error("tune", "--aligned and --unaligned are GEMM's");
+	if (ktune__op_is_gemm(op))
+		key.aligned = klass >= 0 ? klass : ktune__gemm_packed_aligned(&key);
 	if ((rc = cli_need_gpu()))
 		return rc;
 	if (ktune__tuner_open(cli->db_path, cli->device, cli_worker_exe(), &t, &e))

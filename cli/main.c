@@ -71,7 +71,8 @@ const struct cmd cli_commands[] = {
 	  "two full measurements; the winner and the baseline in turns; the runoff; and\n"
 	  "the group picks that weighed the key since, with their decisions.  Reads the\n"
 	  "database only; needs no GPU.\n\n"
-	  "  --aligned 0|1    the key's alignment class (default 1: 16-byte aligned)\n"
+	  "  --aligned 0|1    the key's alignment class (default: as 'ktune tune' takes it;\n"
+	  "                   GEMM that of packed operands, the other ops 1: 16-byte aligned)\n"
 	  "  --gpu NAME       the GPU to explain for: one whose name contains NAME, among\n"
 	  "                   the database's and the shipped tuning's (default: this GPU,\n"
 	  "                   else the one GPU known, or the one that tuned the key)\n"
@@ -129,9 +130,10 @@ const struct cmd cli_commands[] = {
 	{ "show", cmd_show, "list the tuned entries",
 	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
 	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",
-	  "usage: ktune sweep [SPEC.yaml | --misses FILE | --from-db] [--budget N] [--force]\n"
-	  "                   [--retry-failed] [--seed N] [--jobs N] [--progress] [--timeout S]\n"
-	  "                   [--compile-timeout S] [--devices 0,1,...] [--no-group-pick]\n\n"
+	  "usage: ktune sweep [SPEC.yaml | --misses FILE | --from-db] [--budget N] [--top N]\n"
+	  "                   [--force] [--retry-failed] [--seed N] [--jobs N] [--progress]\n"
+	  "                   [--timeout S] [--compile-timeout S] [--devices 0,1,...]\n"
+	  "                   [--no-group-pick]\n\n"
 	  "Tunes the keys a spec lists and stores the best configuration of each in the\n"
 	  "database.  With --misses or --from-db, tunes exactly the keys that programs were\n"
 	  "served without a tuned entry, as they recorded them (KTUNE_RECORD).\n"
@@ -150,6 +152,10 @@ const struct cmd cli_commands[] = {
 	  "  --from-db     the misses recorded into the database (KTUNE_RECORD=db) on\n"
 	  "                this GPU's model (with --devices, on any of theirs)\n"
 	  "  --budget N    at most N candidates per key (random sample; default: all)\n"
+	  "  --top N       GEMM: compile and screen only the candidates of the N kernels\n"
+	  "                the performance model ranks best (and the best of each tile\n"
+	  "                shape), the likeliest first, until the rest cannot win by the\n"
+	  "                model's bound (default 0: every candidate)\n"
 	  "  --force       retune keys that are already tuned\n"
 	  "  --retry-failed  also try configs that failed for a key before (failed to\n"
 	  "                compile or launch, or computed wrong numbers, with the same\n"
@@ -181,13 +187,21 @@ const struct cmd cli_commands[] = {
 	{ "tune", cmd_tune, "tune one key of an op and compare it with its baseline",
 	  "usage: ktune tune OP --FIELD VALUE... [--dtype D] [--budget N] [--retry-failed]\n"
 	  "                  [--seed N] [--jobs N] [--progress] [--timeout S] [--compile-timeout S]\n"
-	  "       ktune tune gemm -m M -n N -k K [--layout nn|nt|tn|tt] [--dtype f16|bf16]\n\n"
+	  "       ktune tune gemm -m M -n N -k K [--layout nn|nt|tn|tt] [--dtype f16|bf16]\n"
+	  "                  [--top N] [--aligned|--unaligned]\n\n"
 	  "Tunes one key (always, even if tuned before), stores the winner, and prints its\n"
 	  "config, time, rate and error with its baseline measured in the same run: cuBLAS\n"
 	  "for GEMM, the copy of as many bytes for the memory-bound ops.  Sizes are tuned\n"
 	  "in the op's buckets (the elementwise ops: the next power of two).  Defaults: the\n"
 	  "op's first dtype (GEMM f16, the others bf16), each variant field's first value\n"
-	  "(GEMM: --layout nt).\n\n" COMMON },
+	  "(GEMM: --layout nt).\n\n"
+	  "GEMM tunes fast by default: the candidates of the " KTUNE_TUNE_TOP_TEXT " kernels the performance\n"
+	  "model ranks best (and the best of each tile shape) are compiled and screened\n"
+	  "in batches, the likeliest first, until the rest cannot win by the model's\n"
+	  "bound; '--top N' widens the cut, '--top 0' tries every candidate.  The alignment\n"
+	  "class is that of packed operands (rows not a multiple of 8 elements: unaligned);\n"
+	  "--aligned tunes the class of rows padded to multiples of 8, --unaligned that of\n"
+	  "misaligned pointers.\n\n" COMMON },
 	{ "verify", cmd_verify, "re-run stored variants against the reference",
 	  "usage: ktune verify [filters] [--seed N]\n\n"
 	  "Runs every stored result of this GPU's arch on fresh random inputs and checks\n"

@@ -6,8 +6,9 @@
  * then calls ktune_gemm() with device pointers; ktune looks the problem key up
  * in the tuning database and launches the tuned kernel variant (exact key,
  * else the same key tuned on another GPU of the same arch, else the tuning
- * shipped inside the library for the arch, else the nearest tuned key, else
- * a built-in default).
+ * shipped inside the library for the arch, else a tuned neighbour of the
+ * same regime, else the performance model's pick or, for keys ktune has no
+ * good answer for, cuBLAS: see ktune_last_dispatch()).
  *
  * The CUDA driver is loaded at run time: a program linked with libktune starts
  * on a machine without a GPU, and ktune_open() then fails with KTUNE_ERR_NO_DRIVER
@@ -89,6 +90,7 @@ KTUNE_API const char *ktune_status_name(ktune_status s);
  * and built-in defaults.  A path longer than the system allows is
  * KTUNE_ERR_INVALID.  The context
  * uses the device's primary context, so pointers from cudaMalloc work.
+ * KTUNE_FALLBACK (ktune_last_dispatch()) is read here.
  *
  * The environment may ask the context to record the keys it serves without
  * a tuned entry (KTUNE_RECORD, see ktune_record_misses) and to warm the
@@ -126,6 +128,9 @@ KTUNE_API const char *ktune_errmsg(const ktune_ctx *ctx);
  * primary context; any alignment works (aligned ones get the faster variant).
  * When beta is 0, C is not read (it may hold NaN).  `stream` is a CUstream or
  * cudaStream_t, NULL for the default stream; the call is asynchronous.
+ * The first call of a key compiles its kernel (or loads it from the cache),
+ * or loads cuBLAS where cuBLAS serves it (ktune_last_dispatch()); under
+ * KTUNE_FALLBACK=measure it may wait for the stream once.
  *
  * Returns KTUNE_OK, or KTUNE_ERR_INVALID for bad sizes or leading
  * dimensions, or another error with its detail in ktune_errmsg().
@@ -138,16 +143,36 @@ KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
 				  void *stream);
 
 /*
- * Where the last call on this thread (of any op, on any context) found its
- * configuration: "exact" (tuned on this GPU), "arch" (on another GPU of the
- * same arch), "shipped" (the tuning built into the library for the arch),
- * "nearest" (the closest tuned key) or "default".  A static string.
+ * What served the last call on this thread (of any op, on any context): a
+ * static string, one of
+ *
+ *   "exact"    the key tuned on this GPU
+ *   "arch"     the key tuned on another GPU of the same arch
+ *   "shipped"  the key in the tuning built into the library for the arch
+ *   "nearest"  a tuned neighbour of the same regime (GEMM: dtype, layout,
+ *              alignment class and M class; near in M, N, K; not slower at
+ *              this key by the performance model than its own pick)
+ *   "model"    GEMM: the config the performance model picks for the key
+ *   "cublas"   GEMM: cuBLAS (loaded at run time where installed), for keys
+ *              ktune has no good answer for: odd leading dimensions, whose
+ *              element-load kernels run several times slower than cuBLAS;
+ *              tuned configs measured below 0.95 of cuBLAS's speed
+ *   "default"  another op: its analytic default for the key's sizes
+ *
+ * The environment variable KTUNE_FALLBACK, read by ktune_open(), sets who
+ * serves GEMM keys without a tuned entry of their own: "auto" (the
+ * default: as above), "model" (never cuBLAS), "cublas" (cuBLAS wherever it
+ * loads), "measure" (as auto, then the first call of such a key times
+ * ktune's config and cuBLAS on its operands, waiting for the stream once,
+ * and keeps the faster for the key; not while the stream is captured into a
+ * graph).  Any other value makes ktune_open() fail with KTUNE_ERR_INVALID.
  */
 KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
 
 /*
  * Tune what is used.  A context counts every call of a key that it serves
- * without a tuned entry (by "nearest", "default" or another fallback):
+ * without a tuned entry of its own (by "nearest", "model", "cublas" or
+ * "default"; not a tuned key that cuBLAS serves because it measured faster):
  * the key is noted the first time it is resolved, and each later call adds
  * one to its count with an atomic add, with no lock held and no I/O.  When
  * asked, ktune_close saves those keys, so that `ktune sweep --misses FILE`

@@ -18,7 +18,7 @@ c_int64, c_float, c_char, c_int, c_uint64 = ctypes.c_int64, ctypes.c_float, ctyp
 vp, cvp, fp, ccp = ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
 
 # Each public function of include/ktune.h: (restype, argtypes), in header order.
-# tests/test_lib.py holds this table equal to the header's prototypes.
+# tests/test_package.py holds this table equal to the header's prototypes.
 SIGNATURES = {
     "ktune_version_number": (ctypes.c_uint, []),
     "ktune_version": (ccp, []),
@@ -30,6 +30,10 @@ SIGNATURES = {
     "ktune_gemm": (c_int, [vp, c_char, c_char, c_int64, c_int64, c_int64, c_float, cvp, c_int64, cvp,
                            c_int64, c_float, vp, c_int64, c_int, vp]),
     "ktune_last_dispatch": (ccp, [vp]),
+    "ktune_record_misses": (c_int, [vp, ccp]),
+    "ktune_save_misses": (c_int, [vp, ccp]),
+    "ktune_get_stats": (c_int, [vp, vp, ctypes.c_size_t]),
+    "ktune_warm": (c_int, [vp, c_int]),
     "ktune_add": (c_int, [vp, c_int64, cvp, cvp, vp, c_int, vp]),
     "ktune_gelu": (c_int, [vp, c_int64, cvp, vp, c_int, c_int, vp]),
     "ktune_gelu_backward": (c_int, [vp, c_int64, cvp, cvp, vp, c_int, c_int, vp]),

@@ -132,8 +132,8 @@ def sweep(spec=None, *, device=None, echo=False, **options):
 
 
 def last_dispatch(device=0):
-    """Where the last call on this thread found its configuration: "exact",
-    "arch", "shipped", "nearest" or "default" (ktune_last_dispatch)."""
+    """What served the last call on this thread: "exact", "arch", "shipped",
+    "nearest", "model", "cublas" or "default" (ktune_last_dispatch)."""
     from ._lib import library
     return library().last_dispatch(context.context(device)).decode()
 

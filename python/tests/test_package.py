@@ -19,6 +19,7 @@ C_TYPES = {
     "ktune_status": ctypes.c_int, "ktune_dtype": ctypes.c_int, "ktune_gelu_approx": ctypes.c_int,
     "ktune_glu_act": ctypes.c_int, "ktune_ctx *": ctypes.c_void_p, "ktune_ctx **": ctypes.POINTER(ctypes.c_void_p),
     "void *": ctypes.c_void_p, "char *": ctypes.c_char_p, "float *": ctypes.POINTER(ctypes.c_float),
+    "ktune_stats *": ctypes.c_void_p,
 }
 
 

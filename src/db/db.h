@@ -129,11 +129,11 @@ struct ktune_tuning {
 
 /*
  * A key that a program was served without a tuned entry (by "nearest",
- * "default", or another fallback), with the calls it took.
+ * "model", "cublas" or "default"), with the calls it took.
  */
 struct ktune_miss {
 	struct ktune_key key; /* as looked up: GEMM's exact sizes, another op's bucket */
-	char source[16];      /* what served it: "nearest", "default", ... */
+	char source[16];      /* what served it: "nearest", "model", "cublas", "default" */
 	int64_t calls;
 	char first_seen[32], last_seen[32]; /* ISO 8601 UTC in the database; "" elsewhere */
 };

@@ -98,27 +98,47 @@ int ktune__ew_prune(const struct ktune_key *key, const struct ktune_config *c, i
 	return 0;
 }
 
-struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct ktune_key *key)
+/* A config of the op's first family with these values (the space's nearest), the rest 0. */
+static struct ktune_config ew_config(const struct ktune_space *s, long vec, long unroll, long threads, long cache)
 {
 	struct ktune_config c = { .family = 0 };
-	const struct ktune_space *s = ktune__op_space(op, 0, NULL);
-	int size = ktune__dtype_size(key->dtype);
 	for (int i = 0; s && i < s->nparams; i++) {
 		const char *name = s->params[i].name;
-		long want = !strcmp(name, "VEC")       ? (key->aligned && size ? 16 / size : 1)
-			    : !strcmp(name, "UNROLL")  ? 2
-			    : !strcmp(name, "THREADS") ? 256
-			    : !strcmp(name, "CACHE")   ? 1
+		long want = !strcmp(name, "VEC")       ? vec
+			    : !strcmp(name, "UNROLL")  ? unroll
+			    : !strcmp(name, "THREADS") ? threads
+			    : !strcmp(name, "CACHE")   ? cache
 						       : 0;
 		c.v[i] = ktune__space_nearest(s, i, want);
 	}
 	return c;
 }
 
+struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct ktune_key *key, int sm_count)
+{
+	const struct ktune_space *s = ktune__op_space(op, 0, NULL);
+	int size = ktune__dtype_size(key->dtype);
+	long vec = key->aligned && size ? 16 / size : 1;
+	double elems = 1;
+	char why[160];
+
+	for (int f = 0; f < op->nfields; f++)
+		if (op->fields[f].dim >= 0)
+			elems *= (double)*ktune__key_dim((struct ktune_key *)key, op->fields[f].dim);
+	if (sm_count <= 0)
+		sm_count = 132;
+	/* two waves of 8 blocks an SM of 256 threads x 2 vectors, or smaller blocks */
+	int big = elems / vec >= 2.0 * 8 * sm_count * 256 * 2;
+	long cache = elems * size < 32.0 * (1 << 20);
+	struct ktune_config c = big ? ew_config(s, vec, 2, 256, cache) : ew_config(s, vec, 1, 128, cache);
+	if (op->prune && op->prune(key, &c, sm_count, why, sizeof(why)))
+		c = ew_config(s, vec, 1, 128, cache); /* the smallest block, which the prune always keeps */
+	return c;
+}
+
 struct ktune_config ktune__ew_default_config(const struct ktune_key *key, int sm_count)
 {
-	(void)sm_count;
-	return ktune__ew_default(ktune__op_of(key), key);
+	return ktune__ew_default(ktune__op_of(key), key, sm_count);
 }
 
 void ktune__ew_input_range(const struct ktune_key *key, int buf, double *lo, double *hi)

@@ -41,8 +41,16 @@ void ktune__ew_geometry(const struct ktune_config *c, int64_t nvec, int sm_count
 int ktune__ew_prune(const struct ktune_key *key, const struct ktune_config *c, int64_t nvec,
 		    char *why, size_t len);
 
-/* 16-byte vectors, 2 in flight, 256 threads, streaming, one pass (the space's nearest values). */
-struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct ktune_key *key);
+/*
+ * The default for a key nobody tuned, by its size (the space's nearest
+ * values): 16-byte vectors (unaligned: elements), one pass over the data;
+ * 256 threads with 2 vectors in flight where the key fills two waves of
+ * such blocks, else 128 threads with one, so that a small key still
+ * spreads over the SMs; the streaming hint while a buffer is under 32 MiB
+ * (the shipped sweeps took it at 1M and 16M elements, not at 64M); and
+ * never a config the op's prune rejects for the key.
+ */
+struct ktune_config ktune__ew_default(const struct ktune_op *op, const struct ktune_key *key, int sm_count);
 /* The same as an op's default_config: the key's own op. */
 struct ktune_config ktune__ew_default_config(const struct ktune_key *key, int sm_count);
 

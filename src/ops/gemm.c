@@ -627,6 +627,28 @@ struct ktune_config ktune__gemm_default_config(const struct ktune_key *key, int 
 	return c;
 }
 
+int ktune__gemm_packed_aligned(const struct ktune_key *key)
+{
+	int64_t lda = key->variant[0] == 't' ? key->m : key->k, ldb = key->variant[1] == 't' ? key->k : key->n;
+	return lda % 8 == 0 && ldb % 8 == 0 && key->n % 8 == 0;
+}
+
+void ktune__gemm_problem_layout(const struct ktune_key *key, int64_t *lda, int64_t *ldb, int64_t *ldc,
+				int *offset)
+{
+	*lda = key->variant[0] == 't' ? key->m : key->k;
+	*ldb = key->variant[1] == 't' ? key->k : key->n;
+	*ldc = key->n;
+	*offset = 0;
+	if (key->aligned) {
+		*lda = (*lda + 7) / 8 * 8;
+		*ldb = (*ldb + 7) / 8 * 8;
+		*ldc = (*ldc + 7) / 8 * 8;
+	} else if (ktune__gemm_packed_aligned(key)) {
+		*offset = 1;
+	}
+}
+
 int ktune__gemm_aligned(const void *a, int64_t lda, const void *b, int64_t ldb,
 			const void *c, int64_t ldc)
 {

@@ -149,6 +149,20 @@ int ktune__gemm_fit_smem(const struct ktune_key *key, struct ktune_config *c, in
 /* The built-in configuration for a key that nobody tuned: always mma.sync (runs everywhere). */
 struct ktune_config ktune__gemm_default_config(const struct ktune_key *key, int sm_count);
 
+/* 1 if packed operands of the key (each leading dimension its row length) fall in the aligned class. */
+int ktune__gemm_packed_aligned(const struct ktune_key *key);
+
+/*
+ * The tuner's problem for the key's class: leading dimensions and an
+ * element offset of every base pointer.  Packed where that gives the key's
+ * class; an aligned key whose rows are not multiples of 8 elements gets
+ * them padded to the next multiple (as a caller with padded rows would
+ * call); an unaligned key whose packed rows are aligned gets its pointers
+ * one element off.
+ */
+void ktune__gemm_problem_layout(const struct ktune_key *key, int64_t *lda, int64_t *ldb, int64_t *ldc,
+				int *offset);
+
 /* 1 if pointers and leading dimensions allow the 16-byte (ALIGNED=1) variant. */
 int ktune__gemm_aligned(const void *a, int64_t lda, const void *b, int64_t ldb,
 			const void *c, int64_t ldc);

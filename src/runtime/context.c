@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/context.h"
+#include "runtime/cublas.h"
 
 __thread const char *ktune__last_dispatch = "none";
 
@@ -94,12 +95,37 @@ static int read_device(ktune_ctx *ctx, struct ktune_err *e)
 				       CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->dev));
 	CU_TRY(e, cuDeviceGetAttribute(&ctx->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->dev));
 	CU_TRY(e, cuDriverGetVersion(&ctx->driver_version));
+	/*
+	 * DRAM bandwidth for the GEMM model: two transfers a memory clock over
+	 * the bus, of which a copy reaches about 90% (3.0 of the H100's 3.35
+	 * TB/s).  Where the driver reports neither, the model takes its arch's.
+	 */
+	int mem_khz = 0, bus_bits = 0;
+	if (!ktune_cu.cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, ctx->dev) &&
+	    !ktune_cu.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, ctx->dev) &&
+	    mem_khz > 0 && bus_bits > 0)
+		ctx->mem_gbps = 0.9 * 2.0 * mem_khz * 1e3 * (bus_bits / 8) / 1e9;
 	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_%d%d", major, minor);
 	if (major < 8)
 		return ktune__fail(e, KTUNE_ERR_UNSUPPORTED,
 				   "device %d '%s' is %s; ktune needs sm_80 or newer",
 				   ctx->ordinal, ctx->id.name, ctx->id.arch);
 	return KTUNE_OK;
+}
+
+/* KTUNE_FALLBACK: who serves GEMM keys without a tuned entry (context.h); unset or "" is auto. */
+static int read_fallback(ktune_ctx *ctx, struct ktune_err *e)
+{
+	static const char *const names[] = { "auto", "model", "cublas", "measure" };
+	const char *v = getenv("KTUNE_FALLBACK");
+	if (!v || !*v)
+		return KTUNE_OK;
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(v, names[i])) {
+			ctx->fallback = (enum ktune_fallback)i;
+			return KTUNE_OK;
+		}
+	return ktune__fail(e, KTUNE_ERR_INVALID, "KTUNE_FALLBACK='%.32s' is not one of auto, model, cublas, measure", v);
 }
 
 /* The vectors behind ktune__ctx_constant, in this order, each KTUNE_CONSTANT_ELEMS 4-byte slots. */
@@ -151,6 +177,10 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 	pthread_mutex_init(&ctx->lock, NULL);
 	ktune__record_init(&ctx->record);
 	ctx->ordinal = device;
+	if ((rc = read_fallback(ctx, &e)))
+		goto fail;
+	if (ctx->fallback == KTUNE_FALLBACK_MODEL)
+		ctx->blas_state = -1; /* never loaded */
 	if (db_path && *db_path) {
 		if ((rc = ktune__path_check(db_path, "database", &e)))
 			goto fail;
@@ -214,6 +244,12 @@ int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const c
 	ctx->ordinal = -1;
 	ctx->id = *id;
 	ctx->smem_optin = smem_optin;
+	if ((rc = read_fallback(ctx, e))) { /* dispatch's choices as a program's context makes them */
+		ktune_close(ctx);
+		return rc;
+	}
+	if (ctx->fallback == KTUNE_FALLBACK_MODEL)
+		ctx->blas_state = -1;
 	ctx->db_path = strdup(db_path ? db_path : "");
 	if (ktune__cache_dir(&base, NULL) == KTUNE_OK && (ctx->cache_dir = malloc(strlen(base) + 7)))
 		sprintf(ctx->cache_dir, "%s/cubin", base);
@@ -282,6 +318,8 @@ static void workspaces_free(ktune_ctx *ctx)
 			ktune_cu.cuMemFree_v2(ctx->workspaces[i].partials);
 		if (ctx->workspaces[i].counters)
 			ktune_cu.cuMemFree_v2(ctx->workspaces[i].counters);
+		if (ctx->workspaces[i].blas)
+			ktune_cu.cuMemFree_v2(ctx->workspaces[i].blas);
 	}
 	ctx->nworkspaces = 0;
 }
@@ -297,6 +335,7 @@ void ktune_close(ktune_ctx *ctx)
 	if (ctx->cu) {
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
+			ktune__cublas_close(ctx->blas); /* its handle lives in this context */
 			workspaces_free(ctx);
 			if (ctx->constants)
 				ktune_cu.cuMemFree_v2(ctx->constants);

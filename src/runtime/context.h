@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "db/db.h"
+#include "ops/gemm-model.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 #include "runtime/compile.h"
@@ -50,23 +51,51 @@ struct ktune_entry {
 	struct ktune_config cfg;
 	int same_device; /* 0: another device of the same arch */
 	int shipped;     /* 1: from a file built into the library, the lowest priority */
+	double ratio;    /* GEMM: cuBLAS time / its time where it was tuned; 0: not measured */
+};
+
+/*
+ * What served a call (ktune_last_dispatch).  A GEMM key nobody tuned is
+ * served by "nearest", "model" or "cublas"; another op's by "nearest" or
+ * "default" (its analytic default).
+ */
+#define KTUNE_SRC_EXACT "exact"
+#define KTUNE_SRC_ARCH "arch"
+#define KTUNE_SRC_SHIPPED "shipped"
+#define KTUNE_SRC_NEAREST "nearest"
+#define KTUNE_SRC_MODEL "model"
+#define KTUNE_SRC_CUBLAS "cublas"
+#define KTUNE_SRC_DEFAULT "default"
+
+/* Who may serve a GEMM key without a tuned entry of its own (KTUNE_FALLBACK). */
+enum ktune_fallback {
+	KTUNE_FALLBACK_AUTO,    /* the regime decides: a matching tuned neighbour, the model, or cuBLAS */
+	KTUNE_FALLBACK_MODEL,   /* never cuBLAS: the neighbour or the model */
+	KTUNE_FALLBACK_CUBLAS,  /* cuBLAS wherever it loads */
+	KTUNE_FALLBACK_MEASURE, /* as auto, then the first call times ktune's pick and cuBLAS and keeps the faster */
 };
 
 /* A key already resolved to a config and a kernel; the hot path's hash table. */
 struct ktune_resolved {
 	struct ktune_key key;
-	struct ktune_config cfg;
-	const char *source; /* "exact", "arch", "nearest", "default" */
-	struct ktune_kernel *kernel;
-	struct ktune_recorded *miss; /* served without a tuned entry: its calls count here; else NULL */
+	struct ktune_config cfg;     /* ktune's config, also where cuBLAS serves (measure mode compares it) */
+	const char *source;          /* KTUNE_SRC_*; read and written atomically (measuring changes it once) */
+	const char *own;             /* where cfg came from (struct ktune_choice) */
+	struct ktune_kernel *kernel; /* NULL while cuBLAS serves and nothing needed compiling */
+	int measure;                 /* 1: not yet measured against cuBLAS; 2: being measured (atomic) */
+	struct ktune_recorded *miss; /* a key without a tuned entry of its own: its calls count here; else NULL */
 	struct ktune_resolved *next;
 };
 
-/* Split-K scratch of one stream: kernels on one stream run in order, so they can share it. */
+/*
+ * Scratch of one stream: split-K partials and counters, cuBLAS's workspace.
+ * Kernels on one stream run in order, so they can share it.
+ */
 struct ktune_workspace {
 	CUstream stream;
 	CUdeviceptr partials, counters;
 	size_t partials_bytes, ncounters;
+	CUdeviceptr blas; /* KTUNE_CUBLAS_WORKSPACE bytes, allocated at the stream's first cuBLAS call */
 };
 
 #define KTUNE_RESOLVED_BUCKETS 1024
@@ -79,7 +108,9 @@ struct ktune_ctx {
 	struct ktune_device_id id;
 	int smem_optin;  /* shared memory per block after opt-in */
 	int l2_bytes;
+	double mem_gbps; /* DRAM bandwidth from the memory clock and bus width (0: not reported) */
 	int driver_version;
+	enum ktune_fallback fallback; /* KTUNE_FALLBACK at open */
 	char *db_path;   /* malloc'd; "" for none */
 	char *cache_dir; /* malloc'd cubin cache; "" disables */
 
@@ -90,8 +121,9 @@ struct ktune_ctx {
 	struct ktune_kernel *kernels;
 	struct ktune_workspace workspaces[KTUNE_MAX_WORKSPACES];
 	int nworkspaces;
-	CUdeviceptr constants; /* ones (f32, f16, bf16), zeros and a sink: ktune__ctx_constant */
-	long misses; /* keys served by "nearest" or "default" */
+	struct ktune_cublas *blas; /* loaded at the first key it serves */
+	int blas_state;            /* 0: not tried, 1: loaded, -1: not available (or not allowed) */
+	CUdeviceptr constants;     /* ones (f32, f16, bf16), zeros and a sink: ktune__ctx_constant */
 	int from_device, from_arch, from_shipped; /* entries loaded from each source */
 	char shipped_names[256];                   /* the shipped files loaded, comma-separated */
 	/* what calls cost (ktune_get_stats) */
@@ -156,12 +188,54 @@ int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config
 /* Loads the device's tuned entries from the database at ctx->db_path. */
 int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e);
 
+/* What dispatch decided for a key. */
+struct ktune_choice {
+	struct ktune_config cfg; /* ktune's config for the key, also where cuBLAS serves it */
+	const char *source;      /* what serves the key: KTUNE_SRC_* */
+	const char *own;         /* where cfg came from: what would serve the key without cuBLAS */
+};
+
 /*
- * The configuration for a key: exact -> same arch -> nearest -> default.
- * Caller holds ctx->lock.  *source is a static string.
+ * What serves a key (dispatch.c has the order).  A pure function of the
+ * key, the loaded entries, the device's figures, the fallback policy and
+ * whether cuBLAS is known to be missing (ctx->blas_state < 0): no GPU
+ * call, nothing counted (resolve.c counts a key whose `own` is not a tuned
+ * source as a miss, once: ktune__source_tuned).  Caller holds ctx->lock.
  */
+void ktune__dispatch_decide(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_choice *out);
+/* The same, for callers that want the config and the source (a static string) alone. */
 void ktune__dispatch_choose(ktune_ctx *ctx, const struct ktune_key *key,
 			    struct ktune_config *cfg, const char **source);
+
+/* The model's view of the context's device (gemm-model.h). */
+void ktune__ctx_model_device(const ktune_ctx *ctx, struct ktune_gemm_device *out);
+
+/*
+ * Loads cuBLAS for the context if that has not been tried yet; returns 1
+ * if it is there.  Caller holds ctx->lock and has the context current.
+ */
+int ktune__ctx_blas(ktune_ctx *ctx);
+
+/*
+ * What serves this call of a resolved GEMM key.  Under
+ * KTUNE_FALLBACK=measure, the first call of a key served without its own
+ * tuned entry times ktune's config and cuBLAS on its operands (into
+ * scratch, the stream waited for; not while the stream is captured into a
+ * graph, nor where C is over 256 MiB) and keeps the faster for the key.
+ * Otherwise r->source.  Caller has the context current and does not hold
+ * ctx->lock.
+ */
+const char *ktune__fallback_source(ktune_ctx *ctx, struct ktune_resolved *r, const struct ktune_key *key,
+				   float alpha, CUdeviceptr a, int64_t lda, CUdeviceptr b, int64_t ldb,
+				   CUdeviceptr c, int64_t ldc, CUstream stream);
+
+/*
+ * Runs a GEMM through cuBLAS on the stream, with the stream's workspace.
+ * Caller has the context current; takes ctx->lock to find the workspace.
+ */
+int ktune__blas_launch(ktune_ctx *ctx, const struct ktune_key *key, float alpha, CUdeviceptr a,
+		       int64_t lda, CUdeviceptr b, int64_t ldb, float beta, CUdeviceptr c, int64_t ldc,
+		       CUstream stream, struct ktune_err *e);
 
 /*
  * The stream's scratch, grown to fit: partials_bytes of partials and

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/context.h"
+#include "runtime/cublas.h"
 #include "runtime/device.h"
 
 void ktune__ctx_device_info(ktune_ctx *ctx, struct ktune_device_info *out)
@@ -20,6 +21,22 @@ void ktune__ctx_device_info(ktune_ctx *ctx, struct ktune_device_info *out)
 	out->smem_optin = ctx->smem_optin;
 	out->l2_bytes = ctx->l2_bytes;
 	out->driver_version = ctx->driver_version;
+	out->mem_gbps = ctx->mem_gbps;
+}
+
+void ktune__ctx_fallback(ktune_ctx *ctx, struct ktune_fallback_info *out)
+{
+	static const char *const names[] = { "auto", "model", "cublas", "measure" };
+	int pushed;
+	memset(out, 0, sizeof(*out));
+	snprintf(out->policy, sizeof(out->policy), "%s", names[ctx->fallback]);
+	if (ktune__ctx_enter(ctx, &pushed, NULL))
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	if (ktune__ctx_blas(ctx))
+		snprintf(out->cublas, sizeof(out->cublas), "%s", ktune__cublas_version(ctx->blas));
+	pthread_mutex_unlock(&ctx->lock);
+	ktune__ctx_leave(ctx, pushed);
 }
 
 void ktune__ctx_dispatch_sources(ktune_ctx *ctx, struct ktune_dispatch_sources *out)

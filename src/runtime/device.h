@@ -28,6 +28,7 @@ struct ktune_device_info {
 	int smem_optin;            /* shared memory a block may opt in to, bytes */
 	int l2_bytes;
 	int driver_version;        /* CUDA's number: 12040 is 12.4 */
+	double mem_gbps;           /* DRAM bandwidth the GEMM model assumes; 0 where not reported */
 };
 
 /*
@@ -40,10 +41,11 @@ int ktune__arch_smem_optin(const char *arch);
 /*
  * A context of a device without the device: no CUDA, only its identity,
  * the dispatch entries for it (the database at db_path, "" none, then the
- * shipped files of its arch) and the default cubin cache, so that
- * dispatch's choices can be asked and kernels compiled for it where no GPU
- * is (ktune explain, ktune warm).  ktune_close frees it; ops cannot be
- * called on it.  (context.c)
+ * shipped files of its arch), KTUNE_FALLBACK (an unknown value fails as
+ * in ktune_open) and the default cubin cache, so that dispatch's choices
+ * can be asked and kernels compiled for it where no GPU is (ktune explain,
+ * ktune warm).  ktune_close frees it; ops cannot be called on it.
+ * (context.c)
  */
 int ktune__ctx_offline(const struct ktune_device_id *id, int smem_optin, const char *db_path, ktune_ctx **out,
 		       struct ktune_err *e);
@@ -63,6 +65,15 @@ struct ktune_dispatch_sources {
 /* Counts an open context's entries by source.  Thread-safe. */
 void ktune__ctx_dispatch_sources(ktune_ctx *ctx, struct ktune_dispatch_sources *out);
 
+/* Who serves an open context's GEMM keys without a tuned entry of their own. */
+struct ktune_fallback_info {
+	char policy[16]; /* KTUNE_FALLBACK: "auto", "model", "cublas", "measure" */
+	char cublas[32]; /* the version of the cuBLAS it loads; "" if there is none (or "model") */
+};
+
+/* Fills *out, loading cuBLAS for the context if the policy allows it.  Thread-safe. */
+void ktune__ctx_fallback(ktune_ctx *ctx, struct ktune_fallback_info *out);
+
 /* A tuned entry the dispatch chain may stop at (struct ktune_dispatch_explain). */
 struct ktune_dispatch_step {
 	char source[16];  /* "exact" (this GPU, database), "arch" (another GPU of the arch), "shipped" */
@@ -74,9 +85,10 @@ struct ktune_dispatch_step {
 /* How a context on a device would serve one key (ktune explain). */
 struct ktune_dispatch_explain {
 	struct ktune_dispatch_step steps[3]; /* exact, arch, shipped, in the chain's order */
-	char source[16];           /* what serves the key: a step's source, "nearest", "default", ... */
-	char config[256];          /* the config a call runs, after dispatch fitted it to the device */
-	int borrowed;              /* nearest: the entry it came from is known (its config unchanged) */
+	char source[16];           /* what serves the key: a step's source, "nearest", "model", "cublas", "default" */
+	char own[16];              /* where ktune's config came from (source, unless cuBLAS serves) */
+	char config[256];          /* ktune's config, after dispatch fitted it to the device (cuBLAS: what it replaces) */
+	int borrowed;              /* own is nearest: the entry it came from is known (its config unchanged) */
 	struct ktune_key from;     /* that entry's key */
 	struct ktune_dispatch_sources sources;
 };
@@ -85,8 +97,9 @@ struct ktune_dispatch_explain {
  * How a context on device `dev` (no GPU needed: its identity and shared
  * memory suffice) with the database at db_path ("" none) would serve key,
  * as bucketed by its op: the chain's tuned entries for the key, and what
- * dispatch itself chooses (ktune__dispatch_choose: its order and
- * fallbacks are dispatch.c's).
+ * dispatch itself chooses (ktune__dispatch_decide: its order and
+ * fallbacks are dispatch.c's; KTUNE_FALLBACK is read as ktune_open reads
+ * it, and cuBLAS taken to load where it may serve).
  */
 int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_path, const struct ktune_key *key,
 			    struct ktune_dispatch_explain *out, struct ktune_err *e);

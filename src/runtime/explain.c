@@ -2,8 +2,10 @@
  * explain.c - how a context on a device would serve a key, for ktune
  * explain, without the device: an offline context (context.c) loads the
  * same entries ktune_open would, the chain's tuned entries for the key are
- * listed, and dispatch itself is asked what it would choose, so that the
- * answer follows dispatch.c's order and fallbacks whatever they become.
+ * listed, and dispatch itself is asked what it would choose (the source
+ * that serves, cuBLAS included, and where ktune's config came from), so
+ * that the answer follows dispatch.c's order and fallbacks whatever they
+ * become.
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,8 +45,7 @@ int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_
 {
 	static const char *const sources[3] = { "exact", "arch", "shipped" };
 	const struct ktune_op *op = ktune__op_of(key);
-	struct ktune_config cfg;
-	const char *source = NULL;
+	struct ktune_choice c;
 	ktune_ctx *ctx;
 	char text[256];
 	int rc;
@@ -54,6 +55,7 @@ int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_
 		return ktune__fail(e, KTUNE_ERR_INVALID, "op '%.16s' is not one of %s", key->op, ktune__op_names());
 	if ((rc = ktune__ctx_offline(&dev->id, dev->smem_optin, db_path, &ctx, e)))
 		return rc;
+	ctx->mem_gbps = dev->mem_gbps; /* the GEMM model's; 0: its arch's */
 	for (int s = 0; s < 3; s++)
 		snprintf(out->steps[s].source, sizeof(out->steps[s].source), "%s", sources[s]);
 	for (int i = 0; i < ctx->nentries; i++) {
@@ -67,13 +69,15 @@ int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_
 		out->steps[s].found = 1;
 		config_text(&ent->key, &ent->cfg, out->steps[s].config, sizeof(out->steps[s].config));
 	}
-	ktune__dispatch_choose(ctx, key, &cfg, &source);
-	snprintf(out->source, sizeof(out->source), "%s", source ? source : "?");
-	config_text(key, &cfg, out->config, sizeof(out->config));
+	ktune__dispatch_decide(ctx, key, &c);
+	snprintf(out->source, sizeof(out->source), "%s", c.source ? c.source : "?");
+	snprintf(out->own, sizeof(out->own), "%s", c.own ? c.own : out->source);
+	config_text(key, &c.cfg, out->config, sizeof(out->config));
+	/* a tuned entry is dispatch's even where cuBLAS serves the key instead (it measured faster) */
 	for (int s = 0; s < 3; s++)
-		out->steps[s].used = out->steps[s].found && !strcmp(out->source, sources[s]) &&
+		out->steps[s].used = out->steps[s].found && !strcmp(out->own, sources[s]) &&
 				     !strcmp(out->steps[s].config, out->config);
-	if (!strcmp(out->source, "nearest")) {
+	if (!strcmp(out->own, KTUNE_SRC_NEAREST)) {
 		double best = INFINITY;
 		for (int i = 0; i < ctx->nentries; i++) {
 			const struct ktune_entry *ent = &ctx->entries[i];

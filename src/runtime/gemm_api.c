@@ -1,5 +1,6 @@
 /*
- * gemm_api.c - ktune_gemm(): validate, resolve the key to a kernel, launch.
+ * gemm_api.c - ktune_gemm(): validate, resolve the key to a kernel (or to
+ * cuBLAS, fallback.c), launch.
  *
  * The hot path for a key seen before is one hash lookup under the context's
  * lock and one cuLaunchKernel.
@@ -206,10 +207,17 @@ ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b, int64_t m, i
 	rc = ktune__resolve(ctx, &key, &r, &e);
 	pthread_mutex_unlock(&ctx->lock);
 	if (!rc) {
-		ktune__last_dispatch = r->source;
-		rc = ktune__gemm_launch(ctx, r->kernel, &key, &r->cfg, alpha, (CUdeviceptr)a, lda,
-					(CUdeviceptr)b, ldb, beta, (CUdeviceptr)c, ldc,
-					(CUstream)stream, &e);
+		const char *source = ktune__fallback_source(ctx, r, &key, alpha, (CUdeviceptr)a, lda,
+							    (CUdeviceptr)b, ldb, (CUdeviceptr)c, ldc,
+							    (CUstream)stream);
+		ktune__last_dispatch = source;
+		if (!strcmp(source, KTUNE_SRC_CUBLAS))
+			rc = ktune__blas_launch(ctx, &key, alpha, (CUdeviceptr)a, lda, (CUdeviceptr)b, ldb,
+						beta, (CUdeviceptr)c, ldc, (CUstream)stream, &e);
+		else
+			rc = ktune__gemm_launch(ctx, r->kernel, &key, &r->cfg, alpha, (CUdeviceptr)a, lda,
+						(CUdeviceptr)b, ldb, beta, (CUdeviceptr)c, ldc,
+						(CUstream)stream, &e);
 	}
 	ktune__ctx_leave(ctx, pushed);
 	return rc ? ktune__ctx_error(ctx, rc, &e) : KTUNE_OK;

@@ -23,7 +23,7 @@
 /* One key served without a tuned entry; entries live until the table is freed. */
 struct ktune_recorded {
 	struct ktune_key key;
-	const char *source; /* a static string: "nearest", "default", ... */
+	const char *source; /* a static string: "nearest", "model", "cublas", "default" */
 	int64_t calls;      /* atomic */
 	struct ktune_recorded *next;
 };
@@ -40,7 +40,8 @@ void ktune__record_free(struct ktune_record *r);
 
 /*
  * Whether a dispatch source is a tuned entry ("exact", "arch", "shipped");
- * any other source (nearest, default, a fallback yet to come) is a miss.
+ * a key whose own config came from any other (nearest, model, default) is
+ * a miss, whoever serves it (cuBLAS included: resolve.c).
  */
 int ktune__source_tuned(const char *source);
 

@@ -1,6 +1,7 @@
 /*
- * resolve.c - a key to its config and loaded kernel, once: the runtime's
- * hash table of resolved keys, which every call of every op looks up.
+ * resolve.c - a key to its config and loaded kernel (or to cuBLAS), once:
+ * the runtime's hash table of resolved keys, which every call of every op
+ * looks up.
  *
  * The hot path for a key seen before is one hash and one comparison under
  * the context's lock (and, for a key served without a tuned entry, one
@@ -47,14 +48,37 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 	if (!r)
 		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 	r->key = *key;
-	ktune__dispatch_choose(ctx, key, &r->cfg, &r->source);
-	int rc = ktune__kernel_get(ctx, key, &r->cfg, NULL, &r->kernel, e);
-	if (rc) {
-		free(r);
-		return rc;
+	struct ktune_choice c;
+	ktune__dispatch_decide(ctx, key, &c);
+	if (!strcmp(c.source, KTUNE_SRC_CUBLAS) && !ktune__ctx_blas(ctx))
+		ktune__dispatch_decide(ctx, key, &c); /* cuBLAS did not load (blas_state is -1 now): without it */
+	r->cfg = c.cfg;
+	r->source = c.source;
+	r->own = c.own;
+	/*
+	 * KTUNE_FALLBACK=measure: a key without its own tuned entry, or whose
+	 * entry lost to cuBLAS, is timed against cuBLAS at its first call
+	 * (fallback.c); ktune's kernel is needed for that.
+	 */
+	int blas = !strcmp(c.source, KTUNE_SRC_CUBLAS);
+	if (ctx->fallback == KTUNE_FALLBACK_MEASURE && !strcmp(key->op, "gemm") &&
+	    (blas || !strcmp(c.source, KTUNE_SRC_NEAREST) || !strcmp(c.source, KTUNE_SRC_MODEL)) &&
+	    ktune__ctx_blas(ctx))
+		r->measure = 1;
+	if (!blas || r->measure) {
+		int rc = ktune__kernel_get(ctx, key, &r->cfg, NULL, &r->kernel, e);
+		if (rc) {
+			free(r);
+			return rc;
+		}
 	}
-	/* a key served without a tuned entry is counted, so that it can be saved and tuned */
-	if (!ktune__source_tuned(r->source))
+	/*
+	 * A key without a tuned entry of its own (served by a neighbour, the
+	 * model, cuBLAS or a default) is counted once here, so that it can be
+	 * saved and tuned; a tuned key that cuBLAS serves because it measured
+	 * faster is no miss: tuning it again would change nothing.
+	 */
+	if (!ktune__source_tuned(c.own))
 		r->miss = ktune__record_note(&ctx->record, key, r->source);
 	ctx->keys++;
 	r->next = ctx->resolved[h];

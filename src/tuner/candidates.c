@@ -130,6 +130,66 @@ out:
 	return rc;
 }
 
+int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm_device *dev,
+			    struct ktune_config *cfgs, int n, int top, struct ktune_gemm_estimate *est)
+{
+	struct ktune_gemm_estimate *e = malloc((size_t)(n > 0 ? n : 1) * sizeof(*e));
+	struct ktune_gemm_estimate *rest_e = malloc((size_t)(n > 0 ? n : 1) * sizeof(*rest_e));
+	struct ktune_config *rest = malloc((size_t)(n > 0 ? n : 1) * sizeof(*rest));
+	char *keep = calloc((size_t)(n > 0 ? n : 1), 1);
+	int kept = 0, nrest = 0;
+
+	if (!e || !rest_e || !rest || !keep) { /* out of memory: every candidate in its order, still correct */
+		free(e);
+		free(rest_e);
+		free(rest);
+		free(keep);
+		return n;
+	}
+	ktune__gemm_model_rank(key, dev, cfgs, n, e);
+	/*
+	 * The kernels in rank order: the first candidate of each.  A kernel is
+	 * kept if it is among the first `top`, or the first of its tile shape;
+	 * every candidate of a kept kernel is kept (GROUP_SIZE and SPLIT_K are
+	 * kernel arguments: no compile of their own).
+	 */
+	int kernels = 0;
+	for (int i = 0; i < n; i++) {
+		int first = 1, shape_seen = 0;
+		for (int j = 0; j < i && first; j++)
+			if (ktune__gemm_same_kernel(&cfgs[j], &cfgs[i])) {
+				first = 0;
+				keep[i] = keep[j];
+			}
+		if (!first)
+			continue;
+		for (int j = 0; j < i && !shape_seen; j++)
+			shape_seen = cfgs[j].family == cfgs[i].family && cfgs[j].block_m == cfgs[i].block_m &&
+				     cfgs[j].block_n == cfgs[i].block_n;
+		keep[i] = top <= 0 || ++kernels <= top || !shape_seen;
+	}
+	/* the kept first, then the left out, each in rank order */
+	for (int i = 0; i < n; i++)
+		if (keep[i]) {
+			cfgs[kept] = cfgs[i];
+			e[kept] = e[i];
+			kept++;
+		} else {
+			rest[nrest] = cfgs[i];
+			rest_e[nrest] = e[i];
+			nrest++;
+		}
+	memcpy(cfgs + kept, rest, (size_t)nrest * sizeof(*rest));
+	memcpy(e + kept, rest_e, (size_t)nrest * sizeof(*rest_e));
+	if (est)
+		memcpy(est, e, (size_t)n * sizeof(*e));
+	free(e);
+	free(rest_e);
+	free(rest);
+	free(keep);
+	return kept;
+}
+
 struct kernels {
 	const struct ktune_space *space;
 	struct ktune_config *cfg;

@@ -5,6 +5,7 @@
 #ifndef KTUNE_CANDIDATES_H
 #define KTUNE_CANDIDATES_H
 
+#include "ops/gemm-model.h"
 #include "ops/gemm.h"
 #include "runtime/compile.h"
 
@@ -21,6 +22,24 @@
 int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,
 			   int smem_limit, int budget, unsigned seed,
 			   struct ktune_config **out, int *n, int *npruned, struct ktune_err *e);
+
+/*
+ * Orders n GEMM candidates of the key by the performance model, the fastest
+ * estimate first, so that the likeliest kernels compile and screen first.
+ * With top > 0, keeps only the candidates of the `top` kernels the model
+ * ranks best and of the best-ranked kernel of each tile shape (family,
+ * BLOCK_M, BLOCK_N) -- a tile the model misjudges still gets a try.
+ * Returns how many candidates are kept, in order, in cfgs[0..kept); those
+ * left out follow in cfgs[kept..n), in rank order too (the tuner records
+ * them as untried).  Fills est[i] (may be NULL; n of them) with cfgs[i]'s
+ * estimate after the reordering.
+ */
+int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm_device *dev,
+			    struct ktune_config *cfgs, int n, int top, struct ktune_gemm_estimate *est);
+
+/* The default of `ktune tune`'s --top: kernels of the model's rank compiled and screened. */
+#define KTUNE_TUNE_TOP 32
+#define KTUNE_TUNE_TOP_TEXT "32"
 
 /*
  * One config per distinct compiled kernel of a family's space (GROUP_SIZE

@@ -374,6 +374,13 @@ static void job_failed(struct ktune_compile_job *j, int timed_out, const char *f
 int ktune__client_compile(struct ktune_client *c, struct ktune_compile_job *jobs, int n,
 			  int threads, struct ktune_err *e)
 {
+	return ktune__client_compile_range(c, jobs, 0, n, threads, e);
+}
+
+int ktune__client_compile_range(struct ktune_client *c, struct ktune_compile_job *all, int first, int n,
+				int threads, struct ktune_err *e)
+{
+	struct ktune_compile_job *jobs = all + first; /* job i here is job first + i for the worker */
 	double timeout_s = c->compile_timeout_s;
 	int *state = calloc((size_t)n + 1, sizeof(*state));
 	int *crashes = calloc((size_t)n + 1, sizeof(*crashes));
@@ -397,7 +404,7 @@ int ktune__client_compile(struct ktune_client *c, struct ktune_compile_job *jobs
 			if (state[i] == JOB_DONE)
 				continue;
 			state[i] = JOB_PENDING;
-			items[req->n].id = i;
+			items[req->n].id = first + i;
 			items[req->n].key = jobs[i].key;
 			items[req->n].cfg = jobs[i].cfg;
 			req->n++;
@@ -426,21 +433,22 @@ int ktune__client_compile(struct ktune_client *c, struct ktune_compile_job *jobs
 			if (r) {
 				died = 1;
 			} else if (type == KTUNE_MSG_STARTED && len == sizeof(int)) {
-				int id = *(int *)c->buf;
+				int id = *(int *)c->buf - first;
 				if (id >= 0 && id < n && state[id] == JOB_PENDING) {
 					state[id] = JOB_STARTED;
 					since[id] = ktune__now();
 				}
 			} else if (type == KTUNE_MSG_DONE && len == sizeof(struct ktune_compile_done)) {
 				const struct ktune_compile_done *d = c->buf;
-				if (d->id < 0 || d->id >= n || state[d->id] == JOB_DONE)
+				int id = d->id - first;
+				if (id < 0 || id >= n || state[id] == JOB_DONE)
 					continue;
-				struct ktune_compile_job *j = &jobs[d->id];
+				struct ktune_compile_job *j = &jobs[id];
 				j->status = d->status;
 				j->cubin.res = d->res;
 				if (d->status)
 					j->log = strdup(d->log);
-				state[d->id] = JOB_DONE;
+				state[id] = JOB_DONE;
 				left--;
 			} else if (type == KTUNE_MSG_END) {
 				ended = 1;

@@ -41,10 +41,18 @@ int ktune__client_problem(struct ktune_client *c, const struct ktune_problem *p,
  * compiling after the compile timeout gets status KTUNE_ERR_COMPILE with timed_out set
  * (the worker is killed and a fresh one compiles the rest); a crash of the
  * worker marks the jobs it was compiling failed.  Fails as a whole only when
- * no worker can be started.  Each job's cubin stays in the worker for RUN.
+ * no worker can be started.  Each job's cubin stays in the worker for RUN
+ * (job i as RUN's job i) until the next PROBLEM.
  */
 int ktune__client_compile(struct ktune_client *c, struct ktune_compile_job *jobs, int n,
 			  int threads, struct ktune_err *e);
+/*
+ * The same for jobs[first] .. jobs[first + n - 1] alone: RUN's job numbers
+ * stay those of the whole array, so that a tune can compile its kernels in
+ * batches and run any of them after.
+ */
+int ktune__client_compile_range(struct ktune_client *c, struct ktune_compile_job *jobs, int first, int n,
+				int threads, struct ktune_err *e);
 
 /*
  * Runs a candidate (job: its compile job, or -1 to compile in the worker) as

@@ -31,7 +31,7 @@
 #include "runtime/compile.h"
 #include "tuner/worker.h"
 
-#define KTUNE_PROTOCOL_VERSION 1
+#define KTUNE_PROTOCOL_VERSION 2
 #define KTUNE_MSG_MAX (1024 * 1024) /* the largest payload either side accepts */
 
 enum ktune_msg_type {
@@ -64,6 +64,7 @@ struct ktune_hello {
 	struct ktune_device_id id;
 	char uuid[48]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML names it */
 	int smem_optin, l2_bytes, driver_version;
+	double mem_gbps; /* the device's DRAM bandwidth for the GEMM model (0: not reported) */
 	char cublas_version[32];
 };
 

@@ -20,7 +20,7 @@ struct server {
 	pthread_mutex_t send_lock; /* compile threads share the socket */
 	struct ktune_problem problem;
 	int have_problem;
-	/* the cubins of the last COMPILE, by job id */
+	/* the cubins compiled for the current problem, by job id */
 	struct ktune_cubin *cubins;
 	int *have;
 	int ncubins;
@@ -97,16 +97,35 @@ static int serve_compile(struct server *s, const void *buf, size_t len)
 		return -1;
 	/* the items follow the request in buf, which stays ours until we answer */
 	struct compile_batch b = { s, (const struct ktune_compile_item *)((const char *)buf + sizeof(req)) };
-	drop_cubins(s);
+	/*
+	 * The cubins of earlier COMPILEs of this problem stay (a tune compiles
+	 * in batches, client.c's compile_range); a job compiled again replaces
+	 * its own.  PROBLEM drops them all.
+	 */
 	int maxid = -1;
-	for (int i = 0; i < req.n; i++)
+	for (int i = 0; i < req.n; i++) {
+		if (b.items[i].id < 0)
+			return -1;
 		if (b.items[i].id > maxid)
 			maxid = b.items[i].id;
-	s->cubins = calloc((size_t)maxid + 1, sizeof(*s->cubins));
-	s->have = calloc((size_t)maxid + 1, sizeof(*s->have));
-	if (!s->cubins || !s->have)
-		return -1;
-	s->ncubins = maxid + 1;
+		if (b.items[i].id < s->ncubins && s->have[b.items[i].id]) {
+			ktune__cubin_free(&s->cubins[b.items[i].id]);
+			s->have[b.items[i].id] = 0;
+		}
+	}
+	if (maxid >= s->ncubins) {
+		struct ktune_cubin *cubins = realloc(s->cubins, (size_t)(maxid + 1) * sizeof(*cubins));
+		if (!cubins)
+			return -1;
+		s->cubins = cubins;
+		int *have = realloc(s->have, (size_t)(maxid + 1) * sizeof(*have));
+		if (!have)
+			return -1;
+		s->have = have;
+		memset(s->cubins + s->ncubins, 0, (size_t)(maxid + 1 - s->ncubins) * sizeof(*s->cubins));
+		memset(s->have + s->ncubins, 0, (size_t)(maxid + 1 - s->ncubins) * sizeof(*s->have));
+		s->ncubins = maxid + 1;
+	}
 	ktune__parallel_for(req.n, req.threads, compile_one, &b);
 	return send_locked(s, KTUNE_MSG_END, NULL, 0);
 }
@@ -201,6 +220,7 @@ int ktune__worker_serve(int fd, const struct ktune_worker_ops *ops, void *state)
 			}
 			s.problem = out;
 			s.have_problem = 1;
+			drop_cubins(&s); /* compiled for the previous problem's key */
 			send_locked(&s, KTUNE_MSG_PROBLEM, &out, sizeof(out));
 		} else if (type == KTUNE_MSG_COMPILE) {
 			if (serve_compile(&s, buf, len)) {

@@ -44,7 +44,9 @@ struct ktune_tuner {
 /* One candidate's state through screening and measurement. */
 struct candidate {
 	struct ktune_config cfg;
-	int job;      /* its compile job */
+	int job;      /* its compile job; -1: left untried (tune.c) */
+	int screened; /* its trial holds a screen's outcome */
+	double bound_us; /* GEMM in the model's order: no run of it can be faster (gemm-model.h) */
 	struct ktune_trial trial;
 	struct ktune_timing timing;
 };

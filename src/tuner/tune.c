@@ -4,6 +4,7 @@
  * screen, then measure.c's protocol, store), and a stored result verified
  * or timed again (ktune verify, ktune bench).  The group pick: group.c.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,17 @@ void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *o
 	out->smem_optin = h->smem_optin;
 	out->l2_bytes = h->l2_bytes;
 	out->driver_version = h->driver_version;
+	out->mem_gbps = h->mem_gbps;
+}
+
+void ktune__tuner_model_device(struct ktune_tuner *t, struct ktune_gemm_device *out)
+{
+	const struct ktune_hello *h = ktune__tuner_device(t);
+	memset(out, 0, sizeof(*out));
+	snprintf(out->arch, sizeof(out->arch), "%s", h->id.arch);
+	out->sm_count = h->id.sm_count;
+	out->smem_optin = h->smem_optin;
+	out->mem_gbps = h->mem_gbps;
 }
 
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t)
@@ -139,21 +151,9 @@ double ktune__run_timeout(const struct ktune_key *key, double override_s)
 	return t < 2 ? 2 : t > 60 ? 60 : t;
 }
 
-/* An aligned GEMM key's operands with leading dimensions padded to multiples of 8 (its class). */
-static void pad_leading(struct ktune_problem *p)
-{
-	const struct ktune_key *k = &p->key;
-	if (strcmp(k->op, "gemm"))
-		return; /* another op's problem has packed rows */
-	p->lda = ((k->variant[0] == 't' ? k->m : k->k) + 7) / 8 * 8;
-	p->ldb = ((k->variant[1] == 't' ? k->k : k->n) + 7) / 8 * 8;
-	p->ldc = (k->n + 7) / 8 * 8;
-}
-
-/* Compiles each distinct kernel of the candidates once; c[i].job points at its job. */
-static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key,
-			      struct candidate *c, int n, const struct ktune_tune_options *o,
-			      struct ktune_compile_job **jobs_out, int *njobs_out, struct ktune_err *e)
+/* One job per distinct kernel of the candidates, in order of first use; c[i].job is its job. */
+static int assign_jobs(const struct ktune_key *key, struct candidate *c, int n,
+		       struct ktune_compile_job **jobs_out, int *njobs_out, struct ktune_err *e)
 {
 	struct ktune_compile_job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	int njobs = 0;
@@ -171,21 +171,193 @@ static int compile_candidates(struct ktune_tuner *t, const struct ktune_key *key
 		}
 		c[i].job = j;
 	}
-	double t0 = ktune__now();
-	int rc = ktune__client_compile(t->client, jobs, njobs, o->jobs, e);
-	if (rc) {
-		ktune__compile_jobs_free(jobs, njobs);
-		free(jobs);
-		return rc;
-	}
-	int failed = 0;
-	for (int j = 0; j < njobs; j++)
-		failed += jobs[j].status != KTUNE_OK;
-	ktune__tune_progress(o, "  compiled %d kernels (%d failed) in %.1f s\n", njobs, failed,
-			     ktune__now() - t0);
 	*jobs_out = jobs;
 	*njobs_out = njobs;
 	return KTUNE_OK;
+}
+
+/* Compiles jobs[first] .. jobs[first + count - 1] in the worker. */
+static int compile_jobs(struct ktune_tuner *t, struct ktune_compile_job *jobs, int first, int count,
+			const struct ktune_tune_options *o, struct ktune_err *e)
+{
+	double t0 = ktune__now();
+	int rc = ktune__client_compile_range(t->client, jobs, first, count, o->jobs, e);
+	if (rc)
+		return rc;
+	int failed = 0;
+	for (int j = first; j < first + count; j++)
+		failed += jobs[j].status != KTUNE_OK;
+	ktune__tune_progress(o, "  compiled %d kernels (%d failed) in %.1f s\n", count, failed,
+			     ktune__now() - t0);
+	return KTUNE_OK;
+}
+
+/* A trial of cfg for the key, before it says how it went: what it is and what built it. */
+static void trial_of(struct ktune_tuner *t, const struct ktune_key *key, const struct ktune_config *cfg,
+		     struct ktune_trial *tr)
+{
+	memset(tr, 0, sizeof(*tr));
+	tr->key = *key;
+	snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, cfg->family));
+	snprintf(tr->template_hash, sizeof(tr->template_hash), "%s", family_hash(key, cfg->family));
+	config_text(key, cfg, tr->config, sizeof(tr->config));
+	snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
+	snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
+}
+
+/*
+ * A candidate the model's order leaves untried (--top): a "pruned" trial
+ * whose message says why, so that explain lists it.  Not a failure: the
+ * negative cache does not skip it next time.
+ */
+static void trial_untried(struct ktune_tuner *t, const struct ktune_key *key, const struct ktune_config *cfg,
+			  struct ktune_trial *tr, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void trial_untried(struct ktune_tuner *t, const struct ktune_key *key, const struct ktune_config *cfg,
+			  struct ktune_trial *tr, const char *fmt, ...)
+{
+	va_list ap;
+	trial_of(t, key, cfg, tr);
+	snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
+	va_start(ap, fmt);
+	vsnprintf(tr->message, sizeof(tr->message), fmt, ap);
+	va_end(ap);
+}
+
+int ktune__trial_untried(const struct ktune_trial *tr)
+{
+	return !strcmp(tr->status, KTUNE_TRIAL_PRUNED) &&
+	       (!strncmp(tr->message, KTUNE_UNTRIED_TOP, strlen(KTUNE_UNTRIED_TOP)) ||
+		!strncmp(tr->message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND)));
+}
+
+/* Verifies candidate i and times it briefly (its kernel compiled): its trial says how it went. */
+static int screen(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c, int i, int n,
+		  const struct ktune_compile_job *jobs, double timeout, const struct ktune_tune_options *o,
+		  struct ktune_err *e)
+{
+	struct ktune_trial *tr = &c[i].trial;
+	const struct ktune_compile_job *job = &jobs[c[i].job];
+	int rc;
+	trial_of(t, key, &c[i].cfg, tr);
+	if (job->status) {
+		snprintf(tr->status, sizeof(tr->status), "%s",
+			 job->timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
+		snprintf(tr->message, sizeof(tr->message), "%.500s", job->log ? job->log : "");
+	} else if (job->cubin.res.spill_stores || job->cubin.res.spill_loads) {
+		snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
+		snprintf(tr->message, sizeof(tr->message), "spills %d bytes of registers",
+			 job->cubin.res.spill_stores + job->cubin.res.spill_loads);
+	} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN, timeout, tr,
+					   &c[i].timing, e))) {
+		return rc;
+	} else if (!strcmp(tr->status, KTUNE_TRIAL_OK)) {
+		tr->screen_us = c[i].timing.median_us; /* explain ranks by it */
+	}
+	if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
+		ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config, tr->status,
+				     tr->message);
+	return KTUNE_OK;
+}
+
+/* The fastest screen time among the candidates screened so far (0: none right yet). */
+static double best_screened(const struct candidate *c, int n)
+{
+	double best = 0;
+	for (int j = 0; j < n; j++)
+		if (c[j].screened && !strcmp(c[j].trial.status, KTUNE_TRIAL_OK) &&
+		    (best == 0 || c[j].timing.median_us < best))
+			best = c[j].timing.median_us;
+	return best;
+}
+
+static void screen_progress(const struct ktune_tune_options *o, const struct candidate *c, int i, int n)
+{
+	if (o->progress && (i % 16 == 15 || i == n - 1))
+		ktune__tune_progress(o, "\r  candidate %d/%d, best so far %.1f us", i + 1, n, best_screened(c, n));
+}
+
+/*
+ * Every candidate: its kernels compiled at once, each screened (the
+ * exhaustive search: --top 0).
+ */
+static int compile_and_screen_all(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c,
+				  int n, struct ktune_compile_job *jobs, int njobs, double timeout,
+				  const struct ktune_tune_options *o, struct ktune_err *e)
+{
+	int rc = compile_jobs(t, jobs, 0, njobs, o, e);
+	for (int i = 0; i < n && !rc; i++) {
+		rc = screen(t, key, c, i, n, jobs, timeout, o, e);
+		c[i].screened = 1;
+		screen_progress(o, c, i, n);
+	}
+	return rc;
+}
+
+/* Kernels compiled at a time in the model's order: a 16-core machine's compile round. */
+#define MODEL_BATCH 16
+/* A candidate whose lower bound is this far above the best screen time cannot win. */
+#define BOUND_MARGIN 1.05
+
+/*
+ * The model's order (--top N): the candidates come sorted by the
+ * performance model, so their kernels are compiled in batches, the
+ * likeliest first, and the candidates of each batch screened before the
+ * next batch compiles.  Before each batch, a candidate whose lower bound
+ * (peak rates over its waves of tiles: gemm-model.h) is above the best
+ * screen time so far is dropped: it cannot win.  A batch holds only
+ * kernels with a live candidate (the jobs array is compacted so); the
+ * dropped are counted in *untried, their trials say why (not screened).
+ */
+static int compile_and_screen_ranked(struct ktune_tuner *t, const struct ktune_key *key, struct candidate *c,
+				     int n, struct ktune_compile_job *jobs, int njobs, double timeout,
+				     const struct ktune_tune_options *o, int *untried, struct ktune_err *e)
+{
+	int batch = o->jobs > 0 ? o->jobs : MODEL_BATCH;
+	int first = 0, done = 0, rc = KTUNE_OK;
+	int *move = malloc((size_t)(njobs + 1) * sizeof(*move));
+	if (!move)
+		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	while (first < njobs && !rc) {
+		/* drop what cannot win, then keep only the jobs someone still needs */
+		double best = best_screened(c, n);
+		for (int i = 0; i < n; i++)
+			if (!c[i].screened && c[i].job >= first && best > 0 && c[i].bound_us > BOUND_MARGIN * best) {
+				trial_untried(t, key, &c[i].cfg, &c[i].trial,
+					      KTUNE_UNTRIED_BOUND " %.2f us, above %.2f x the best screen time %.2f us",
+					      c[i].bound_us, BOUND_MARGIN, best);
+				c[i].job = -1;
+				(*untried)++;
+			}
+		for (int j = first; j < njobs; j++)
+			move[j] = -1;
+		for (int i = 0; i < n; i++)
+			if (c[i].job >= first)
+				move[c[i].job] = 0;
+		int live = first;
+		for (int j = first; j < njobs; j++)
+			if (move[j] == 0) {
+				move[j] = live;
+				jobs[live++] = jobs[j]; /* nothing compiled yet from here on: plain structs */
+			}
+		for (int i = 0; i < n; i++)
+			if (c[i].job >= first)
+				c[i].job = move[c[i].job];
+		njobs = live;
+		int count = njobs - first < batch ? njobs - first : batch;
+		if (count == 0)
+			break;
+		if ((rc = compile_jobs(t, jobs, first, count, o, e)))
+			break;
+		for (int i = 0; i < n && !rc; i++)
+			if (c[i].job >= first && c[i].job < first + count) {
+				rc = screen(t, key, c, i, n, jobs, timeout, o, e);
+				c[i].screened = 1;
+				screen_progress(o, c, done++, n);
+			}
+		first += count;
+	}
+	free(move);
+	return rc;
 }
 
 /* The configs that failed before for this key, as text (the negative cache). */
@@ -280,10 +452,13 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct ktune_config *cfgs = NULL;
 	struct candidate *c = NULL;
 	struct ktune_compile_job *jobs = NULL;
-	struct ktune_trial *trials = NULL;
+	struct ktune_trial *trials = NULL, *untried = NULL;
+	struct ktune_gemm_estimate *est = NULL;
 	struct ktune_problem prob = { .key = *key_in, .alpha = 1, .beta = 0, .seed = o->seed }, set;
 	const struct ktune_hello *dev = ktune__tuner_device(t);
 	int n = 0, njobs = 0, rc, starts = ktune__client_starts(t->client), pruned = 0;
+	int nuntried = 0; /* untried[0..nuntried): candidates the model's order left untried */
+	int ncut = 0;     /* cfgs[n .. n + ncut) after the model's cut: those beyond it, in rank order */
 	double t0 = ktune__now();
 	char keytext[128];
 	struct ktune_tune_log log = { 0 };
@@ -292,13 +467,16 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	t->log = &log; /* what explain shows: every full measurement, every decision */
 	ktune__client_set_compile_timeout(t->client, o->compile_timeout_s);
 	/*
-	 * The tuner's buffers are packed and aligned; an unaligned key (a
-	 * recorded miss) has them offset by one element, as a stored result of
+	 * The operands in the key's alignment class: GEMM's laid out for it
+	 * (rows padded to multiples of 8, or pointers one element off:
+	 * ktune__gemm_problem_layout); another op's packed, offset by one
+	 * element for an unaligned key (a recorded miss), as a stored result of
 	 * that class is run again.
 	 */
-	prob.offset = key_in->aligned ? 0 : 1;
-	if (o->as_recorded && key_in->aligned)
-		pad_leading(&prob);
+	if (ktune__other_op(key_in))
+		prob.offset = key_in->aligned ? 0 : 1;
+	else
+		ktune__gemm_problem_layout(key_in, &prob.lda, &prob.ldb, &prob.ldc, &prob.offset);
 	if ((rc = ktune__client_problem(t->client, &prob, &set, e)))
 		goto out;
 	const struct ktune_key *key = &set.key;
@@ -335,54 +513,72 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 				 keytext, r->known_bad ? " and the failures of earlier sweeps" : "");
 		goto out;
 	}
+	/*
+	 * --top N (GEMM): the candidates in the performance model's order, cut
+	 * to the kernels it ranks best (candidates.h), compiled and screened
+	 * in batches until the rest cannot win by its bound.
+	 */
+	int ranked = o->top > 0 && !ktune__other_op(key);
 	c = calloc((size_t)n, sizeof(*c));
-	trials = calloc((size_t)n, sizeof(*trials));
-	if (!c || !trials) {
+	trials = calloc((size_t)n, sizeof(*trials)); /* the tried, then the untried */
+	untried = ranked ? calloc((size_t)n, sizeof(*untried)) : NULL;
+	if (!c || !trials || (ranked && !untried)) {
 		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < n; i++)
-		c[i].cfg = cfgs[i];
-	if ((rc = compile_candidates(t, key, c, n, o, &jobs, &njobs, e)))
-		goto out;
-
-	/* Screen: verify every candidate, time it briefly. */
-	for (int i = 0; i < n; i++) {
-		struct ktune_trial *tr = &c[i].trial;
-		struct ktune_compile_job *job = &jobs[c[i].job];
-		tr->key = *key;
-		snprintf(tr->family, sizeof(tr->family), "%s", family_name(key, c[i].cfg.family));
-		snprintf(tr->template_hash, sizeof(tr->template_hash), "%s",
-			 family_hash(key, c[i].cfg.family));
-		config_text(key, &c[i].cfg, tr->config, sizeof(tr->config));
-		snprintf(tr->nvrtc_version, sizeof(tr->nvrtc_version), "%s", ktune__nvrtc_version());
-		snprintf(tr->driver_version, sizeof(tr->driver_version), "%s", t->driver);
-		if (job->status) {
-			snprintf(tr->status, sizeof(tr->status), "%s",
-				 job->timed_out ? KTUNE_TRIAL_TIMEOUT : KTUNE_TRIAL_COMPILE_ERROR);
-			snprintf(tr->message, sizeof(tr->message), "%.500s", job->log ? job->log : "");
-		} else if (job->cubin.res.spill_stores || job->cubin.res.spill_loads) {
-			snprintf(tr->status, sizeof(tr->status), "%s", KTUNE_TRIAL_PRUNED);
-			snprintf(tr->message, sizeof(tr->message), "spills %d bytes of registers",
-				 job->cubin.res.spill_stores + job->cubin.res.spill_loads);
-		} else if ((rc = ktune__client_run(t->client, c[i].job, &c[i].cfg, KTUNE_RUN_SCREEN,
-						   timeout, tr, &c[i].timing, e))) {
+	if (ranked) {
+		struct ktune_gemm_device gd;
+		ktune__tuner_model_device(t, &gd);
+		if (!(est = calloc((size_t)n, sizeof(*est)))) {
+			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 			goto out;
-		} else if (!strcmp(tr->status, KTUNE_TRIAL_OK)) {
-			tr->screen_us = c[i].timing.median_us;
 		}
-		if (!strcmp(tr->status, KTUNE_TRIAL_CRASHED) || !strcmp(tr->status, KTUNE_TRIAL_TIMEOUT))
-			ktune__tune_progress(o, "\r  candidate %d/%d %s: %s: %s\n", i + 1, n, tr->config,
-					     tr->status, tr->message);
-		if (o->progress && (i % 16 == 15 || i == n - 1)) {
-			double best = 0;
-			for (int j = 0; j <= i; j++)
-				if (!strcmp(c[j].trial.status, KTUNE_TRIAL_OK) &&
-				    (best == 0 || c[j].timing.median_us < best))
-					best = c[j].timing.median_us;
-			ktune__tune_progress(o, "\r  candidate %d/%d, best so far %.1f us", i + 1, n, best);
-		}
+		int kept = ktune__gemm_model_order(key, &gd, cfgs, n, o->top, est);
+		r->untried = n - kept;
+		ktune__tune_progress(o, "  the model's order: %d of %d candidates, the best %d kernels and the "
+				     "best of each tile (--top 0 tries every one)\n", kept, n, o->top);
+		if (kept < n)
+			ktune__log_note(t, "the model's order (--top %d): %d of %d candidates, of its best %d kernels "
+					"and the best of each tile", o->top, kept, n, o->top);
+		ncut = n - kept; /* they follow the kept in cfgs and est: recorded after the screen, below */
+		n = kept;
 	}
+	for (int i = 0; i < n; i++) {
+		c[i].cfg = cfgs[i];
+		c[i].bound_us = est ? est[i].bound_us : 0;
+	}
+	if ((rc = assign_jobs(key, c, n, &jobs, &njobs, e)))
+		goto out;
+	if (ranked) {
+		int cut = r->untried;
+		rc = compile_and_screen_ranked(t, key, c, n, jobs, njobs, timeout, o, &r->untried, e);
+		if (r->untried > cut) {
+			ktune__tune_progress(o, "\n  %d candidates could not win by the model's bound: not tried\n",
+					     r->untried - cut);
+			ktune__log_note(t, "the model's bound: %d candidates could not win, left untried",
+					r->untried - cut);
+		}
+		/*
+		 * The trials are the candidates tried; the untried are recorded
+		 * too, the likeliest first: those the bound stopped, then those
+		 * beyond the cut, each with the model's reason (for explain).
+		 */
+		int tried = 0;
+		for (int i = 0; i < n; i++)
+			if (c[i].screened)
+				c[tried++] = c[i];
+			else if (c[i].job < 0)
+				untried[nuntried++] = c[i].trial;
+		for (int i = n; i < n + ncut; i++)
+			trial_untried(t, key, &cfgs[i], &untried[nuntried++],
+				      KTUNE_UNTRIED_TOP " %d kernels nor the best of its tile (estimate %.2f us)", o->top,
+				      est[i].time_us);
+		n = tried;
+	} else {
+		rc = compile_and_screen_all(t, key, c, n, jobs, njobs, timeout, o, e);
+	}
+	if (rc)
+		goto out;
 	ktune__tune_progress(o, "\n");
 	for (int i = 0; i < n; i++) {
 		const char *s = c[i].trial.status;
@@ -398,6 +594,9 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	struct ktune_tuning tuning = { .key = *key, .kind = "tune", .outcome = KTUNE_TUNED, .candidates = n,
 				       .pruned = pruned, .known_bad = r->known_bad, .budget = o->budget,
 				       .seed = (long)o->seed, .smem_optin = dev->smem_optin };
+	/* every candidate's fate: the tried in the order tried, then those the model left untried */
+	if (nuntried)
+		memcpy(trials + n, untried, (size_t)nuntried * sizeof(*untried));
 	if (r->ok == 0) {
 		/* no result, but the failures are remembered so that the next sweep skips them */
 		for (int i = 0; i < n; i++)
@@ -406,7 +605,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		snprintf(tuning.outcome, sizeof(tuning.outcome), "%s", KTUNE_NONE_RIGHT);
 		tuning.tune_s = ktune__now() - t0;
 		ktune__log_tuning(&log, &tuning);
-		if (ktune__db_put_tuning(t->db, NULL, &dev->id, trials, n, &tuning, &te))
+		if (ktune__db_put_tuning(t->db, NULL, &dev->id, trials, n + nuntried, &tuning, &te))
 			ktune__tune_progress(o, "  cannot store the trials: %s\n", te.msg);
 		rc = ktune__fail(e, KTUNE_ERR_VERIFY, "%s: none of %d candidates computed the right result "
 				 "(%d wrong, %d failed)", keytext, n, r->wrong, r->failed);
@@ -447,7 +646,7 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	tuning.baseline_us = res->cublas_us;
 	tuning.tune_s = res->tune_s;
 	ktune__log_tuning(&log, &tuning);
-	rc = ktune__db_put_tuning(t->db, res, &res->device, trials, n, &tuning, e);
+	rc = ktune__db_put_tuning(t->db, res, &res->device, trials, n + nuntried, &tuning, e);
 	r->worker_restarts = ktune__client_starts(t->client) - starts;
 out:
 	t->log = NULL;
@@ -456,7 +655,9 @@ out:
 		ktune__compile_jobs_free(jobs, njobs);
 	free(jobs);
 	free(trials);
+	free(untried);
 	free(c);
+	free(est);
 	free(cfgs);
 	return rc;
 }
@@ -471,10 +672,10 @@ int ktune__stored_problem(struct ktune_tuner *t, const struct ktune_result *r, u
 	if ((rc = op ? ktune__op_config_parse(op, r->family, r->config, cfg, e)
 		     : ktune__gemm_config_parse(r->config, cfg, e)))
 		return rc;
-	if (!r->key.aligned)
+	if (!op)
+		ktune__gemm_problem_layout(&r->key, &prob.lda, &prob.ldb, &prob.ldc, &prob.offset);
+	else if (!r->key.aligned)
 		prob.offset = 1; /* reproduce the unaligned class */
-	else
-		pad_leading(&prob); /* and the aligned one: a recorded miss may have sizes of any parity */
 	return ktune__client_problem(t->client, &prob, set, e);
 }
 

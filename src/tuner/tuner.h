@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "db/db.h"
+#include "ops/gemm-model.h"
 #include "runtime/device.h"
 #include "search/spec.h"
 #include "tuner/check.h"
@@ -24,6 +25,13 @@ struct ktune_hello; /* tuner/protocol.h */
 
 struct ktune_tune_options {
 	int budget;      /* candidates per key; 0: all */
+	/*
+	 * GEMM: the kernels the performance model ranks best (and the best of
+	 * each tile shape) are compiled and screened, the likeliest first and
+	 * in batches, until the rest cannot win by the model's bound; 0: every
+	 * candidate, compiled at once (the exhaustive search).
+	 */
+	int top;
 	int force;       /* retune keys already tuned with the current template */
 	unsigned seed;   /* inputs and budget sampling */
 	int jobs;        /* compile threads; 0: one per core */
@@ -34,11 +42,10 @@ struct ktune_tune_options {
 	int group_pick;  /* sweep: weigh each group's most won config at its other keys (ktune__group_pick) */
 	/*
 	 * Tune each key in its own alignment class, as a program recorded it
-	 * (sweep --misses): an aligned GEMM key whose packed operands would not
-	 * be aligned gets leading dimensions padded to multiples of 8, and a
-	 * key whose class the tuner cannot make fails with the reason.  Else
-	 * an aligned key is tuned with packed operands, whatever class they
-	 * fall in (ktune tune -n 50257: the class a packed caller has).
+	 * (sweep --misses): a key whose class the tuner cannot make fails with
+	 * the reason.  Else another op's aligned key is tuned with packed
+	 * operands, whatever class they fall in.  (GEMM's operands are always
+	 * laid out in the key's class: ktune__gemm_problem_layout.)
 	 */
 	int as_recorded;
 	FILE *progress;  /* where progress lines go; NULL: none */
@@ -46,11 +53,23 @@ struct ktune_tune_options {
 				      * the in-place updates ("\r...") left out: several GPUs share the stream */
 };
 
+/*
+ * The messages of the candidates that the model's order (top) leaves
+ * untried, stored as "pruned" trials so that explain lists them: beyond
+ * the cut, or unable to win by the model's bound.
+ */
+#define KTUNE_UNTRIED_TOP "not in the model's top"
+#define KTUNE_UNTRIED_BOUND "model bound"
+
+/* Whether a stored trial is a candidate the model's order left untried (tune.c). */
+int ktune__trial_untried(const struct ktune_trial *tr);
+
 struct ktune_tune_report {
 	struct ktune_result result;
 	int skipped;          /* already tuned: result is the stored one */
 	int ok, wrong, failed, pruned; /* trial counts */
 	int known_bad;        /* configs skipped: they failed before (negative cache) */
+	int untried;          /* candidates the model left untried (o->top: beyond its rank, or unable to win) */
 	int worker_restarts;  /* fresh workers started after crashes and timeouts */
 	char disturbed[160];  /* "": clean; else why NVML saw every measurement disturbed */
 	double cublas_err_fro;
@@ -72,6 +91,9 @@ void ktune__tuner_device_info(struct ktune_tuner *t, struct ktune_device_info *o
 struct ktune_db *ktune__tuner_db(struct ktune_tuner *t);
 /* Workers started so far (1 + restarts). */
 int ktune__tuner_worker_starts(struct ktune_tuner *t);
+
+/* What the GEMM performance model needs of the worker's device. */
+void ktune__tuner_model_device(struct ktune_tuner *t, struct ktune_gemm_device *out);
 
 /* The deadline of one candidate run for a key (see tune.c); override_s > 0 wins. */
 double ktune__run_timeout(const struct ktune_key *key, double override_s);

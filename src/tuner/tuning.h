@@ -7,7 +7,9 @@
  * field, no worker protocol, no SQLite handle reaches the command.
  *
  * What each subcommand takes from it:
- *   sweep, tune, verify, bench   tuner/tuner.h (tuning, stored results re-run), search/spec.h
+ *   sweep, tune, verify, bench   tuner/tuner.h (tuning, stored results re-run), search/spec.h,
+ *                                tuner/candidates.h (tune's --top default), ops/gemm.h
+ *                                (the alignment class of packed GEMM operands)
  *   show, export, import, merge  db/db.h (queries, import), db/share.h (export files),
  *                                db/defaults.h (export --defaults)
  *   compile                      tuner/candidates.h (the GEMM spaces' kernels, parallel

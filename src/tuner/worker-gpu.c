@@ -55,6 +55,7 @@ static int gpu_hello(void *state, const struct ktune_hello_req *req, struct ktun
 	out->smem_optin = g->ctx->smem_optin;
 	out->l2_bytes = g->ctx->l2_bytes;
 	out->driver_version = g->ctx->driver_version;
+	out->mem_gbps = g->ctx->mem_gbps;
 	snprintf(out->cublas_version, sizeof(out->cublas_version), "%s",
 		 ktune__worker_cublas_version(g->w));
 	return KTUNE_OK;

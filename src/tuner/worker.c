@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "templates.h"
-#include "tuner/cublas.h"
+#include "runtime/cublas.h"
 #include "tuner/worker-op.h"
 #include "tuner/worker.h"
 
@@ -254,9 +254,10 @@ static int launch_cublas(void *arg, CUstream stream, struct ktune_err *e)
 {
 	struct ktune_worker *w = arg;
 	const struct ktune_problem *p = &w->p;
+	/* cuBLAS's own workspace pool, as every baseline stored so far was measured */
 	return ktune__cublas_gemm(w->cublas, &p->key, p->alpha, at(w->a, p->offset), p->lda,
 				  at(w->b, p->offset), p->ldb, p->beta, at(w->c, p->offset), p->ldc,
-				  stream, e);
+				  stream, 0, 0, e);
 }
 
 int ktune__worker_run(struct ktune_worker *w, const struct ktune_config *cfg,
@@ -353,4 +354,39 @@ int ktune__worker_run_public(struct ktune_worker *w, struct ktune_check *check,
 	CU_TRY(e, cuCtxSynchronize());
 	*source = ktune_last_dispatch(w->ctx);
 	return ktune__worker_check(w, check, e);
+}
+
+struct public_call {
+	struct ktune_worker *w;
+	ktune_ctx *ctx;
+};
+
+static int launch_public(void *arg, CUstream stream, struct ktune_err *e)
+{
+	struct public_call *pc = arg;
+	const struct ktune_problem *p = &pc->w->p;
+	const struct ktune_key *k = &p->key;
+	int rc = ktune_gemm(pc->ctx, k->variant[0], k->variant[1], k->m, k->n, k->k, p->alpha,
+			    (void *)at(pc->w->a, p->offset), p->lda, (void *)at(pc->w->b, p->offset), p->ldb,
+			    p->beta, (void *)at(pc->w->c, p->offset), p->ldc, k->dtype, stream);
+	if (rc)
+		return ktune__fail(e, rc, "ktune_gemm failed: %s", ktune_errmsg(pc->ctx));
+	return KTUNE_OK;
+}
+
+int ktune__worker_time_public(struct ktune_worker *w, ktune_ctx *ctx, struct ktune_check *check,
+			      struct ktune_timing *timing, const char **source, struct ktune_err *e)
+{
+	struct public_call pc = { w, ctx };
+	int rc;
+	memset(timing, 0, sizeof(*timing));
+	if (w->op)
+		return ktune__fail(e, KTUNE_ERR_UNSUPPORTED, "%s: no public-call timing in the worker", w->p.key.op);
+	if ((rc = prepare_c(w, e)) || (rc = launch_public(&pc, NULL, e)))
+		return rc;
+	CU_TRY(e, cuCtxSynchronize());
+	*source = ktune_last_dispatch(ctx);
+	if ((rc = ktune__worker_check(w, check, e)) || !check->pass)
+		return rc;
+	return ktune__bench_time(&w->bench, launch_public, &pc, 0, timing, e);
 }

@@ -63,6 +63,15 @@ int ktune__worker_cublas(struct ktune_worker *w, struct ktune_check *check,
 int ktune__worker_run_public(struct ktune_worker *w, struct ktune_check *check,
 			     const char **source, struct ktune_err *e);
 
+/*
+ * The same, then ktune_gemm on `ctx` (any context of the worker's device:
+ * one opened under another KTUNE_FALLBACK) timed by the full protocol on
+ * the current problem, as the benchmarks time it; *source says what served
+ * it.  A wrong result is reported in check->pass, untimed.
+ */
+int ktune__worker_time_public(struct ktune_worker *w, ktune_ctx *ctx, struct ktune_check *check,
+			      struct ktune_timing *timing, const char **source, struct ktune_err *e);
+
 /* Checks the current C against the reference. */
 int ktune__worker_check(struct ktune_worker *w, struct ktune_check *out, struct ktune_err *e);
 

@@ -219,6 +219,24 @@ run tune gemm -m 16 -n 4096 -k 4096 extra
 expect_rc 2
 err_has "unexpected argument 'extra'"
 
+# the model's order: --top takes 0 (every candidate) and up; the class options are GEMM's
+run tune gemm -m 16 -n 4096 -k 4096 --top -1
+expect_rc 2
+err_has "--top '-1' is not an integer in 0..100000"
+
+run tune add --n 1024 --aligned
+expect_rc 2
+err_has "--aligned and --unaligned are GEMM's"
+
+run help tune
+expect_rc 0
+out_has "'--top 0' tries every candidate"
+out_has "--aligned tunes the class of rows padded"
+
+run sweep --top x
+expect_rc 2
+err_has "--top 'x' is not an integer"
+
 run tune gemm -m 16 -n 4096 -k 4096 --dtype f32
 expect_rc 2
 err_has "gemm: dtype 'f32' is not supported"

@@ -4,7 +4,8 @@
 # for when several match); then a key tuned on the fake GPU worker
 # (KTUNE_WORKER) with a crash, a wrong result and a compile error planted
 # (KTUNE_FAKE_PLAN, tests/unit/fake-worker.c): the text lists each with its
-# fate, the JSON holds every trial and measurement; bad arguments fail
+# fate, the JSON holds every trial and measurement; the candidates --top
+# left untried are listed with the model's reason; bad arguments fail
 # clearly.
 NAME=test-explain
 . "$(dirname "$0")/lib.sh"
@@ -74,6 +75,21 @@ out_has "\"earlier_tunings\": 1}"
 run explain $KEY --all
 expect_rc 0
 out_has "e.g. BLOCK_M="
+
+# --top: the candidates the model's order left untried are listed, each with why
+run tune gemm -m 64 -n 64 -k 64 --dtype f16 --top 2 --timeout 1
+expect_rc 0
+out_has "^untried: "
+run explain gemm -m 64 -n 64 -k 64 --dtype f16
+expect_rc 0
+out_has "left untried by the model's order (--top): [0-9]* beyond its cut"
+out_has "^untried  *beyond cut  *BLOCK_M="
+run explain gemm -m 64 -n 64 -k 64 --dtype f16 --all
+expect_rc 0
+out_has "not in the model's top 2 kernels"
+run explain gemm -m 64 -n 64 -k 64 --dtype f16 --format json
+expect_rc 0
+out_has "\"status\": \"pruned\", .*\"message\": \"not in the model's top 2 kernels"
 
 # bad arguments
 run explain

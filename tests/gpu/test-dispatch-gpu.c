@@ -1,8 +1,10 @@
 /*
  * test-dispatch-gpu.c - tune a few keys into a fresh database, then call
- * ktune_gemm through the public runtime: tuned keys dispatch exactly, others
- * take the nearest or the default, all compute the right result, also from
- * several threads on their own streams.  Skipped where no GPU is present.
+ * ktune_gemm through the public runtime: tuned keys dispatch exactly,
+ * others take a neighbour or the model's pick, keys ktune has no good
+ * answer for go to cuBLAS (where it is installed), all compute the right
+ * result, also from several threads on their own streams.  Skipped where
+ * no GPU is present.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -27,6 +29,25 @@ static const struct ktune_key tuned[] = {
 	{ "gemm", KTUNE_F16, "tn", 33, 100, 200, 0 }, /* ldb = 100: the unaligned class */
 };
 #define NTUNED (int)(sizeof(tuned) / sizeof(tuned[0]))
+
+/* Opens a context with KTUNE_FALLBACK set to `policy` (read by ktune_open), then restores it. */
+static ktune_ctx *open_with(const char *db, const char *policy)
+{
+	ktune_ctx *ctx = NULL;
+	char err[512];
+	const char *was = getenv("KTUNE_FALLBACK");
+	char *saved = was ? strdup(was) : NULL;
+	setenv("KTUNE_FALLBACK", policy, 1);
+	int rc = ktune_open(db, 0, &ctx, err, sizeof(err));
+	if (saved)
+		setenv("KTUNE_FALLBACK", saved, 1);
+	else
+		unsetenv("KTUNE_FALLBACK");
+	free(saved);
+	if (rc)
+		fail_msg("ktune_open with KTUNE_FALLBACK=%s: %s", policy, err);
+	return ctx;
+}
 
 static int setup(void **state)
 {
@@ -57,25 +78,31 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 	}
 	ktune__tuner_close(t);
 
-	/* a new context loads what was stored */
+	/*
+	 * A new context loads what was stored.  KTUNE_FALLBACK=model: the
+	 * tuned keys dispatch exactly whatever they measured against cuBLAS
+	 * (an unaligned key's element loads may lose to it, which would send it
+	 * to cuBLAS under the default policy: the next test).
+	 */
 	struct ktune_worker *w = NULL;
-	ktune_ctx *ctx;
 	int pushed;
-	assert_int_equal(ktune_open(db_path, 0, &ctx, e.msg, sizeof(e.msg)), KTUNE_OK);
+	ktune_ctx *ctx = open_with(db_path, "model");
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
 
 	struct {
 		struct ktune_key key;
-		const char *source;
+		const char *source, *or;
 	} calls[] = {
-		{ tuned[0], "exact" },
-		{ tuned[1], "exact" },
-		{ tuned[2], "exact" },
-		{ { "gemm", KTUNE_F16, "nt", 20, 4000, 4096, 1 }, "nearest" },
-		{ { "gemm", KTUNE_BF16, "nn", 100, 1000, 500, 1 }, "nearest" },
-		{ { "gemm", KTUNE_BF16, "tt", 50, 60, 70, 1 }, "default" },
-		{ { "gemm", KTUNE_BF16, "tn", 1, 1, 1, 1 }, "default" }, /* nothing tuned or shipped for bf16 tn */
+		{ tuned[0], "exact", "exact" },
+		{ tuned[1], "exact", "exact" },
+		{ tuned[2], "exact", "exact" },
+		/* M = 20 is not the GEMV class of the M = 16 entry: the model's pick */
+		{ { "gemm", KTUNE_F16, "nt", 20, 4000, 4096, 1 }, "model", "model" },
+		/* the M = 128 entry is of the class; the model decides whether its tile suits this key */
+		{ { "gemm", KTUNE_BF16, "nn", 100, 1000, 500, 1 }, "nearest", "model" },
+		{ { "gemm", KTUNE_BF16, "tt", 50, 60, 70, 1 }, "model", "model" },
+		{ { "gemm", KTUNE_BF16, "tn", 1, 1, 1, 1 }, "model", "model" }, /* nothing tuned or shipped for bf16 tn */
 	};
 	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
 		struct ktune_problem p = { .key = calls[i].key, .alpha = 1, .beta = i % 2 ? 0.5f : 0,
@@ -85,12 +112,91 @@ static void test_dispatch__tune_then_call_through_runtime(void **state)
 		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
 		if (ktune__worker_run_public(w, &check, &source, &e))
 			fail_msg("call %zu: %s", i, e.msg);
-		if (!check.pass || strcmp(source, calls[i].source))
+		if (!check.pass || (strcmp(source, calls[i].source) && strcmp(source, calls[i].or)))
 			fail_msg("call %zu: pass %d err %.3g, served by '%s', expected '%s'", i, check.pass,
 				 check.err_fro, source, calls[i].source);
 	}
 	ktune__worker_close(w);
 	ktune_close(ctx);
+}
+
+/*
+ * Keys ktune has no good answer for -- odd leading dimensions, whose
+ * element-load kernels run several times slower -- go to cuBLAS where it is
+ * installed, and compute the right result with beta 0 and beta != 0;
+ * KTUNE_FALLBACK=model serves them with ktune's kernels, right too;
+ * KTUNE_FALLBACK=measure times both at the first call and keeps one.
+ */
+static void test_dispatch__cublas_serves_what_ktune_cannot(void **state)
+{
+	static const struct ktune_key slow[] = {
+		{ "gemm", KTUNE_BF16, "nt", 1024, 50257, 768, 0 }, /* an LM head: ldc = 50257 */
+		{ "gemm", KTUNE_F16, "nn", 4096, 1, 4096, 0 },     /* N = 1 */
+		{ "gemm", KTUNE_F16, "tt", 512, 512, 511, 0 },
+	};
+	struct ktune_worker *w = NULL;
+	struct ktune_err e;
+	int pushed;
+	(void)state;
+
+	ktune_ctx *ctx = open_with("", "auto");
+	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
+	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
+	int blas = *ktune__worker_cublas_version(w) != 0;
+	printf("cuBLAS %s\n", blas ? ktune__worker_cublas_version(w) : "not installed: ktune's kernels serve");
+	for (size_t i = 0; i < sizeof(slow) / sizeof(slow[0]); i++)
+		for (int b = 0; b < 2; b++) {
+			struct ktune_problem p = { .key = slow[i], .alpha = 1, .beta = b ? 0.5f : 0,
+						   .seed = (unsigned)(60 + i) };
+			struct ktune_check check;
+			const char *source = NULL;
+			assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
+			assert_int_equal(ktune__worker_problem(w)->key.aligned, 0);
+			if (ktune__worker_run_public(w, &check, &source, &e))
+				fail_msg("key %zu: %s", i, e.msg);
+			if (!check.pass || strcmp(source, blas ? "cublas" : "model"))
+				fail_msg("key %zu beta %d: pass %d err %.3g, served by '%s'", i, b, check.pass,
+					 check.err_fro, source);
+		}
+	/* the same shape in the aligned class is ktune's */
+	struct ktune_problem aligned = { .key = { "gemm", KTUNE_BF16, "nt", 1024, 50264, 768, 1 }, .alpha = 1,
+					 .seed = 70 };
+	struct ktune_check check;
+	const char *source = NULL;
+	assert_int_equal(ktune__worker_set_problem(w, &aligned, &e), KTUNE_OK);
+	if (ktune__worker_run_public(w, &check, &source, &e))
+		fail_msg("%s", e.msg);
+	assert_true(check.pass);
+	assert_string_equal(source, "model");
+	ktune__worker_close(w);
+	ktune_close(ctx);
+
+	/* KTUNE_FALLBACK=model, then measure: the LM head again */
+	static const char *const policies[] = { "model", "measure" };
+	for (int pol = 0; pol < 2; pol++) {
+		ctx = open_with("", policies[pol]);
+		assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
+		assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
+		struct ktune_problem p = { .key = slow[0], .alpha = 1, .seed = 80 };
+		const char *first = NULL;
+		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
+		for (int call = 0; call < 3; call++) {
+			if (ktune__worker_run_public(w, &check, &source, &e))
+				fail_msg("%s call %d: %s", policies[pol], call, e.msg);
+			if (!check.pass)
+				fail_msg("%s call %d: error %.3g", policies[pol], call, check.err_fro);
+			if (pol == 0)
+				assert_string_equal(source, "model");
+			else if (strcmp(source, "model") && strcmp(source, "cublas"))
+				fail_msg("measure: served by '%s'", source);
+			if (call && strcmp(source, first))
+				fail_msg("%s: '%s', then '%s'", policies[pol], first, source);
+			first = source;
+		}
+		printf("KTUNE_FALLBACK=%s: the LM head served by %s\n", policies[pol], source);
+		ktune__worker_close(w);
+		ktune_close(ctx);
+	}
 }
 
 /* ktune bench: each tuned key, timed again against cuBLAS, runs right and near its stored ratio. */
@@ -167,9 +273,10 @@ static void test_dispatch__concurrent_calls_from_threads(void **state)
 	assert_int_equal(ktune_open(db_path, 0, &ctx, e.msg, sizeof(e.msg)), KTUNE_OK);
 	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
 	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
-	/* the tuned split-K key and an untuned one */
-	struct ktune_key keys[2] = { tuned[0], { "gemm", KTUNE_F16, "nt", 8, 4096, 4096, 1 } };
-	for (int kk = 0; kk < 2; kk++) {
+	/* the tuned split-K key, an untuned one, and one of odd rows (cuBLAS, where installed, on 4 streams) */
+	struct ktune_key keys[3] = { tuned[0], { "gemm", KTUNE_F16, "nt", 8, 4096, 4096, 1 },
+				     { "gemm", KTUNE_F16, "nt", 1000, 1001, 999, 0 } };
+	for (int kk = 0; kk < 3; kk++) {
 		struct ktune_problem p = { .key = keys[kk], .alpha = 1, .seed = 77 };
 		assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
 		const struct ktune_problem *q = ktune__worker_problem(w);
@@ -346,6 +453,12 @@ static void test_dispatch__bad_arguments(void **state)
 	assert_int_equal(ktune_open(db_path, 999, &ctx, err, sizeof(err)), KTUNE_ERR_INVALID);
 	assert_null(ctx);
 	assert_non_null(strstr(err, "device 999"));
+	/* a policy that is not one is refused, not taken for another */
+	setenv("KTUNE_FALLBACK", "fastest", 1);
+	assert_int_equal(ktune_open(db_path, 0, &ctx, err, sizeof(err)), KTUNE_ERR_INVALID);
+	unsetenv("KTUNE_FALLBACK");
+	assert_null(ctx);
+	assert_non_null(strstr(err, "KTUNE_FALLBACK='fastest'"));
 }
 
 int main(void)
@@ -356,6 +469,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dispatch__tune_then_call_through_runtime),
 		cmocka_unit_test(test_dispatch__bench_times_the_tuned_keys_again),
+		cmocka_unit_test(test_dispatch__cublas_serves_what_ktune_cannot),
 		cmocka_unit_test(test_dispatch__concurrent_calls_from_threads),
 		cmocka_unit_test(test_dispatch__shipped_serves_an_empty_database),
 		cmocka_unit_test(test_dispatch__negative_cache_skips_failed_configs),

@@ -159,17 +159,43 @@ static void test_explain__dispatch_chain_without_tuning(void **state)
 	assert_false(x.has_tuning);
 	ktune__explain_free(&x);
 
-	/* a key nobody tuned, of a dtype and layout the shipped tuning has: nearest, borrowed from a tuned key */
-	struct ktune_key near = { "gemm", KTUNE_F16, "nt", 17, 4096, 4096, 1 };
+	/* a key nobody tuned, in the M class of a shipped key: nearest, borrowed from that key */
+	struct ktune_key near = { "gemm", KTUNE_F16, "nt", 12, 4096, 4096, 1 };
 	if (ktune__explain("", &fake, &near, &x, &e))
 		fail_msg("%s", e.msg);
 	assert_false(x.has_db);
 	assert_string_equal(x.dispatch.source, "nearest");
+	assert_string_equal(x.dispatch.own, "nearest");
 	for (int s = 0; s < 3; s++)
 		assert_false(x.dispatch.steps[s].found);
-	if (x.dispatch.borrowed)
-		assert_string_equal(x.dispatch.from.op, "gemm");
+	assert_true(x.dispatch.borrowed);
+	assert_string_equal(x.dispatch.from.op, "gemm");
+	assert_int_equal(x.dispatch.from.m, 16);
 	assert_true(x.space > 0);
+	ktune__explain_free(&x);
+
+	/* of another M class: the performance model's pick (dispatch.c's regimes) */
+	struct ktune_key other = { "gemm", KTUNE_F16, "nt", 17, 4096, 4096, 1 };
+	if (ktune__explain("", &fake, &other, &x, &e))
+		fail_msg("%s", e.msg);
+	assert_string_equal(x.dispatch.source, "model");
+	assert_false(x.dispatch.borrowed);
+	ktune__explain_free(&x);
+
+	/* odd leading dimensions: cuBLAS serves, ktune's own answer is the model's; not with KTUNE_FALLBACK=model */
+	struct ktune_key head = { "gemm", KTUNE_BF16, "nt", 1024, 50257, 768, 0 };
+	if (ktune__explain("", &fake, &head, &x, &e))
+		fail_msg("%s", e.msg);
+	assert_string_equal(x.dispatch.source, "cublas");
+	assert_string_equal(x.dispatch.own, "model");
+	assert_true(x.dispatch.config[0] != 0);
+	ktune__explain_free(&x);
+	setenv("KTUNE_FALLBACK", "model", 1);
+	int rc = ktune__explain("", &fake, &head, &x, &e);
+	unsetenv("KTUNE_FALLBACK");
+	if (rc)
+		fail_msg("%s", e.msg);
+	assert_string_equal(x.dispatch.source, "model");
 	ktune__explain_free(&x);
 
 	/* another op, never tuned in the unaligned class, recorded as a miss */

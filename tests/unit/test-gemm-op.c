@@ -1,8 +1,8 @@
 /*
  * test-gemm-op.c - the GEMM op family without a GPU: configuration text,
  * the space's admission, the launch contract's shared memory, pruning,
- * the built-in default, split-K fitting, alignment, candidate sampling,
- * and dispatch (exact -> arch -> nearest -> default) on a hand-built context.
+ * the built-in default, split-K fitting, alignment and candidate sampling.
+ * Dispatch is test-dispatch.c's, the performance model test-gemm-model.c's.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "ops/gemm.h"
-#include "runtime/context.h"
 #include "search/space.h"
 #include "templates.h"
 #include "tuner/candidates.h"
@@ -621,302 +620,6 @@ static void test_gemm_op__candidates(void **state)
 	free(sk);
 }
 
-/* --------------------------------------------------------------- dispatch */
-
-static const struct ktune_config cfg_a = { 128, 128, 32, 2, 2, 4, 8, 1 };
-static const struct ktune_config cfg_b = { 64, 128, 32, 2, 2, 4, 1, 1 };
-static const struct ktune_config cfg_c = { 128, 256, 32, 2, 4, 3, 8, 1 };
-static const struct ktune_config cfg_d = { 256, 128, 32, 4, 2, 3, 8, 1 };
-static const struct ktune_config cfg_e = { 32, 128, 32, 2, 2, 4, 1, 1 };
-static const struct ktune_config cfg_split = { 16, 128, 64, 1, 4, 3, 1, 16 };
-
-static ktune_ctx *make_ctx(const struct ktune_entry *entries, int n)
-{
-	ktune_ctx *ctx = calloc(1, sizeof(*ctx));
-	assert_non_null(ctx);
-	snprintf(ctx->id.name, sizeof(ctx->id.name), "NVIDIA H100 80GB HBM3");
-	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_90");
-	ctx->id.sm_count = SMS;
-	ctx->smem_optin = SMEM_LIMIT;
-	if (n) {
-		ctx->entries = malloc((size_t)n * sizeof(*entries));
-		assert_non_null(ctx->entries);
-		memcpy(ctx->entries, entries, (size_t)n * sizeof(*entries));
-	}
-	ctx->nentries = n;
-	return ctx;
-}
-
-static void free_ctx(ktune_ctx *ctx)
-{
-	free(ctx->entries);
-	free(ctx);
-}
-
-static const char *choose(ktune_ctx *ctx, struct ktune_key key, struct ktune_config *cfg)
-{
-	const char *source = NULL;
-	memset(cfg, 0, sizeof(*cfg));
-	ktune__dispatch_choose(ctx, &key, cfg, &source);
-	assert_non_null(source);
-	return source;
-}
-
-static struct ktune_entry entry(struct ktune_key key, struct ktune_config cfg, int same)
-{
-	struct ktune_entry e = { .key = key, .cfg = cfg, .same_device = same };
-	return e;
-}
-
-static void test_gemm_op__dispatch_exact_beats_arch(void **state)
-{
-	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
-	struct ktune_config cfg;
-	(void)state;
-
-	/* the other device's entry first, so order does not decide */
-	struct ktune_entry both[] = { entry(key, cfg_a, 0), entry(key, cfg_b, 1) };
-	ktune_ctx *ctx = make_ctx(both, 2);
-	assert_string_equal(choose(ctx, key, &cfg), "exact");
-	assert_config_equal(&cfg, &cfg_b);
-	assert_int_equal(ctx->misses, 0);
-	free_ctx(ctx);
-
-	struct ktune_entry reversed[] = { entry(key, cfg_b, 1), entry(key, cfg_a, 0) };
-	ctx = make_ctx(reversed, 2);
-	assert_string_equal(choose(ctx, key, &cfg), "exact");
-	assert_config_equal(&cfg, &cfg_b);
-	free_ctx(ctx);
-}
-
-static void test_gemm_op__dispatch_arch(void **state)
-{
-	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
-	struct ktune_key near = make_key(KTUNE_F16, "nt", 17, 4096, 4096);
-	struct ktune_config cfg;
-	(void)state;
-
-	/* another device's exact key beats this device's nearby key */
-	struct ktune_entry ents[] = { entry(near, cfg_b, 1), entry(key, cfg_split, 0) };
-	ktune_ctx *ctx = make_ctx(ents, 2);
-	assert_string_equal(choose(ctx, key, &cfg), "arch");
-	assert_config_equal(&cfg, &cfg_split); /* taken as tuned */
-	assert_int_equal(ctx->misses, 0);
-
-	/* the alignment class is part of the key */
-	struct ktune_key unaligned = key;
-	unaligned.aligned = 0;
-	assert_string_equal(choose(ctx, unaligned, &cfg), "nearest");
-	assert_int_equal(ctx->misses, 1);
-	free_ctx(ctx);
-}
-
-/* A config from a GPU or layout with more shared memory is cut down to fit, or replaced. */
-static void test_gemm_op__dispatch_fits_shared_memory(void **state)
-{
-	struct ktune_key key = make_key(KTUNE_F16, "nn", 4096, 4096, 4096);
-	struct ktune_config cfg, big = { 128, 256, 32, 2, 4, 4, 8, 1 };
-	(void)state;
-
-	struct ktune_entry ents[] = { entry(key, big, 0) };
-	ktune_ctx *ctx = make_ctx(ents, 1);
-	ctx->smem_optin = 100 * 1024; /* 4 stages need 108544 bytes here, 3 need 81408 */
-	assert_true(ktune__gemm_smem_bytes(&key, &big) > (size_t)ctx->smem_optin);
-	assert_string_equal(choose(ctx, key, &cfg), "arch");
-	assert_int_equal(cfg.stages, 3);
-	assert_int_equal(cfg.block_n, 256);
-	assert_true(ktune__gemm_smem_bytes(&key, &cfg) <= (size_t)ctx->smem_optin);
-
-	ctx->smem_optin = 20 * 1024; /* not even 2 stages fit */
-	assert_string_equal(choose(ctx, key, &cfg), "default");
-	assert_true(ktune__gemm_smem_bytes(&key, &cfg) <= 48 * 1024 * 2);
-	free_ctx(ctx);
-}
-
-/* Entries of the files shipped in the library rank below the database. */
-static void test_gemm_op__dispatch_shipped_is_lowest(void **state)
-{
-	struct ktune_key key = make_key(KTUNE_F16, "nt", 16, 4096, 4096);
-	struct ktune_key near = make_key(KTUNE_F16, "nt", 20, 4096, 4096);
-	struct ktune_config cfg;
-	(void)state;
-
-	struct ktune_entry shipped = entry(key, cfg_split, 1);
-	shipped.shipped = 1;
-	/* alone, a shipped entry for the very key serves it */
-	ktune_ctx *ctx = make_ctx(&shipped, 1);
-	assert_string_equal(choose(ctx, key, &cfg), "shipped");
-	assert_config_equal(&cfg, &cfg_split);
-	assert_int_equal(ctx->misses, 0);
-	free_ctx(ctx);
-
-	/* another GPU's database entry for the key comes first */
-	struct ktune_entry with_arch[] = { shipped, entry(key, cfg_b, 0) };
-	ctx = make_ctx(with_arch, 2);
-	assert_string_equal(choose(ctx, key, &cfg), "arch");
-	assert_config_equal(&cfg, &cfg_b);
-	free_ctx(ctx);
-
-	/* for another key at equal distance, the database's nearest beats the shipped one */
-	struct ktune_entry s2 = entry(near, cfg_e, 1), d2 = entry(near, cfg_b, 1);
-	s2.shipped = 1;
-	struct ktune_entry both[] = { s2, d2 };
-	ctx = make_ctx(both, 2);
-	assert_string_equal(choose(ctx, key, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_b);
-	free_ctx(ctx);
-}
-
-/* Shipped files of several GPUs of the arch: this GPU's entry serves, in whichever order they load. */
-static void test_gemm_op__dispatch_shipped_prefers_this_gpu(void **state)
-{
-	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
-	struct ktune_key near = make_key(KTUNE_F16, "nt", 4000, 4096, 4096);
-	struct ktune_config cfg;
-	(void)state;
-
-	struct ktune_entry other = entry(key, cfg_a, 0), mine = entry(key, cfg_b, 1);
-	other.shipped = mine.shipped = 1;
-	struct ktune_entry orders[2][2] = { { other, mine }, { mine, other } };
-	for (int i = 0; i < 2; i++) {
-		ktune_ctx *ctx = make_ctx(orders[i], 2);
-		assert_string_equal(choose(ctx, key, &cfg), "shipped");
-		assert_config_equal(&cfg, &cfg_b);
-		/* and as the nearest entry for a key neither file has */
-		assert_string_equal(choose(ctx, near, &cfg), "nearest");
-		assert_config_equal(&cfg, &cfg_b);
-		free_ctx(ctx);
-	}
-}
-
-static void test_gemm_op__dispatch_nearest(void **state)
-{
-	struct ktune_key query = make_key(KTUNE_F16, "nt", 1500, 4096, 4096);
-	struct ktune_config cfg;
-	(void)state;
-
-	struct ktune_entry ents[] = {
-		/* other dtypes and layouts at the very shape asked for: never taken */
-		entry(make_key(KTUNE_BF16, "nt", 1500, 4096, 4096), cfg_e, 1),
-		entry(make_key(KTUNE_F16, "nn", 1500, 4096, 4096), cfg_e, 1),
-		entry(make_key(KTUNE_F16, "tt", 1500, 4096, 4096), cfg_e, 1),
-		entry(make_key(KTUNE_F16, "tn", 1500, 4096, 4096), cfg_e, 0),
-		/* same dtype and layout: squared log distances 20.6 (M=16), 0.15 (M=1024), 1.01 (M=4096) */
-		entry(make_key(KTUNE_F16, "nt", 16, 4096, 4096), cfg_split, 1),
-		entry(make_key(KTUNE_F16, "nt", 1024, 4096, 4096), cfg_c, 1),
-		entry(make_key(KTUNE_F16, "nt", 4096, 4096, 4096), cfg_d, 1),
-		/* the same M, but 4.3 away in K */
-		entry(make_key(KTUNE_F16, "nt", 1500, 4096, 512), cfg_a, 1),
-	};
-	ktune_ctx *ctx = make_ctx(ents, (int)(sizeof(ents) / sizeof(ents[0])));
-
-	assert_string_equal(choose(ctx, query, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_c);
-	assert_int_equal(ctx->misses, 1);
-
-	/* distance is in log space: M=3000 is nearer 4096 (0.10) than 1024 (1.15) */
-	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 3000, 4096, 4096), &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_d);
-	/* ... and in every dimension: K=600 picks the K=512 entry */
-	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 1500, 4096, 600), &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_a);
-	assert_int_equal(ctx->misses, 3);
-
-	/* a borrowed split-K config is kept where it fits, lowered where it does not */
-	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 2, 4096, 4096), &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_split);
-	struct ktune_key tall = make_key(KTUNE_F16, "nt", 16, 65536, 65536); /* 512 tiles */
-	assert_string_equal(choose(ctx, tall, &cfg), "nearest");
-	assert_int_equal(cfg.block_m, cfg_split.block_m);
-	assert_true(cfg.split_k < cfg_split.split_k);
-	assert_int_equal(ctx->misses, 5);
-
-	/* every other dtype/layout pair of the table finds its own entry only */
-	assert_string_equal(choose(ctx, make_key(KTUNE_BF16, "nt", 8, 64, 64), &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_e);
-	free_ctx(ctx);
-}
-
-static void test_gemm_op__dispatch_nearest_prefers_this_device(void **state)
-{
-	struct ktune_key tuned = make_key(KTUNE_BF16, "nn", 1024, 1024, 1024);
-	struct ktune_key query = make_key(KTUNE_BF16, "nn", 512, 1024, 1024);
-	struct ktune_config cfg;
-	(void)state;
-
-	/* the same key tuned on both devices: this device's wins the tie, in either order */
-	struct ktune_entry ents[] = { entry(tuned, cfg_a, 0), entry(tuned, cfg_b, 1) };
-	ktune_ctx *ctx = make_ctx(ents, 2);
-	assert_string_equal(choose(ctx, query, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_b);
-	free_ctx(ctx);
-	struct ktune_entry rev[] = { entry(tuned, cfg_b, 1), entry(tuned, cfg_a, 0) };
-	ctx = make_ctx(rev, 2);
-	assert_string_equal(choose(ctx, query, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_b);
-
-	/* the same shape in the other alignment class (0.01) beats M=1300 (0.057) */
-	struct ktune_key unaligned = tuned;
-	unaligned.aligned = 0;
-	struct ktune_entry mixed[] = { entry(make_key(KTUNE_BF16, "nn", 1300, 1024, 1024), cfg_c, 1),
-				       entry(unaligned, cfg_d, 1) };
-	free_ctx(ctx);
-	ctx = make_ctx(mixed, 2);
-	assert_string_equal(choose(ctx, tuned, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_d);
-	free_ctx(ctx);
-
-	/* a neighbour tuned in both alignment classes: the query's class wins, in either order */
-	struct ktune_key other = unaligned;
-	other.m = 2048;
-	struct ktune_entry classes[] = { entry(other, cfg_c, 1),
-					 entry(make_key(KTUNE_BF16, "nn", 2048, 1024, 1024), cfg_a, 1) };
-	ctx = make_ctx(classes, 2);
-	assert_string_equal(choose(ctx, query, &cfg), "nearest"); /* aligned */
-	assert_config_equal(&cfg, &cfg_a);
-	query.aligned = 0;
-	assert_string_equal(choose(ctx, query, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_c);
-	free_ctx(ctx);
-}
-
-static void test_gemm_op__dispatch_default(void **state)
-{
-	struct ktune_key query = make_key(KTUNE_F16, "nt", 1, 4096, 4096);
-	struct ktune_config cfg;
-	(void)state;
-
-	/* no entries at all */
-	ktune_ctx *ctx = make_ctx(NULL, 0);
-	assert_string_equal(choose(ctx, query, &cfg), "default");
-	struct ktune_config want = ktune__gemm_default_config(&query, SMS);
-	assert_config_equal(&cfg, &want);
-	assert_true(cfg.split_k > 1);
-	assert_int_equal(ctx->misses, 1);
-	free_ctx(ctx);
-
-	/* entries, but none of this dtype and layout */
-	struct ktune_entry ents[] = {
-		entry(make_key(KTUNE_BF16, "nt", 1, 4096, 4096), cfg_a, 1),
-		entry(make_key(KTUNE_F16, "nn", 1, 4096, 4096), cfg_a, 1),
-		entry(make_key(KTUNE_F16, "tt", 1, 4096, 4096), cfg_a, 0),
-		entry(make_key(KTUNE_F16, "tn", 1, 4096, 4096), cfg_a, 1),
-	};
-	ctx = make_ctx(ents, 4);
-	assert_string_equal(choose(ctx, query, &cfg), "default");
-	assert_config_equal(&cfg, &want);
-	struct ktune_key big = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
-	assert_string_equal(choose(ctx, big, &cfg), "default");
-	want = ktune__gemm_default_config(&big, SMS);
-	assert_config_equal(&cfg, &want);
-	assert_int_equal(ctx->misses, 2);
-	/* exact hits do not count as misses */
-	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nn", 1, 4096, 4096), &cfg), "exact");
-	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "tt", 1, 4096, 4096), &cfg), "arch");
-	assert_int_equal(ctx->misses, 2);
-	free_ctx(ctx);
-}
-
 /* ----------------------------------------------------------- wgmma family */
 
 /* 128x256, 4 stages, 2 consumers: the family's best on large H100 keys. */
@@ -1222,57 +925,6 @@ static void test_gemm_op__wgmma_prune(void **state)
 	}
 }
 
-static void test_gemm_op__dispatch_never_wgmma_for_unaligned(void **state)
-{
-	struct ktune_key key = make_key(KTUNE_F16, "nt", 4096, 4096, 4096);
-	struct ktune_key unaligned = key;
-	struct ktune_config cfg;
-	(void)state;
-	unaligned.aligned = 0;
-
-	/* an exact wgmma entry serves the aligned key ... */
-	struct ktune_entry ents[] = { entry(key, wg_a, 1) };
-	ktune_ctx *ctx = make_ctx(ents, 1);
-	assert_string_equal(choose(ctx, key, &cfg), "exact");
-	assert_config_equal(&cfg, &wg_a);
-	/* ... but never the unaligned one, not even as the nearest: the mma.sync default */
-	assert_string_equal(choose(ctx, unaligned, &cfg), "default");
-	assert_int_equal(cfg.family, KTUNE_GEMM_MMA);
-	free_ctx(ctx);
-
-	/* every source: exact, arch, shipped, nearest; wgmma skipped, mma.sync taken */
-	struct ktune_entry mixed[] = {
-		entry(unaligned, wg_a, 1),             /* exact (an imported file could hold it) */
-		entry(unaligned, wg_a, 0),             /* arch */
-		entry(make_key(KTUNE_F16, "nt", 4000, 4096, 4096), cfg_a, 1), /* nearest, mma.sync */
-		entry(make_key(KTUNE_F16, "nt", 4096, 4096, 4000), wg_a, 1),  /* nearer, wgmma */
-	};
-	mixed[1].shipped = 0;
-	ctx = make_ctx(mixed, 4);
-	assert_string_equal(choose(ctx, unaligned, &cfg), "nearest");
-	assert_config_equal(&cfg, &cfg_a);
-	/* the aligned key takes the nearer wgmma entry */
-	assert_string_equal(choose(ctx, make_key(KTUNE_F16, "nt", 4096, 4096, 4001), &cfg),
-			    "nearest");
-	assert_config_equal(&cfg, &wg_a);
-	free_ctx(ctx);
-
-	/* shipped wgmma entries likewise */
-	struct ktune_entry shipped[] = { entry(unaligned, wg_a, 1), entry(unaligned, cfg_c, 1) };
-	shipped[0].shipped = shipped[1].shipped = 1;
-	ctx = make_ctx(shipped, 2);
-	assert_string_equal(choose(ctx, unaligned, &cfg), "shipped");
-	assert_config_equal(&cfg, &cfg_c);
-	free_ctx(ctx);
-
-	/* a device that is not sm_90 never takes wgmma, aligned or not */
-	ctx = make_ctx(ents, 1);
-	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_100");
-	assert_string_equal(choose(ctx, key, &cfg), "default");
-	assert_int_equal(cfg.family, KTUNE_GEMM_MMA);
-	free_ctx(ctx);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1287,19 +939,10 @@ int main(void)
 		cmocka_unit_test(test_gemm_op__aligned),
 		cmocka_unit_test(test_gemm_op__counts_and_tolerance),
 		cmocka_unit_test(test_gemm_op__candidates),
-		cmocka_unit_test(test_gemm_op__dispatch_exact_beats_arch),
-		cmocka_unit_test(test_gemm_op__dispatch_arch),
-		cmocka_unit_test(test_gemm_op__dispatch_fits_shared_memory),
-		cmocka_unit_test(test_gemm_op__dispatch_shipped_is_lowest),
-		cmocka_unit_test(test_gemm_op__dispatch_shipped_prefers_this_gpu),
-		cmocka_unit_test(test_gemm_op__dispatch_nearest),
-		cmocka_unit_test(test_gemm_op__dispatch_nearest_prefers_this_device),
-		cmocka_unit_test(test_gemm_op__dispatch_default),
 		cmocka_unit_test(test_gemm_op__wgmma_text_round_trip),
 		cmocka_unit_test(test_gemm_op__wgmma_parse_is_strict),
 		cmocka_unit_test(test_gemm_op__wgmma_same_kernel_and_contract),
 		cmocka_unit_test(test_gemm_op__wgmma_prune),
-		cmocka_unit_test(test_gemm_op__dispatch_never_wgmma_for_unaligned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -440,6 +440,59 @@ static void test_ops__candidates_and_defaults(void **state)
 }
 
 /* The generic tune loop, through the fake worker: a result of the op's family, with the copy as baseline. */
+/*
+ * A key nobody tuned is served by its op's default (dispatch's last
+ * resort): for sizes from 1 to 2^26 elements, in both alignment classes,
+ * it is in the space and its op's prune keeps it; an elementwise op gives
+ * a key too small to fill the GPU smaller blocks than a large one.
+ */
+static void test_ops__defaults_fit_every_size(void **state)
+{
+	static const int64_t sizes[] = { 1, 7, 100, 4096, 65537, 1 << 20, 1 << 26 };
+	struct ktune_err e;
+	(void)state;
+	for (int i = 0; ktune__ops[i]; i++) {
+		const struct ktune_op *op = ktune__ops[i];
+		if (ktune__op_is_gemm(op))
+			continue;
+		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+			for (int aligned = 0; aligned <= 1; aligned++) {
+				struct ktune_key key = sample_key(op);
+				struct ktune_config def, back;
+				char text[256], why[160];
+				key.aligned = aligned;
+				/* the sizes: the first of the op's size fields takes the size, the others 1024 */
+				for (int f = 0, first = 1; f < op->nfields; f++)
+					if (op->fields[f].dim >= 0) {
+						*ktune__key_dim(&key, op->fields[f].dim) = first ? sizes[s] : 1024;
+						first = 0;
+					}
+				if (op->key_check && op->key_check(&key, &e))
+					continue; /* a size the op refuses (a row longer than it takes) */
+				if (op->key_bucket)
+					op->key_bucket(&key);
+				def = op->default_config(&key, 132);
+				assert_int_equal(ktune__op_config_format(op, &def, text, sizeof(text)), 0);
+				if (ktune__op_config_parse(op, op->families[def.family].name, text, &back, &e))
+					fail_msg("%s default %s: %s", op->name, text, e.msg);
+				if (op->prune(&key, &def, 132, why, sizeof(why)))
+					fail_msg("%s %lld aligned %d: default %s: %s", op->name, (long long)sizes[s],
+						 aligned, text, why);
+			}
+	}
+	const struct ktune_op *add = ktune__op_find("add");
+	struct ktune_key small = { .op = "add", .dtype = KTUNE_BF16, .m = 4096, .aligned = 1 };
+	struct ktune_key large = { .op = "add", .dtype = KTUNE_BF16, .m = 1 << 26, .aligned = 1 };
+	struct ktune_config a = add->default_config(&small, 132), b = add->default_config(&large, 132);
+	assert_true(ktune__op_param(add, &a, "THREADS", 0) * ktune__op_param(add, &a, "UNROLL", 0) <
+		    ktune__op_param(add, &b, "THREADS", 0) * ktune__op_param(add, &b, "UNROLL", 0));
+	/* the streaming hint for 8 MiB, not for 128 MiB */
+	struct ktune_key mid = { .op = "add", .dtype = KTUNE_BF16, .m = 1 << 22, .aligned = 1 };
+	struct ktune_config c = add->default_config(&mid, 132);
+	assert_int_equal(ktune__op_param(add, &c, "CACHE", -1), 1);
+	assert_int_equal(ktune__op_param(add, &b, "CACHE", -1), 0);
+}
+
 static void test_ops__tuned_through_the_worker(void **state)
 {
 	struct test_scratch *t = *state;
@@ -477,6 +530,7 @@ int main(void)
 		cmocka_unit_test(test_ops__spec_sections),
 		cmocka_unit_test(test_ops__config_texts),
 		cmocka_unit_test(test_ops__candidates_and_defaults),
+		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test_setup_teardown(test_ops__tuned_through_the_worker, setup, test_scratch_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
