@@ -13,7 +13,7 @@
 #   ops    the elementwise ops: their GPU test, the default sweep over the shipped
 #          GEMM tuning (so that it tunes the ops), verify, bench, and the ops
 #          against PyTorch and Liger (bench/ops/elementwise.py; wheels in .whl/)
-#   rowwise  the row-wise ops (softmax, rmsnorm, layernorm): their GPU test, the default sweep
+#   rowwise  the row-wise ops (softmax, rmsnorm, layernorm, cross_entropy): their GPU test, the default sweep
 #          over the shipped tuning (so that it tunes what the file lacks), verify
 #          and bench of each, and the ops against PyTorch and Liger
 #          (bench/ops/rowwise.py); ROWWISE_STEPS picks among test, sweep, peers
@@ -156,7 +156,7 @@ for step in $steps; do
 				tail -n 1 "$OUT/rowwise-import.log" | tee -a "$OUT/rowwise.log"
 				run rowwise-sweep.log timeout "${SWEEP_TIMEOUT:-1800}" $B/ktune sweep --progress
 				$B/ktune export -o "$OUT/$(basename "$SHIPPED")"
-				for op in softmax rmsnorm layernorm; do
+				for op in softmax rmsnorm layernorm cross_entropy; do
 					run rowwise-verify.log $B/ktune verify --op $op
 					run rowwise-retime.log $B/ktune bench --op $op
 				done

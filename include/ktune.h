@@ -343,8 +343,9 @@ KTUNE_API ktune_status ktune_dropout_backward(ktune_ctx *ctx, int64_t n, float p
  *   results on every run (no atomics).
  * - Tuned per [rows, cols]: rows by power-of-two bucket, cols exactly up to
  *   65536 and by power-of-two bucket above ('ktune tune softmax --rows R
- *   --cols C').  cols up to 262144 (softmax) run tuned configs that hold a
- *   row in the registers of a thread-block cluster on sm_90.
+ *   --cols C').  cols up to 262144 (softmax, cross-entropy) run tuned
+ *   configs that hold a row in the registers of a thread-block cluster on
+ *   sm_90.
  */
 
 /* y = softmax(x) over each row; a row of -inf only gives zeros.  y may be x. */
@@ -409,6 +410,84 @@ KTUNE_API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, in
 						const float *mean, const float *rstd, const void *dy,
 						int64_t lddy, void *dx, int64_t lddx, void *dweight,
 						void *dbias, ktune_dtype dtype, void *stream);
+
+/*
+ * Cross-entropy over the rows of logits [rows, vocab] (a row's element c at
+ * logits[r * ld_logits + c]) against int64 class targets (rows of them,
+ * contiguous, any alignment), with fp32 math and fp32 losses:
+ *
+ *     z = logits, or softcap * tanh(logits / softcap) when softcap > 0
+ *     lse[r]  = log sum_c exp z[r, c]
+ *     loss[r] = lse[r] - (1 - eps) z[r, t] - eps / vocab * sum_c z[r, c]
+ *
+ * with t = targets[r] and eps = label_smoothing (0 <= eps <= 1), as
+ * PyTorch's F.cross_entropy(..., ignore_index, label_smoothing).  A row whose
+ * target is ignore_index is ignored: its logits are not read, its loss and
+ * lse are 0, its gradient 0.  A target outside [0, vocab) that is not
+ * ignore_index makes its row's loss NaN (so a mean or sum is NaN; PyTorch
+ * raises an error).  Reductions:
+ *
+ *     KTUNE_REDUCTION_MEAN  the sum of the rows' losses over the count of
+ *                           rows not ignored; 0 when every row is ignored
+ *                           (PyTorch gives NaN), and then every gradient is 0
+ *     KTUNE_REDUCTION_SUM   the sum
+ *     KTUNE_REDUCTION_NONE  a loss a row
+ *
+ * The mean and sum are deterministic (the rows' losses added in a fixed
+ * order by one block, no atomics; they use the context's per-stream
+ * scratch, 4 bytes a row).  Logits of magnitude 1e4 give no overflow and no
+ * NaN.  vocab from 1 to 262144 (by power-of-two bucket above 65536: 'ktune
+ * tune cross_entropy --rows R --vocab V'); the label smoothing, the soft
+ * cap and the reduction are compiled-in variants.  rows = 0 or vocab = 0
+ * launches nothing and writes nothing.
+ */
+typedef enum {
+	KTUNE_REDUCTION_MEAN = 0,
+	KTUNE_REDUCTION_SUM = 1,
+	KTUNE_REDUCTION_NONE = 2,
+} ktune_reduction;
+
+/*
+ * The loss: loss is rows floats for KTUNE_REDUCTION_NONE, else one; lse
+ * (rows floats, required) is saved for ktune_cross_entropy_backward.
+ */
+KTUNE_API ktune_status ktune_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits,
+					   int64_t ld_logits, const int64_t *targets, int64_t ignore_index,
+					   float label_smoothing, float softcap, ktune_reduction reduction,
+					   float *loss, float *lse, ktune_dtype dtype, void *stream);
+/*
+ * The gradient of ktune_cross_entropy's loss times dloss, from the logits
+ * and the saved lse:
+ *
+ *     dlogits[r, c] = g[r] (exp(z - lse[r]) - (1 - eps) [c == t] - eps / vocab) (1 - (z / softcap)^2)
+ *
+ * (the last factor when softcap > 0) with g[r] = dloss[0] / count (mean),
+ * dloss[0] (sum) or dloss[r] (none): dloss is the device's fp32 gradient of
+ * the loss, one float, or rows of them for none.  The same ignore_index,
+ * label_smoothing, softcap and reduction as the forward call.  dlogits
+ * (row stride ld_dlogits) may be logits (in place, the same row stride).
+ * An ignored row's gradient is 0.
+ */
+KTUNE_API ktune_status ktune_cross_entropy_backward(ktune_ctx *ctx, int64_t rows, int64_t vocab,
+						    const void *logits, int64_t ld_logits, const int64_t *targets,
+						    int64_t ignore_index, float label_smoothing, float softcap,
+						    ktune_reduction reduction, const float *lse, const float *dloss,
+						    void *dlogits, int64_t ld_dlogits, ktune_dtype dtype, void *stream);
+/*
+ * The loss and its gradient in one pass over the logits, read once: what a
+ * training step wants (forward + backward of the separate calls, one read of
+ * the logits fewer, and no lse).  dloss is the gradient of the loss as it
+ * will be back-propagated, on the host: 1 for loss.backward() of the mean or
+ * sum; with KTUNE_REDUCTION_NONE every row's loss gets dloss (the gradient
+ * of dloss times their sum).  dlogits may be logits (in place, the same row
+ * stride): the logits' memory then holds the gradient, and no second buffer
+ * of their size is needed.
+ */
+KTUNE_API ktune_status ktune_cross_entropy_fused(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits,
+						 int64_t ld_logits, const int64_t *targets, int64_t ignore_index,
+						 float label_smoothing, float softcap, ktune_reduction reduction,
+						 float dloss, float *loss, void *dlogits, int64_t ld_dlogits,
+						 ktune_dtype dtype, void *stream);
 
 #ifdef __cplusplus
 }

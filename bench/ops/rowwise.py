@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""bench/ops/rowwise.py - ktune's row-wise ops (softmax, RMSNorm, LayerNorm) against PyTorch
-eager and Liger Kernel, in the same process on the same GPU.
+"""bench/ops/rowwise.py - ktune's row-wise ops (softmax, RMSNorm, LayerNorm, cross-entropy) against
+PyTorch eager, torch.compile (cross-entropy) and Liger Kernel, in the same process on the same GPU.
 
     python3 bench/ops/rowwise.py --lib build-device/install/lib/libktune.so --csv $OUT/rowwise.csv
     python3 bench/ops/rowwise.py --dry-run              # the plan of cases, no GPU needed
@@ -14,6 +14,10 @@ traffic, the same figure for every library):
   rmsnorm_bwd       dx and dw from h, w, rstd, dy                bytes 3 r c s + 2 c s + 4 r
   layernorm         y = (x - mean) rstd w + b, mean, rstd saved  bytes 2 r c s + 2 c s + 8 r
   layernorm_bwd     dx, dw, db from x, w, mean, rstd, dy         bytes 3 r c s + 3 c s + 8 r
+  cross_entropy     the mean loss of logits [r, c] (c: the vocab)  bytes r c s + 8 r (targets)
+                    against int64 targets (ktune saves lse too)
+  cross_entropy_fused  the mean loss and dlogits: forward and      bytes 2 r c s + 8 r
+                    backward (ktune: one kernel reading the logits once)
 Baselines: torch (softmax: aten._softmax.out and _softmax_backward_data.out;
 RMSNorm: F.rms_norm, its residual add as x + res first, its backward through
 autograd, eager only: capturing autograd.grad in a graph failed; LayerNorm:
@@ -21,7 +25,13 @@ F.layer_norm, its backward through autograd, eager only), Liger
 (liger_kernel.ops.softmax's _softmax_forward/_backward,
 liger_kernel.ops.rms_norm's rms_norm_forward/backward in the llama casting
 mode, no residual variant; liger_kernel.ops.layer_norm's layer_norm_forward
-and layer_norm_backward).
+and layer_norm_backward); cross-entropy: F.cross_entropy, forward and autograd.grad of it, eager
+and torch.compile'd (AOTAutograd compiles the backward too; eager only, as the norms' backward),
+Liger's LigerCrossEntropyLoss (liger_kernel.transformers; it writes the gradient into the logits'
+memory in its forward, so they are restored, untimed, before every call).  torch.compile rows are
+in the CSV as library "compile" (the printed table has the ktune, torch and liger columns).  The
+cross-entropy checks scale dlogits by rows x vocab (p vocab - vocab at the target: of order 1)
+before the relative check.
 
 The timing protocol is bench/ops/elementwise.py's (this script runs its Bench):
 seeded inputs, outputs poisoned with NaN, checked against a float32 reference
@@ -57,27 +67,43 @@ SIGS = {
     "ktune_layernorm_backward": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_vp, c_vp, c_vp, c_i64, c_vp, c_i64, c_vp,
                                   c_vp, c_int, c_vp],
                                  "ctx rows cols x ldx weight mean rstd dy lddy dx lddx dweight dbias dtype stream"),
+    "ktune_cross_entropy": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_i64, c_f32, c_f32, c_int, c_vp, c_vp, c_int,
+                             c_vp],
+                            "ctx rows vocab logits ld_logits targets ignore_index label_smoothing softcap reduction "
+                            "loss lse dtype stream"),
+    "ktune_cross_entropy_backward": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_i64, c_f32, c_f32, c_int, c_vp, c_vp,
+                                      c_vp, c_i64, c_int, c_vp],
+                                     "ctx rows vocab logits ld_logits targets ignore_index label_smoothing softcap "
+                                     "reduction lse dloss dlogits ld_dlogits dtype stream"),
+    "ktune_cross_entropy_fused": ([c_vp, c_i64, c_i64, c_vp, c_i64, c_vp, c_i64, c_f32, c_f32, c_int, c_f32, c_vp, c_vp,
+                                   c_i64, c_int, c_vp],
+                                  "ctx rows vocab logits ld_logits targets ignore_index label_smoothing softcap "
+                                  "reduction dloss loss dlogits ld_dlogits dtype stream"),
 }
-OPS = ("softmax", "rmsnorm", "layernorm")
+OPS = ("softmax", "rmsnorm", "layernorm", "cross_entropy")
 SYMBOLS = {"softmax": ["ktune_softmax"], "softmax_bwd": ["ktune_softmax_backward"],
            "rmsnorm": ["ktune_rmsnorm"], "rmsnorm_residual": ["ktune_rmsnorm"],
            "rmsnorm_bwd": ["ktune_rmsnorm_backward"],
-           "layernorm": ["ktune_layernorm"], "layernorm_bwd": ["ktune_layernorm_backward"]}
+           "layernorm": ["ktune_layernorm"], "layernorm_bwd": ["ktune_layernorm_backward"],
+           "cross_entropy": ["ktune_cross_entropy"], "cross_entropy_fused": ["ktune_cross_entropy_fused"]}
 EPS = 1e-6
 
 # the elementwise bench's ctypes wrapper and header check take these ops too
 ew.KTUNE_SIGS.update(SIGS)
 ew.OP_SYMBOLS.update(SYMBOLS)
 ew.C_TYPES["float*"] = c_vp
+ew.C_TYPES["int64_t*"] = c_vp
+ew.C_TYPES["ktune_reduction"] = c_int
 
 
 def shapes(args):
     if args.quick:
         return dict(softmax=[(4096, 4096), (1024, 32768)], rmsnorm=[(4096, 4096), (1024, 32768)],
-                    layernorm=[(4096, 4096), (1024, 32768)])
+                    layernorm=[(4096, 4096), (1024, 32768)], cross_entropy=[(4096, 32000), (4096, 128256)])
     return dict(softmax=[(4096, 1024), (4096, 4096), (4096, 16384), (1024, 32768), (1024, 131072), (256, 262144)],
                 rmsnorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)],
-                layernorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)])
+                layernorm=[(4096, 1024), (4096, 4096), (4096, 8192), (1024, 32768), (16384, 4096)],
+                cross_entropy=[(4096, 32000), (8192, 32000), (8192, 50257), (8192, 128256), (4096, 262144)])
 
 
 def plan(args):
@@ -106,6 +132,13 @@ def plan(args):
             for shape in sz["layernorm"]:
                 # Liger's layer norm refuses rows over 65536 (calculate_settings' block size)
                 case(op, shape, mats, vecs, ["ktune", "torch"] + (["liger"] if shape[1] <= 65536 else []), stats=8)
+    if "cross_entropy" in args.ops:
+        # stats: the targets (8 bytes a row); Liger's loss computes the gradient in its forward:
+        # it is timed fused only
+        for op, mats, libs in (("cross_entropy", 1, ["ktune", "torch", "compile"]),
+                               ("cross_entropy_fused", 2, ["ktune", "torch", "compile", "liger"])):
+            for shape in sz["cross_entropy"]:
+                case(op, shape, mats, 0, libs, stats=8)
     return cases
 
 
@@ -145,6 +178,8 @@ class RowBench(ew.Bench):
         lig = self.row_liger
         if lig is None:
             impls["liger"] = self.row_liger_why
+        if op.startswith("cross_entropy"):
+            return self.build_cross_entropy(c, gen, impls, have_kt)
         x = self.randn((rows, cols), "bf16", gen)
 
         if op in ("softmax", "softmax_bwd"):
@@ -309,6 +344,102 @@ class RowBench(ew.Bench):
                 check=lambda f: self.grad_check([dxk, dwk, dbk], [ref_dx, ref_dw, ref_db], tol * f))
         return impls
 
+    def build_cross_entropy(self, c, gen, impls, have_kt):
+        """The mean loss (cross_entropy), and the mean loss with dlogits (cross_entropy_fused)."""
+        torch = self.torch
+        F = torch.nn.functional
+        op, (rows, vocab) = c["op"], c["shape"]
+        tol = ew.TOL["bf16"]
+        kt, st, kdt = self.kt, self.stream, ew.KTUNE_DTYPE["bf16"]
+        x = self.randn((rows, vocab), "bf16", gen)
+        t = torch.randint(0, vocab, (rows,), device=self.dev, generator=gen)
+        xf = x.float()
+        lse = torch.logsumexp(xf, -1)
+        ref_loss = (lse - xf.gather(1, t[:, None]).squeeze(1)).mean()
+        lk = torch.empty((), dtype=torch.float32, device=self.dev)
+        if op == "cross_entropy":
+            del xf
+            impls["torch"] = dict(fn=lambda: F.cross_entropy(x, t), api="F.cross_entropy",
+                                  check=lambda f: self.close_check([F.cross_entropy(x, t)], [ref_loss], tol * f))
+            impls["compile"] = self.compiled(lambda a, b: F.cross_entropy(a, b), (x, t), ref_loss, None, tol)
+            if have_kt:
+                lsek = torch.empty(rows, dtype=torch.float32, device=self.dev)
+                impls["ktune"] = dict(
+                    fn=lambda: kt.call("ktune_cross_entropy", rows, vocab, x.data_ptr(), vocab, t.data_ptr(), -100,
+                                       0.0, 0.0, 0, lk.data_ptr(), lsek.data_ptr(), kdt, st()),
+                    outs=[lk, lsek], check=lambda f: self.close_check([lk, lsek], [ref_loss, lse], tol * f))
+            return impls
+
+        # dlogits of the mean: (softmax - onehot) / rows; checked times rows x vocab (of order 1)
+        scale = float(rows) * vocab
+        ref_dx = torch.softmax(xf, -1)
+        del xf
+        ref_dx.scatter_add_(1, t[:, None], torch.full((rows, 1), -1.0, device=self.dev))
+        ref_dx.mul_(vocab)  # = ref_dx / rows * scale
+
+        def ce_check(loss, dx, f):
+            # dlogits within twice the tolerance: PyTorch's bf16 backward takes p from its bf16
+            # log_softmax, whose rounding (2^-9 |log p|, |log p| ~ log vocab) is 3-5% of p
+            check = self.close_check([loss.detach()], [ref_loss], tol * f)
+            return check if check != "ok" else self.close_check([dx.float().mul_(scale)], [ref_dx], 2 * tol * f)
+
+        xr = x.detach().clone().requires_grad_(True)
+
+        def run_t():
+            loss = F.cross_entropy(xr, t)
+            return loss, torch.autograd.grad(loss, xr)[0]
+        # eager only: capturing torch.autograd.grad in a graph failed on the H100 (rmsnorm_bwd's note)
+        impls["torch"] = dict(fn=run_t, api="F.cross_entropy + autograd.grad (eager)", eager_only=True,
+                              check=lambda f: ce_check(*run_t(), f))
+        impls["compile"] = self.compiled(lambda a, b: F.cross_entropy(a, b), (xr, t), ref_loss, ce_check, tol)
+        if "liger" in c["libs"]:
+            lig = self.row_liger
+            if lig is None or "ce" not in lig:
+                impls["liger"] = self.row_liger_why if lig is None else "no LigerCrossEntropyLoss"
+            else:
+                ce = lig["ce"]()
+                xw = x.detach().clone().requires_grad_(True)
+
+                def run_l():
+                    loss = ce(xw, t)
+                    return loss, torch.autograd.grad(loss, xw)[0]
+
+                def restore():  # Liger's forward writes the gradient into the logits' memory
+                    with torch.no_grad():
+                        xw.copy_(x)
+                impls["liger"] = dict(fn=run_l, before=restore, eager_only=True,
+                                      api="LigerCrossEntropyLoss + autograd.grad (in place; restored untimed)",
+                                      check=lambda f: (restore(), ce_check(*run_l(), f))[1])
+        if have_kt:
+            dxk = torch.empty_like(x)
+            impls["ktune"] = dict(
+                fn=lambda: kt.call("ktune_cross_entropy_fused", rows, vocab, x.data_ptr(), vocab, t.data_ptr(), -100,
+                                   0.0, 0.0, 0, 1.0, lk.data_ptr(), dxk.data_ptr(), vocab, kdt, st()),
+                outs=[lk, dxk], check=lambda f: ce_check(lk, dxk, f))
+        return impls
+
+    def compiled(self, fn, inputs, ref_loss, grad_check, tol):
+        """torch.compile of fn (the loss), with autograd.grad of its first input when grad_check is given:
+        an impl, or why it is skipped (the compile is tried here, untimed)."""
+        torch = self.torch
+        if self.args.no_compile:
+            return "--no-compile"
+        try:
+            cf = torch.compile(fn)
+
+            def run():
+                loss = cf(*inputs)
+                return (loss, torch.autograd.grad(loss, inputs[0])[0]) if grad_check else loss
+            run()
+            self.sync()
+        except Exception as e:
+            return f"torch.compile failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:120] if str(e).strip() else ''}"
+        if grad_check:
+            return dict(fn=run, api="torch.compile(F.cross_entropy) + autograd.grad", eager_only=True,
+                        check=lambda f: grad_check(*run(), f))
+        return dict(fn=run, api="torch.compile(F.cross_entropy)", eager_only=True,
+                    check=lambda f: self.close_check([run()], [ref_loss], tol * f))
+
     def run(self, cases):
         self.row_liger, self.row_liger_why = None, "--no-liger"
         if not self.args.no_liger:
@@ -320,6 +451,11 @@ class RowBench(ew.Bench):
                 self.row_liger = dict(softmax_fwd=sm._softmax_forward, softmax_bwd=sm._softmax_backward,
                                       rms_fwd=rn.rms_norm_forward, rms_bwd=rn.rms_norm_backward,
                                       ln_fwd=ln.layer_norm_forward, ln_bwd=ln.layer_norm_backward)
+                try:
+                    lt = importlib.import_module("liger_kernel.transformers")
+                    self.row_liger["ce"] = lt.LigerCrossEntropyLoss
+                except Exception as e:  # an older Liger: the other ops still run
+                    ew.log(f"liger: no LigerCrossEntropyLoss ({type(e).__name__}: {e}): cross-entropy's column skipped")
             except Exception as e:
                 self.row_liger_why = f"not importable: {type(e).__name__}: {e}"
                 ew.log(f"liger: {self.row_liger_why}: its column is skipped")
@@ -338,6 +474,7 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=None, help="seconds per timed batch (default 0.15)")
     ap.add_argument("--no-graph", action="store_true", help="eager mode only")
     ap.add_argument("--no-liger", action="store_true", help="skip Liger")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (cross-entropy: a compile a case)")
     ap.add_argument("--no-ktune", action="store_true", help="skip ktune (baselines only)")
     args = ap.parse_args(argv)
     args.cpu_test = False

@@ -68,6 +68,13 @@ struct ktune_family {
 enum ktune_buf_type {
 	KTUNE_BUF_ELEM, /* the key's dtype */
 	KTUNE_BUF_F32,  /* fp32 whatever the dtype: statistics saved for a backward pass */
+	/*
+	 * int64 indices (cross-entropy's targets), inputs only, read one at a
+	 * time: their alignment is not the call's.  The tuner's inputs are the floor of a
+	 * value from input_range, -1 where that is negative (an index to
+	 * ignore).
+	 */
+	KTUNE_BUF_I64,
 };
 
 /*
@@ -112,7 +119,8 @@ struct ktune_op_call {
 	int64_t size[KTUNE_KEY_DIMS]; /* as the key's m, n, k, before bucketing */
 	int64_t ld[KTUNE_OP_MAX_BUFS]; /* 0 where the op has no strides */
 	float p;                       /* dropout's probability */
-	uint64_t seed, offset;         /* dropout's Philox key and counter offset */
+	uint64_t seed, offset;         /* dropout's Philox key and counter offset; offset: cross-entropy's
+					  ignore_index (an int64) */
 	double scalar[4];              /* an op's other scalars, as its file says (a norm's epsilon) */
 	uint64_t workspace;            /* device scratch of the bytes the op's workspace() asks */
 	unsigned absent;               /* bit i: buffer i was NULL in the call, served as its optional says */
@@ -166,6 +174,12 @@ struct ktune_op {
 	 * in [lo, hi) (they are rounded to the dtype).
 	 */
 	void (*input_range)(const struct ktune_key *key, int buf, double *lo, double *hi);
+	/*
+	 * The scalars of the tuner's problem (call->p, scalar[]), after the
+	 * defaults (p 0.1, scalar[0] 1e-5: dropout's p, a norm's epsilon) and
+	 * before the reference; NULL: the defaults.  call->size holds the sizes.
+	 */
+	void (*problem_scalars)(const struct ktune_key *key, struct ktune_op_call *call);
 	/*
 	 * The float64 reference on the host: reads the input buffers of `bufs`
 	 * (layout order, packed as layout() says), writes the output ones.
@@ -290,7 +304,8 @@ void ktune__sample_configs(struct ktune_config *cfgs, int n, int keep, unsigned 
 
 /*
  * A call's alignment class: every buffer 16-byte aligned, every row stride a
- * multiple of 16 bytes (in its buffer's element size, from the key's layout).
+ * multiple of 16 bytes (in its buffer's element size, from the key's layout);
+ * KTUNE_BUF_I64 buffers, read one index at a time, do not count.
  */
 int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_layout *layout,
 			   const struct ktune_op_call *call);

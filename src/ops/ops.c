@@ -17,11 +17,11 @@
 #include "templates.h"
 
 extern const struct ktune_op ktune__op_gemm, ktune__op_add, ktune__op_gelu, ktune__op_glu,
-	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm, ktune__op_layernorm;
+	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm, ktune__op_layernorm, ktune__op_cross_entropy;
 
 const struct ktune_op *const ktune__ops[] = {
 	&ktune__op_gemm, &ktune__op_add, &ktune__op_gelu, &ktune__op_glu, &ktune__op_dropout,
-	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, NULL,
+	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, &ktune__op_cross_entropy, NULL,
 };
 
 #define NOPS ((int)(sizeof(ktune__ops) / sizeof(ktune__ops[0])) - 1)
@@ -507,7 +507,7 @@ int64_t ktune__op_ld(const struct ktune_op_call *call, int buf)
 
 int ktune__op_buf_size(const struct ktune_key *key, const struct ktune_op_buf *buf)
 {
-	return buf->type == KTUNE_BUF_F32 ? 4 : ktune__dtype_size(key->dtype);
+	return buf->type == KTUNE_BUF_F32 ? 4 : buf->type == KTUNE_BUF_I64 ? 8 : ktune__dtype_size(key->dtype);
 }
 
 int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_layout *layout,
@@ -515,6 +515,8 @@ int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_la
 {
 	for (int i = 0; i < KTUNE_OP_MAX_BUFS; i++) {
 		int size = i < layout->nbufs ? ktune__op_buf_size(key, &layout->bufs[i]) : ktune__dtype_size(key->dtype);
+		if (i < layout->nbufs && layout->bufs[i].type == KTUNE_BUF_I64)
+			continue; /* read one index at a time */
 		if (call->buf[i] % 16 || (call->ld[i] * size) % 16)
 			return 0;
 	}

@@ -119,3 +119,85 @@ void ktune__ref_layernorm_backward(const double *x, int64_t ldx, const double *w
 		}
 	}
 }
+
+/* The capped logit. */
+static double capped(double x, double cap)
+{
+	return cap > 0 ? cap * tanh(x / cap) : x;
+}
+
+static int64_t count_kept(const int64_t *targets, int64_t ignore_index, int64_t rows)
+{
+	int64_t n = 0;
+	for (int64_t r = 0; r < rows; r++)
+		n += targets[r] != ignore_index;
+	return n;
+}
+
+void ktune__ref_cross_entropy(const double *x, int64_t ldx, const int64_t *targets, int64_t ignore_index,
+			      double smoothing, double cap, double *loss, double *lse, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *xr = x + r * ldx;
+		const int64_t t = targets[r];
+		double m = -INFINITY, s = 0, sz = 0;
+		if (t == ignore_index) {
+			loss[r] = 0;
+			if (lse)
+				lse[r] = 0;
+			continue;
+		}
+		for (int64_t c = 0; c < cols; c++)
+			m = fmax(m, capped(xr[c], cap));
+		for (int64_t c = 0; c < cols; c++) {
+			double z = capped(xr[c], cap);
+			s += exp(z - m);
+			sz += z - m;
+		}
+		/* lse - (1 - eps) z_t - eps mean z, each term relative to the max: no cancellation at 1e4 */
+		double ls = log(s);
+		if (t < 0 || t >= cols)
+			loss[r] = NAN;
+		else
+			loss[r] = ls - (1 - smoothing) * (capped(xr[t], cap) - m) - smoothing * sz / (double)cols;
+		if (lse)
+			lse[r] = m + ls;
+	}
+}
+
+double ktune__ref_cross_entropy_reduce(const double *loss, const int64_t *targets, int64_t ignore_index,
+				       ktune_reduction reduction, int64_t rows)
+{
+	double s = 0;
+	for (int64_t r = 0; r < rows; r++)
+		s += loss[r];
+	if (reduction == KTUNE_REDUCTION_SUM)
+		return s;
+	if (reduction == KTUNE_REDUCTION_MEAN) {
+		int64_t n = count_kept(targets, ignore_index, rows);
+		return n ? s / (double)n : 0;
+	}
+	return NAN;
+}
+
+void ktune__ref_cross_entropy_backward(const double *x, int64_t ldx, const int64_t *targets, int64_t ignore_index,
+				       double smoothing, double cap, const double *lse, ktune_reduction reduction,
+				       const double *dloss, double *dx, int64_t lddx, int64_t rows, int64_t cols)
+{
+	int64_t n = reduction == KTUNE_REDUCTION_MEAN ? count_kept(targets, ignore_index, rows) : 0;
+	for (int64_t r = 0; r < rows; r++) {
+		const int64_t t = targets[r];
+		double g = reduction == KTUNE_REDUCTION_NONE ? dloss[r]
+			   : reduction == KTUNE_REDUCTION_SUM ? dloss[0]
+			   : n ? dloss[0] / (double)n : 0;
+		if (t == ignore_index)
+			g = 0;
+		for (int64_t c = 0; c < cols; c++) {
+			double z = capped(x[r * ldx + c], cap);
+			double d = exp(z - lse[r]) - (c == t ? 1 - smoothing : 0) - smoothing / (double)cols;
+			if (cap > 0)
+				d *= 1 - (z / cap) * (z / cap);
+			dx[r * lddx + c] = t == ignore_index ? 0 : g * d;
+		}
+	}
+}

@@ -1,16 +1,18 @@
 /*
  * rowwise-ref.h - float64 CPU references of the row-wise family
- * (kernels/templates/{softmax,rmsnorm,layernorm}.cu), for the tuner's
- * check and the tests: the kernels' definitions in double precision.
+ * (kernels/templates/{softmax,rmsnorm,layernorm,cross_entropy}.cu), for the
+ * tuner's check and the tests: the kernels' definitions in double precision.
  *
  * Matrices are [rows, cols] with a row stride (ld, elements); vectors over
- * the columns (weight, bias, dw, db) and over the rows (mean, rstd) are
- * contiguous.  Every function is thread-safe.
+ * the columns (weight, bias, dw, db) and over the rows (mean, rstd, targets,
+ * a loss a row) are contiguous.  Every function is thread-safe.
  */
 #ifndef KTUNE_ROWWISE_REF_H
 #define KTUNE_ROWWISE_REF_H
 
 #include <stdint.h>
+
+#include "ktune.h"
 
 /* y = softmax(x) over each row; a row of -inf only gives zeros.  y may be x. */
 void ktune__ref_softmax(const double *x, int64_t ldx, double *y, int64_t ldy, int64_t rows, int64_t cols);
@@ -50,5 +52,39 @@ void ktune__ref_layernorm(const double *x, int64_t ldx, const double *w, const d
 void ktune__ref_layernorm_backward(const double *x, int64_t ldx, const double *w, const double *mean,
 				   const double *rstd, const double *dy, int64_t lddy, double *dx, int64_t lddx,
 				   double *dw, double *db, int64_t rows, int64_t cols);
+
+/*
+ * Cross-entropy of each row of logits x [rows, cols] against its target t =
+ * targets[r], with label smoothing eps and, for cap > 0, soft-capped logits:
+ *
+ *     z = cap > 0 ? cap tanh(x / cap) : x,   lse[r] = log sum_c exp z,
+ *     loss[r] = lse[r] - (1 - eps) z[t] - eps mean_c z.
+ *
+ * A row whose target is ignore_index gets loss 0 and lse 0; a target out of
+ * [0, cols) otherwise gives loss NaN (lse as computed).  lse may be NULL.
+ */
+void ktune__ref_cross_entropy(const double *x, int64_t ldx, const int64_t *targets, int64_t ignore_index,
+			      double smoothing, double cap, double *loss, double *lse, int64_t rows, int64_t cols);
+
+/*
+ * The rows' losses reduced: KTUNE_REDUCTION_MEAN over the rows not
+ * ignored (0 when every row is), KTUNE_REDUCTION_SUM; NONE is not a
+ * reduction (NaN).
+ */
+double ktune__ref_cross_entropy_reduce(const double *loss, const int64_t *targets, int64_t ignore_index,
+				       ktune_reduction reduction, int64_t rows);
+
+/*
+ * The gradient by x of the reduced loss times dloss, from the saved lse:
+ *
+ *     dx[r, c] = g[r] (exp(z - lse[r]) - (1 - eps) [c == t] - eps / cols) (cap > 0 ? 1 - (z / cap)^2 : 1)
+ *
+ * with g[r] = dloss[0] / count (MEAN; 0 when count, the rows not ignored,
+ * is 0), dloss[0] (SUM) or dloss[r] (NONE), and 0 for an ignored row.  A
+ * target out of range adds no target term.  dx may be x.
+ */
+void ktune__ref_cross_entropy_backward(const double *x, int64_t ldx, const int64_t *targets, int64_t ignore_index,
+				       double smoothing, double cap, const double *lse, ktune_reduction reduction,
+				       const double *dloss, double *dx, int64_t lddx, int64_t rows, int64_t cols);
 
 #endif

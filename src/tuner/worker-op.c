@@ -180,6 +180,8 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 	p->call.scalar[0] = 1e-5; /* a norm's epsilon, likewise */
 	p->call.seed = 0x5eed0000u + seed;
 	p->call.offset = 0;
+	if (p->op->problem_scalars)
+		p->op->problem_scalars(&p->key, &p->call);
 
 	/* buffers: inputs random and rounded (the reference sees what the kernel sees) */
 	int64_t most = 0;
@@ -197,7 +199,7 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 		if (b->elems > most)
 			most = b->elems;
 	}
-	p->scratch = malloc((size_t)(most ? most : 1) * sizeof(float)); /* the widest element */
+	p->scratch = malloc((size_t)(most ? most : 1) * sizeof(int64_t)); /* the widest element */
 	if (!p->scratch) {
 		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 		goto out;
@@ -209,8 +211,16 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 		if (b->output)
 			continue;
 		p->op->input_range(&p->key, i, &lo, &hi);
-		for (int64_t j = 0; j < b->elems; j++)
-			p->host[i][j] = store(p->scratch, j, p->type[i], lo + (hi - lo) * uniform(&state));
+		for (int64_t j = 0; j < b->elems; j++) {
+			double v = lo + (hi - lo) * uniform(&state);
+			if (b->type == KTUNE_BUF_I64) { /* an index: its floor, -1 (to ignore) where negative */
+				int64_t x = v < 0 ? -1 : (int64_t)floor(v);
+				((int64_t *)p->scratch)[j] = x;
+				p->host[i][j] = (double)x;
+			} else {
+				p->host[i][j] = store(p->scratch, j, p->type[i], v);
+			}
+		}
 		CU_GOTO(e, rc, cuMemcpyHtoD_v2(p->call.buf[i], p->scratch, (size_t)b->elems * (size_t)p->size[i]));
 	}
 	p->op->reference(&p->key, &p->call, p->host);

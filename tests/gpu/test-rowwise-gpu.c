@@ -1,5 +1,5 @@
 /*
- * test-rowwise-gpu.c - the row-wise kernels (softmax, rmsnorm, layernorm) on a GPU
+ * test-rowwise-gpu.c - the row-wise kernels (softmax, rmsnorm, layernorm, cross_entropy) on a GPU
  * against their float64 CPU references (src/ops/rowwise-ref.c).  Skipped
  * where no GPU is present.
  *
@@ -18,6 +18,17 @@
  * CUDA graph and replayed, bit-identical again; LayerNorm with a row of one
  * value (rstd = 1 / sqrt(eps), y = b exactly) and its backward, twice,
  * bit-identical.
+ *
+ * Cross-entropy: every candidate of each pass with smoothing and the soft
+ * cap on (the kernel's every branch) in bf16 aligned, and the default with a
+ * sample of 3 of every one of its 36 variants, through the tuner's problem
+ * (1 row in 17 ignored).  Through the API with padded strides in f32:
+ * forward (none, mean, sum), backward and fused against the reference,
+ * with ignored rows and a target out of range (NaN); fused in place
+ * (dlogits = logits) the same bits as out of place; the mean twice and from
+ * a captured CUDA graph bit-identical; logits of +-1e4 (finite, exact),
+ * every target ignored (mean 0, gradients 0), vocab 1; bf16 in place; bad
+ * arguments refused with nothing written.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,6 +165,38 @@ static void test_rowwise_gpu__layernorm_every_config(void **state)
 {
 	(void)state;
 	run_op("layernorm", 65537);
+}
+
+/* Every variant of cross_entropy: all candidates where every branch runs, a sample elsewhere. */
+static void test_rowwise_gpu__cross_entropy_every_config(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("cross_entropy");
+	static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16, KTUNE_F32 };
+	(void)state;
+	failures = 0;
+	for (int p = 0; p < 3; p++)
+		for (int r = 0; r < 3; r++)
+			for (int f = 0; f < 4; f++) {
+				const char *values[] = { op->fields[0].choices[p], op->fields[1].choices[r],
+							 f & 1 ? "on" : "off", f & 2 ? "on" : "off" };
+				int every = r == 0 && f == 3; /* mean, smoothing and soft cap: the most code */
+				for (int c = 0; c < NCOLS; c++)
+					for (int d = 0; d < (every ? 3 : 1); d++)
+						for (int offset = 0; offset <= (every ? 1 : 0); offset++) {
+							struct ktune_key key = { .op = "cross_entropy", .dtype = dtypes[d],
+										 .m = 67, .n = all_cols[c] };
+							assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+							op->key_bucket(&key);
+							key.m = 67;
+							int full = every && d == 0 && offset == 0;
+							run_key(key, offset, full ? 0 : 3);
+							if (full) {
+								key.m = 1;
+								run_key(key, 0, 3);
+							}
+						}
+			}
+	assert_int_equal(failures, 0);
 }
 
 /* ------------------------------------------------------------ the public API */
@@ -526,6 +569,386 @@ static void test_rowwise_gpu__bad_arguments(void **state)
 	ktune_cu.cuMemFree_v2(d);
 }
 
+/* ------------------------------------------------------------ cross-entropy through the API */
+
+static CUdeviceptr upload_bytes(const void *host, size_t n)
+{
+	CUdeviceptr d;
+	assert_int_equal(ktune_cu.cuMemAlloc_v2(&d, n + 16), CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d, host, n), CUDA_SUCCESS);
+	return d;
+}
+
+/* got within tol * |want| + floor (NaN only for NaN), else the test fails naming what and where. */
+static void ce_close(const char *what, int64_t i, double got, double want, double tol, double floor)
+{
+	if (isnan(want) ? !isnan(got) : !(fabs(got - want) <= tol * fabs(want) + floor))
+		fail_msg("cross_entropy %s[%lld] = %.9g, want %.9g", what, (long long)i, got, want);
+}
+
+static unsigned short to_bf16(float f)
+{
+	unsigned x;
+	memcpy(&x, &f, sizeof(x));
+	return (unsigned short)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+/*
+ * f32 logits [300, 1000] with row stride 1003, in [-2, 2]; every 7th row
+ * ignored (-100), row 5's target out of range (NaN loss); dloss scaled so
+ * that dlogits are p - [c == t] (of order 1e-3 to 1): the checks are
+ * relative to each element.
+ */
+static void test_rowwise_gpu__cross_entropy_api(void **state)
+{
+	enum { ROWS = 300, V = 1000, LD = 1003 };
+	const int64_t ignore = -100;
+	const float eps = 0.1f, cap = 3.0f;
+	size_t n = (size_t)ROWS * LD;
+	float *x = malloc(n * 4), *got = malloc(n * 4), *got2 = malloc(n * 4), loss[ROWS], lse[ROWS], one;
+	double *xd = malloc(n * 8), *want = malloc(n * 8), lossd[ROWS], lsed[ROWS];
+	int64_t t[ROWS];
+	int64_t kept = 0;
+	(void)state;
+	assert_true(x && got && got2 && xd && want);
+	for (size_t i = 0; i < n; i++)
+		xd[i] = x[i] = (float)((long)(i * 7919 % 4001) - 2000) / 1000;
+	for (int r = 0; r < ROWS; r++) {
+		t[r] = r % 7 == 3 ? ignore : r == 5 ? V + 2 : (r * 104729) % V;
+		kept += t[r] != ignore;
+	}
+	CUdeviceptr d_x = upload(x, n), d_t = upload_bytes(t, sizeof(t)), d_loss = upload(x, ROWS);
+	CUdeviceptr d_lse = upload(x, ROWS), d_dx = upload(x, n), d_dloss = upload(x, ROWS), d_x2 = upload(x, n);
+
+	/* forward, each reduction, smoothing and cap on */
+	ktune__ref_cross_entropy(xd, LD, t, ignore, eps, cap, lossd, lsed, ROWS, V);
+	for (int red = 0; red < 3; red++) {
+		assert_int_equal(ktune_cross_entropy(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, ignore, eps, cap,
+						     (ktune_reduction)red, (float *)d_loss, (float *)d_lse, KTUNE_F32, NULL),
+				 KTUNE_OK);
+		download(lse, d_lse, ROWS);
+		for (int r = 0; r < ROWS; r++)
+			ce_close("lse", r, lse[r], lsed[r], 1e-6, 0);
+		if (red == KTUNE_REDUCTION_NONE) {
+			download(loss, d_loss, ROWS);
+			for (int r = 0; r < ROWS; r++)
+				ce_close("loss", r, loss[r], lossd[r], 1e-5, 1e-6);
+		} else {
+			download(&one, d_loss, 1); /* NaN: row 5's target is out of range */
+			ce_close(red ? "sum" : "mean", 0, one,
+				 ktune__ref_cross_entropy_reduce(lossd, t, ignore, (ktune_reduction)red, ROWS), 0, 0);
+		}
+	}
+	/* without the bad row: the mean's value */
+	t[5] = 17;
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_t, t, sizeof(t)), CUDA_SUCCESS);
+	ktune__ref_cross_entropy(xd, LD, t, ignore, eps, cap, lossd, lsed, ROWS, V);
+	for (int round = 0; round < 2; round++) { /* twice: the same bits */
+		float again;
+		assert_int_equal(ktune_cross_entropy(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, ignore, eps, cap,
+						     KTUNE_REDUCTION_MEAN, (float *)d_loss, (float *)d_lse, KTUNE_F32, NULL),
+				 KTUNE_OK);
+		download(round ? &again : &one, d_loss, 1);
+		if (round)
+			assert_memory_equal(&one, &again, 4);
+	}
+	ce_close("mean", 0, one, ktune__ref_cross_entropy_reduce(lossd, t, ignore, KTUNE_REDUCTION_MEAN, ROWS), 1e-5, 0);
+
+	/* backward from the kernel's lse, none: each row its dloss */
+	float dl[ROWS];
+	double dld[ROWS], lse_got[ROWS];
+	download(lse, d_lse, ROWS);
+	for (int r = 0; r < ROWS; r++) {
+		dl[r] = (float)(1 + r % 3);
+		dld[r] = dl[r];
+		lse_got[r] = lse[r];
+	}
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_dloss, dl, sizeof(dl)), CUDA_SUCCESS);
+	assert_int_equal(ktune_cross_entropy_backward(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, ignore, eps, cap,
+						      KTUNE_REDUCTION_NONE, (float *)d_lse, (float *)d_dloss,
+						      (void *)d_dx, LD, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(got, d_dx, n);
+	ktune__ref_cross_entropy_backward(xd, LD, t, ignore, eps, cap, lse_got, KTUNE_REDUCTION_NONE, dld, want, LD,
+					  ROWS, V);
+	for (size_t i = 0; i < n; i++)
+		if (i % LD >= V)
+			assert_true(got[i] == x[i]); /* past the row: untouched */
+		else
+			ce_close("backward dlogits", (int64_t)i, got[i], want[i], 1e-4, 1e-9);
+
+	/* fused, mean, dloss = kept (so that g = 1), out of place, then in place: the same bits */
+	const float dloss = (float)kept;
+	assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, ignore, eps, cap,
+						   KTUNE_REDUCTION_MEAN, dloss, (float *)d_loss, (void *)d_dx, LD,
+						   KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(got, d_dx, n);
+	download(&one, d_loss, 1);
+	double dd = dloss;
+	ktune__ref_cross_entropy_backward(xd, LD, t, ignore, eps, cap, lsed, KTUNE_REDUCTION_MEAN, &dd, want, LD, ROWS, V);
+	ce_close("fused mean", 0, one, ktune__ref_cross_entropy_reduce(lossd, t, ignore, KTUNE_REDUCTION_MEAN, ROWS),
+		 1e-5, 0);
+	for (size_t i = 0; i < n; i++)
+		if (i % LD >= V)
+			assert_true(got[i] == x[i]);
+		else
+			ce_close("fused dlogits", (int64_t)i, got[i], want[i], 1e-4, 1e-9);
+	float in_place_loss;
+	assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, V, (void *)d_x2, LD, (int64_t *)d_t, ignore, eps, cap,
+						   KTUNE_REDUCTION_MEAN, dloss, (float *)d_loss, (void *)d_x2, LD,
+						   KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(got2, d_x2, n);
+	download(&in_place_loss, d_loss, 1);
+	assert_memory_equal(got, got2, n * 4);
+	assert_memory_equal(&one, &in_place_loss, 4);
+
+	/* the fused mean captured in a CUDA graph (scratch from its memory nodes), replayed: the same bits */
+	{
+		CUstream st;
+		CUgraph g;
+		CUgraphExec ge;
+		assert_int_equal(ktune_cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuMemsetD8_v2(d_dx, 0xff, n * 4), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+		int rc = ktune_cross_entropy_fused(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, ignore, eps, cap,
+						   KTUNE_REDUCTION_MEAN, dloss, (float *)d_loss, (void *)d_dx, LD,
+						   KTUNE_F32, st);
+		assert_int_equal(ktune_cu.cuStreamEndCapture(st, &g), CUDA_SUCCESS);
+		assert_int_equal(rc, KTUNE_OK);
+		assert_int_equal(ktune_cu.cuGraphInstantiateWithFlags(&ge, g, 0), CUDA_SUCCESS);
+		for (int replay = 0; replay < 2; replay++) {
+			assert_int_equal(ktune_cu.cuMemsetD8_v2(d_loss, 0xff, 4), CUDA_SUCCESS);
+			assert_int_equal(ktune_cu.cuGraphLaunch(ge, st), CUDA_SUCCESS);
+			assert_int_equal(ktune_cu.cuStreamSynchronize(st), CUDA_SUCCESS);
+			download(got2, d_dx, n);
+			download(&in_place_loss, d_loss, 1);
+			for (size_t i = 0; i < n; i++) /* the padding was 0xff before the replays: compare the rows */
+				if (i % LD < V && memcmp(&got[i], &got2[i], 4))
+					fail_msg("graph replay %d: dlogits[%zu] = %.9g, eager %.9g", replay, i, got2[i],
+						 got[i]);
+			assert_memory_equal(&one, &in_place_loss, 4);
+		}
+		ktune_cu.cuGraphExecDestroy(ge);
+		ktune_cu.cuGraphDestroy(g);
+		ktune_cu.cuStreamDestroy_v2(st);
+	}
+	CUdeviceptr all[] = { d_x, d_t, d_loss, d_lse, d_dx, d_dloss, d_x2 };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+	free(x), free(got), free(got2), free(xd), free(want);
+}
+
+/*
+ * Logits of +-1e4 (17 maxima of 33): the fused pass exact (p = 1/17 or 0),
+ * the loss log 17 or 2e4 + log 17, nothing NaN; the separate backward
+ * within its lse's rounding (1e-3 at 1e4).  Then every target ignored
+ * (mean 0, every gradient 0, in place: the logits become zeros), and vocab 1
+ * (loss 0, gradient 0).
+ */
+static void test_rowwise_gpu__cross_entropy_edges(void **state)
+{
+	enum { ROWS = 4, V = 33, LD = 36 };
+	float x[ROWS * LD], got[ROWS * LD], loss[ROWS], lse[ROWS], m;
+	double xd[ROWS * LD], want[ROWS * LD], lossd[ROWS], lsed[ROWS], one = 1;
+	int64_t t[ROWS] = { 0, 1, 2, 31 };
+	(void)state;
+	for (int i = 0; i < ROWS * LD; i++)
+		xd[i] = x[i] = i % LD % 2 ? -1e4f : 1e4f;
+	CUdeviceptr d_x = upload(x, ROWS * LD), d_t = upload_bytes(t, sizeof(t)), d_loss = upload(x, ROWS);
+	CUdeviceptr d_lse = upload(x, ROWS), d_dx = upload(x, ROWS * LD), d_one = upload(x, 1);
+	float onef = 1;
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_one, &onef, 4), CUDA_SUCCESS);
+	assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, -100, 0, 0,
+						   KTUNE_REDUCTION_NONE, 1.0f, (float *)d_loss, (void *)d_dx, LD, KTUNE_F32,
+						   NULL),
+			 KTUNE_OK);
+	download(loss, d_loss, ROWS);
+	download(got, d_dx, ROWS * LD);
+	ktune__ref_cross_entropy(xd, LD, t, -100, 0, 0, lossd, lsed, ROWS, V);
+	ktune__ref_cross_entropy_backward(xd, LD, t, -100, 0, 0, lsed, KTUNE_REDUCTION_SUM, &one, want, LD, ROWS, V);
+	for (int r = 0; r < ROWS; r++)
+		ce_close("loss at 1e4", r, loss[r], lossd[r], 1e-6, 1e-6);
+	for (int i = 0; i < ROWS * LD; i++)
+		if (i % LD < V)
+			ce_close("fused dlogits at 1e4", i, got[i], want[i], 1e-6, 1e-7);
+	/* forward, then the separate backward from its lse: within the lse's rounding */
+	assert_int_equal(ktune_cross_entropy(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, -100, 0.1f, 30.0f,
+					     KTUNE_REDUCTION_SUM, (float *)d_loss, (float *)d_lse, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(lse, d_lse, ROWS);
+	download(&m, d_loss, 1);
+	ktune__ref_cross_entropy(xd, LD, t, -100, 0.1, 30, lossd, lsed, ROWS, V);
+	ce_close("sum at 1e4, capped at 30", 0, m, ktune__ref_cross_entropy_reduce(lossd, t, -100, KTUNE_REDUCTION_SUM, ROWS),
+		 1e-5, 0);
+	for (int r = 0; r < ROWS; r++)
+		ce_close("lse at 1e4, capped", r, lse[r], lsed[r], 1e-6, 0);
+	assert_int_equal(ktune_cross_entropy(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, -100, 0, 0,
+					     KTUNE_REDUCTION_SUM, (float *)d_loss, (float *)d_lse, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	assert_int_equal(ktune_cross_entropy_backward(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, -100, 0, 0,
+						      KTUNE_REDUCTION_SUM, (float *)d_lse, (float *)d_one, (void *)d_dx, LD,
+						      KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(got, d_dx, ROWS * LD);
+	for (int i = 0; i < ROWS * LD; i++)
+		if (i % LD < V)
+			ce_close("backward dlogits at 1e4", i, got[i], want[i], 2e-3, 1e-7);
+
+	/* every target ignored: the mean is 0, and in place the logits become zeros */
+	int64_t none[ROWS] = { -100, -100, -100, -100 };
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_t, none, sizeof(none)), CUDA_SUCCESS);
+	assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, V, (void *)d_x, LD, (int64_t *)d_t, -100, 0.1f, 30.0f,
+						   KTUNE_REDUCTION_MEAN, 1.0f, (float *)d_loss, (void *)d_x, LD, KTUNE_F32,
+						   NULL),
+			 KTUNE_OK);
+	download(&m, d_loss, 1);
+	download(got, d_x, ROWS * LD);
+	assert_true(m == 0);
+	for (int i = 0; i < ROWS * LD; i++)
+		assert_true(i % LD < V ? got[i] == 0 : got[i] == x[i]);
+
+	/* vocab 1: loss 0 (smoothing or not), gradient 0 */
+	int64_t zero[ROWS] = { 0, 0, 0, 0 };
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_t, zero, sizeof(zero)), CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_x, x, sizeof(x)), CUDA_SUCCESS);
+	assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, 1, (void *)d_x, LD, (int64_t *)d_t, -100, 0.1f, 0,
+						   KTUNE_REDUCTION_NONE, 1.0f, (float *)d_loss, (void *)d_dx, LD, KTUNE_F32,
+						   NULL),
+			 KTUNE_OK);
+	download(loss, d_loss, ROWS);
+	download(got, d_dx, ROWS * LD);
+	for (int r = 0; r < ROWS; r++)
+		assert_true(fabsf(loss[r]) <= 1e-6f && fabsf(got[r * LD]) <= 1e-6f);
+	CUdeviceptr all[] = { d_x, d_t, d_loss, d_lse, d_dx, d_one };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+}
+
+/*
+ * bf16 logits [64, V], fused in place, against the reference of the rounded
+ * logits: V = 50264 (rows 16-byte aligned: vectors) and 50257 (the
+ * unaligned class, element by element).
+ */
+static void test_rowwise_gpu__cross_entropy_bf16_in_place(void **state)
+{
+	enum { ROWS = 64 };
+	static const int64_t vocab[] = { 50264, 50257 };
+	(void)state;
+	for (int vi = 0; vi < 2; vi++) {
+		const int64_t V = vocab[vi];
+		size_t n = (size_t)ROWS * (size_t)V;
+		unsigned short *x = malloc(n * 2), *got = malloc(n * 2);
+		double *xd = malloc(n * 8), *want = malloc(n * 8), lossd[ROWS], lsed[ROWS], one = 1;
+		int64_t t[ROWS];
+		float loss;
+		assert_true(x && got && xd && want);
+		for (size_t i = 0; i < n; i++) {
+			x[i] = to_bf16((float)((long)(i * 7919 % 10007) - 5003) / 1000);
+			xd[i] = gpu_test_half_to_double(x[i], 1);
+		}
+		for (int r = 0; r < ROWS; r++)
+			t[r] = r == 9 ? -100 : (r * 104729) % V;
+		CUdeviceptr d_x = upload_bytes(x, n * 2), d_t = upload_bytes(t, sizeof(t)), d_loss = upload_bytes(t, 4);
+		assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, V, (void *)d_x, V, (int64_t *)d_t, -100, 0, 0,
+							   KTUNE_REDUCTION_SUM, 1.0f, (float *)d_loss, (void *)d_x, V,
+							   KTUNE_BF16, NULL),
+				 KTUNE_OK);
+		assert_int_equal(ktune_cu.cuCtxSynchronize(), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(got, d_x, n * 2), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(&loss, d_loss, 4), CUDA_SUCCESS);
+		ktune__ref_cross_entropy(xd, V, t, -100, 0, 0, lossd, lsed, ROWS, V);
+		ktune__ref_cross_entropy_backward(xd, V, t, -100, 0, 0, lsed, KTUNE_REDUCTION_SUM, &one, want, V, ROWS, V);
+		ce_close("bf16 sum", V, loss, ktune__ref_cross_entropy_reduce(lossd, t, -100, KTUNE_REDUCTION_SUM, ROWS),
+			 1e-5, 0);
+		for (size_t i = 0; i < n; i++) /* bf16's rounding (2^-9 relative), and the fp32 math's below it */
+			ce_close("bf16 in-place dlogits", (int64_t)i, gpu_test_half_to_double(got[i], 1), want[i], 5e-3,
+				 1e-12);
+		ktune_cu.cuMemFree_v2(d_x);
+		ktune_cu.cuMemFree_v2(d_t);
+		ktune_cu.cuMemFree_v2(d_loss);
+		free(x), free(got), free(xd), free(want);
+	}
+}
+
+/* A call refused with KTUNE_ERR_INVALID and a message holding msg. */
+#define REFUSED(call, msg)                                                                             \
+	do {                                                                                           \
+		ktune_status rc_ = (call);                                                             \
+		if (rc_ != KTUNE_ERR_INVALID || !strstr(ktune_errmsg(ctx), msg))                       \
+			fail_msg("line %d: status %d, message '%s', want '%s'", __LINE__, (int)rc_,     \
+				 ktune_errmsg(ctx), msg);                                               \
+	} while (0)
+
+/* Bad arguments: a clear status and message, and nothing written. */
+static void test_rowwise_gpu__cross_entropy_bad_arguments(void **state)
+{
+	enum { ROWS = 2, V = 16 };
+	const ktune_reduction mean = KTUNE_REDUCTION_MEAN;
+	float x[ROWS * V], back[ROWS * V];
+	int64_t t[ROWS] = { 1, 2 };
+	(void)state;
+	for (int i = 0; i < ROWS * V; i++)
+		x[i] = (float)i;
+	CUdeviceptr d_x = upload(x, ROWS * V), d_dx = upload(x, ROWS * V), d_t = upload_bytes(t, sizeof(t));
+	CUdeviceptr d_loss = upload(x, ROWS), d_lse = upload(x, ROWS);
+	float *loss = (float *)d_loss, *lse = (float *)d_lse;
+	const int64_t *tt = (const int64_t *)d_t;
+	void *xp = (void *)d_x, *dxp = (void *)d_dx;
+
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, 1.5f, 0, mean, loss, lse, KTUNE_F32, NULL),
+		"label_smoothing 1.5 is not in [0, 1]");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, NAN, 0, mean, loss, lse, KTUNE_F32, NULL),
+		"label_smoothing nan is not in [0, 1]");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, 0, -1.0f, mean, loss, lse, KTUNE_F32, NULL),
+		"softcap -1 is not a finite value >= 0");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, 0, INFINITY, mean, loss, lse, KTUNE_F32, NULL),
+		"softcap inf is not a finite value >= 0");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, 0, 0, (ktune_reduction)7, loss, lse, KTUNE_F32, NULL),
+		"reduction 7 is not mean (0), sum (1) or none (2)");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, 8, tt, -100, 0, 0, mean, loss, lse, KTUNE_F32, NULL),
+		"cross_entropy: a row stride (8) is less than cols = 16");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, 300000, xp, 300000, tt, -100, 0, 0, mean, loss, lse, KTUNE_F32, NULL),
+		"vocab 300000 is over 262144");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, NULL, -100, 0, 0, mean, loss, lse, KTUNE_F32, NULL),
+		"cross_entropy: targets is NULL");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, loss, NULL, KTUNE_F32, NULL),
+		"cross_entropy: lse is NULL");
+	REFUSED(ktune_cross_entropy(ctx, -1, V, xp, V, tt, -100, 0, 0, mean, loss, lse, KTUNE_F32, NULL),
+		"size -1 is negative");
+	REFUSED(ktune_cross_entropy(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, loss, lse, (ktune_dtype)9, NULL),
+		"dtype");
+	REFUSED(ktune_cross_entropy_backward(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, lse, NULL, dxp, V, KTUNE_F32,
+					     NULL),
+		"cross_entropy: dloss is NULL");
+	REFUSED(ktune_cross_entropy_backward(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, lse, lse, dxp, 12, KTUNE_F32,
+					     NULL),
+		"cross_entropy backward: a row stride (12) is less than cols = 16");
+	REFUSED(ktune_cross_entropy_backward(ctx, ROWS, V - 2, xp, V, tt, -100, 0, 0, mean, lse, lse, xp, V - 2,
+					     KTUNE_F32, NULL),
+		"cross_entropy backward: dlogits is logits with another row stride (14, not 16)");
+	REFUSED(ktune_cross_entropy_fused(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, 1.0f, loss, (float *)xp + 4, V,
+					  KTUNE_F32, NULL),
+		"cross_entropy fused: dlogits overlaps logits without being it");
+	REFUSED(ktune_cross_entropy_fused(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, NAN, loss, dxp, V, KTUNE_F32, NULL),
+		"cross_entropy fused: dloss nan is not finite");
+	REFUSED(ktune_cross_entropy_fused(ctx, ROWS, V, xp, V, tt, -100, 0, 0, mean, 1.0f, NULL, dxp, V, KTUNE_F32, NULL),
+		"cross_entropy: loss is NULL");
+	/* nothing written: the logits, the gradient buffer, the losses and lse are as uploaded */
+	download(back, d_x, ROWS * V);
+	assert_memory_equal(back, x, sizeof(x));
+	download(back, d_dx, ROWS * V);
+	assert_memory_equal(back, x, sizeof(x));
+	download(back, d_loss, ROWS);
+	assert_memory_equal(back, x, ROWS * 4);
+	download(back, d_lse, ROWS);
+	assert_memory_equal(back, x, ROWS * 4);
+	CUdeviceptr all[] = { d_x, d_dx, d_t, d_loss, d_lse };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ktune_cu.cuMemFree_v2(all[i]);
+}
+
 static int setup(void **state)
 {
 	struct ktune_err e;
@@ -565,6 +988,11 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__layernorm_constant_row_backward_deterministic),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_every_config),
 		cmocka_unit_test(test_rowwise_gpu__norms_without_affine),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_bad_arguments),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_api),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_edges),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_bf16_in_place),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,6 @@
 /*
  * test-compile-rowwise.c - NVRTC compiles of the row-wise templates
- * (softmax, rmsnorm, layernorm; no GPU needed) for sm_90, through the registry: for
+ * (softmax, rmsnorm, layernorm, cross_entropy; no GPU needed) for sm_90, through the registry: for
  * every key of each op's part of the default suite, and for awkward row
  * lengths (1, 7, 33, 4097, 65537, 262144 columns, as far as the op takes
  * them; unaligned too), the op's
@@ -10,7 +10,11 @@
  * rows over 65536 columns go element by element: the prune admits no
  * config for them, and their default (which runs, slower) may spill.  rowwise.cuh reaches NVRTC as a second
  * in-memory header.  KTUNE_TEST_FULL=1 compiles every candidate of every
- * suite key (thousands: the GPU check's job, not CI's).
+ * suite key (thousands: the GPU check's job, not CI's).  Cross-entropy's
+ * 36 variants (pass, reduction, smoothing, soft cap) each compile their
+ * default at 4097 columns (a short last vector), the fused ones at 262144
+ * too and the means unaligned at 33, with the kernels their steps launch
+ * and no spill.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +35,7 @@
 #define SM_COUNT 132
 #define SAMPLE 3
 
-static const char *const ops[] = { "softmax", "rmsnorm", "layernorm" };
+static const char *const ops[] = { "softmax", "rmsnorm", "layernorm", "cross_entropy" };
 static const int64_t awkward_cols[] = { 1, 7, 33, 4097, 65537, 262144 };
 
 struct job {
@@ -152,6 +156,49 @@ static void test_compile_rowwise__suite_and_awkward_rows(void **state)
 	ktune__spec_free(&suite);
 }
 
+/* Every variant of cross_entropy: its default compiles, holds its steps' kernels and does not spill. */
+static void test_compile_rowwise__cross_entropy_variants(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("cross_entropy");
+	static const int64_t cols[] = { 4097, 262144, 33 };
+	struct job *jobs = calloc(3 * 3 * 2 * 2 * 3, sizeof(*jobs));
+	int njobs = 0, failed = 0, spills = 0;
+	(void)state;
+	assert_non_null(op);
+	assert_non_null(jobs);
+	for (int p = 0; p < 3; p++)
+		for (int r = 0; r < 3; r++)
+			for (int f = 0; f < 4; f++)
+				for (int c = 0; c < 3; c++) {
+					if ((c == 1 && p != 2) || (c == 2 && r != 0))
+						continue; /* 262144 fused, unaligned 33 the mean: what differs there */
+					const char *values[] = { op->fields[0].choices[p], op->fields[1].choices[r],
+								 f & 1 ? "on" : "off", f & 2 ? "on" : "off" };
+					struct ktune_key k = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 8192,
+							       .n = cols[c], .aligned = c < 2 };
+					char why[160];
+					assert_int_equal(ktune__op_variant_set(op, &k, values, NULL), 0);
+					op->key_bucket(&k);
+					struct ktune_config d = op->default_config(&k, SM_COUNT);
+					assert_int_equal(op->prune(&k, &d, SM_COUNT, why, sizeof(why)), 0);
+					jobs[njobs++] = (struct job){ .key = k, .cfg = d, .is_default = 1 };
+				}
+	ktune__parallel_for(njobs, 0, compile_one, jobs);
+	for (int i = 0; i < njobs; i++) {
+		failed += jobs[i].failed;
+		if (jobs[i].spills) {
+			fprintf(stderr, "FAIL %s: the default config spills %d bytes\n", jobs[i].what, jobs[i].spills);
+			spills++;
+		}
+	}
+	assert_int_equal(njobs, 36 + 12 + 12);
+	printf("compiled the defaults of %d cross_entropy variants and lengths: %d failed, %d spill\n", njobs,
+	       failed, spills);
+	assert_int_equal(failed, 0);
+	assert_int_equal(spills, 0);
+	free(jobs);
+}
+
 /* rowwise.cuh is an embedded header the row-wise templates include, and the elementwise ones do not. */
 static void test_compile_rowwise__header_reaches_only_its_templates(void **state)
 {
@@ -173,6 +220,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compile_rowwise__header_reaches_only_its_templates),
 		cmocka_unit_test(test_compile_rowwise__suite_and_awkward_rows),
+		cmocka_unit_test(test_compile_rowwise__cross_entropy_variants),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,6 +159,217 @@ static void test_rowwise_ref__layernorm_backward_finite_differences(void **state
 		}
 }
 
+/* ------------------------------------------------------------ cross-entropy */
+
+static void test_rowwise_ref__cross_entropy(void **state)
+{
+	/*
+	 * Row 0: x = [0, ln 2, ln 5], sum exp = 8, t = 2: loss = ln 8 - ln 5.
+	 * Row 1: the same, t = 1, smoothing 0.1 (below).  Row 2: ignored (-100).
+	 * Row 3: t = 3 (out of range): NaN.  Row 4: t = -3 (not the ignore
+	 * index, out of range): NaN.
+	 */
+	const double l2 = log(2), l5 = log(5), l8 = log(8);
+	double x[5 * 4], loss[5], lse[5], dx[5 * 4];
+	int64_t t[5] = { 2, 1, -100, 3, -3 };
+	(void)state;
+	for (int r = 0; r < 5; r++) {
+		x[r * 4 + 0] = 0;
+		x[r * 4 + 1] = l2;
+		x[r * 4 + 2] = l5;
+		x[r * 4 + 3] = 99; /* padding: never read */
+	}
+	ktune__ref_cross_entropy(x, 4, t, -100, 0, 0, loss, lse, 5, 3);
+	assert_close(loss[0], l8 - l5, 1e-15, "ce loss", 0);
+	assert_close(loss[1], l8 - l2, 1e-15, "ce loss", 1);
+	assert_close(lse[0], l8, 1e-15, "ce lse", 0);
+	assert_true(loss[2] == 0 && lse[2] == 0);
+	assert_true(isnan(loss[3]) && isnan(loss[4]));
+	assert_close(lse[3], l8, 1e-15, "ce lse", 3);
+
+	/* smoothing eps: lse - (1 - eps) z_t - eps mean z */
+	ktune__ref_cross_entropy(x, 4, t, -100, 0.1, 0, loss, lse, 2, 3);
+	assert_close(loss[1], l8 - 0.9 * l2 - 0.1 * (l2 + l5) / 3, 1e-15, "ce smoothed loss", 1);
+
+	/* soft cap 1: z = tanh x */
+	const double z[3] = { 0, tanh(l2), tanh(l5) }; /* 0, 0.6, 12/13 */
+	const double lse_z = log(exp(z[0]) + exp(z[1]) + exp(z[2]));
+	ktune__ref_cross_entropy(x, 4, t, -100, 0, 1, loss, lse, 1, 3);
+	assert_close(z[1], 0.6, 1e-15, "tanh ln 2", 0);
+	assert_close(loss[0], lse_z - 12.0 / 13, 1e-15, "ce capped loss", 0);
+	assert_close(lse[0], lse_z, 1e-15, "ce capped lse", 0);
+
+	/* reductions: the mean over the 2 rows not ignored; a mean of none is 0; none is no reduction */
+	double fine[3] = { 1, 0, 2 };
+	int64_t ft[3] = { 0, 7, 1 };
+	assert_close(ktune__ref_cross_entropy_reduce(fine, ft, 7, KTUNE_REDUCTION_MEAN, 3), 1.5, 0, "ce mean", 0);
+	double with_nan[2] = { 1, NAN };
+	assert_true(isnan(ktune__ref_cross_entropy_reduce(with_nan, ft, 7, KTUNE_REDUCTION_MEAN, 2)));
+	assert_close(ktune__ref_cross_entropy_reduce(fine, ft, 7, KTUNE_REDUCTION_SUM, 3), 3, 0, "ce sum", 0);
+	int64_t all_ignored[3] = { 7, 7, 7 };
+	assert_true(ktune__ref_cross_entropy_reduce(fine, all_ignored, 7, KTUNE_REDUCTION_MEAN, 3) == 0);
+	assert_true(isnan(ktune__ref_cross_entropy_reduce(fine, ft, 7, KTUNE_REDUCTION_NONE, 3)));
+
+	/* gradient of the mean, dloss 2, rows 0 and 2 (ignored): count 1, p = [1, 2, 5] / 8 */
+	int64_t tg[2] = { 2, -100 };
+	double lse2[2] = { l8, 0 }, two = 2;
+	for (int i = 0; i < 8; i++)
+		dx[i] = -7;
+	ktune__ref_cross_entropy_backward(x, 4, tg, -100, 0, 0, lse2, KTUNE_REDUCTION_MEAN, &two, dx, 4, 2, 3);
+	assert_close(dx[0], 2 * 0.125, 1e-15, "ce dx", 0);
+	assert_close(dx[1], 2 * 0.25, 1e-15, "ce dx", 1);
+	assert_close(dx[2], 2 * (0.625 - 1), 1e-15, "ce dx", 2);
+	assert_true(dx[3] == -7); /* padding untouched */
+	for (int c = 0; c < 3; c++)
+		assert_true(dx[4 + c] == 0);
+	/* none: each row its own dloss; smoothing 0.1 moves 0.1 / 3 from the target to every class */
+	double g2[2] = { 3, 5 };
+	int64_t tn[2] = { 2, 0 };
+	ktune__ref_cross_entropy_backward(x, 4, tn, -100, 0.1, 0, lse2, KTUNE_REDUCTION_NONE, g2, dx, 4, 1, 3);
+	assert_close(dx[0], 3 * (0.125 - 0.1 / 3), 1e-15, "ce smoothed dx", 0);
+	assert_close(dx[2], 3 * (0.625 - 0.9 - 0.1 / 3), 1e-15, "ce smoothed dx", 2);
+}
+
+/* A matrix of rows x ld doubles, padding (past cols) set to 1234. */
+static double *ce_matrix(int64_t rows, int64_t cols, int64_t ld, double value)
+{
+	double *m = malloc((size_t)(rows * ld) * sizeof(double));
+	assert_non_null(m);
+	for (int64_t i = 0; i < rows * ld; i++)
+		m[i] = i % ld < cols ? value : 1234;
+	return m;
+}
+
+/*
+ * Awkward row lengths, one row and many, padded strides: rows of one value
+ * give log V (whatever the target, smoothing, cap); a one-hot row x_t = a,
+ * the rest 0, gives log(1 + (V - 1) e^-a); every row's gradient sums to 0
+ * (uncapped); padding is left alone; every target ignored gives 0.
+ */
+static void test_rowwise_ref__cross_entropy_awkward_rows(void **state)
+{
+	static const int64_t vocab[] = { 1, 7, 33, 4097, 65537, 262144 };
+	(void)state;
+	for (size_t vi = 0; vi < sizeof(vocab) / sizeof(vocab[0]); vi++) {
+		const int64_t v = vocab[vi], ld = v + 3, rows = v > 4097 ? 3 : 67;
+		double *x = ce_matrix(rows, v, ld, 0.75), *dx = ce_matrix(rows, v, ld, 0);
+		double *loss = malloc((size_t)rows * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
+		int64_t *t = malloc((size_t)rows * sizeof(int64_t));
+		assert_true(loss && lse && t);
+		for (int64_t r = 0; r < rows; r++)
+			t[r] = (r * 7919) % v;
+		for (int cfg = 0; cfg < 4; cfg++) {
+			double eps = cfg & 1 ? 0.1 : 0, cap = cfg & 2 ? 2.0 : 0;
+			ktune__ref_cross_entropy(x, ld, t, -1, eps, cap, loss, lse, rows, v);
+			for (int64_t r = 0; r < rows; r++) {
+				assert_close(loss[r], log((double)v), 1e-12, "ce uniform loss", (int)r);
+				assert_close(lse[r], (cap > 0 ? cap * tanh(0.75 / cap) : 0.75) + log((double)v), 1e-12,
+					     "ce uniform lse", (int)r);
+			}
+		}
+		/* one-hot rows: x_t = a, the rest 0; rows 0 and 1 of 1 row and of many */
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t c = 0; c < v; c++)
+				x[r * ld + c] = c == t[r] ? 2.5 : 0;
+		ktune__ref_cross_entropy(x, ld, t, -1, 0, 0, loss, lse, rows, v);
+		for (int64_t r = 0; r < rows; r++)
+			assert_close(loss[r], log(1 + (double)(v - 1) * exp(-2.5)), 1e-10, "ce one-hot loss", (int)r);
+		double dloss = 1.5;
+		for (int red = 0; red < 2; red++) {
+			ktune__ref_cross_entropy_backward(x, ld, t, -1, 0.1, 0, lse, (ktune_reduction)red, &dloss, dx, ld,
+							  rows, v);
+			for (int64_t r = 0; r < rows; r++) {
+				double s = 0;
+				for (int64_t c = 0; c < v; c++)
+					s += dx[r * ld + c];
+				assert_close(s, 0, 1e-13 + 1e-15 * (double)v, "ce gradient's row sum", (int)r);
+				for (int64_t c = v; c < ld; c++)
+					assert_true(dx[r * ld + c] == 1234);
+			}
+			/* the one-hot row's target: g (p_t - 1 + eps - eps / V) */
+			double g = red == 0 ? dloss / (double)rows : dloss, pt = exp(2.5 - lse[0]);
+			assert_close(dx[t[0]], g * (pt - 0.9 - 0.1 / (double)v), 1e-12, "ce target's gradient", 0);
+		}
+		/* every target ignored: losses 0, mean and sum 0, gradients 0 */
+		for (int64_t r = 0; r < rows; r++)
+			t[r] = -1;
+		ktune__ref_cross_entropy(x, ld, t, -1, 0.1, 2, loss, lse, rows, v);
+		assert_true(ktune__ref_cross_entropy_reduce(loss, t, -1, KTUNE_REDUCTION_MEAN, rows) == 0);
+		assert_true(ktune__ref_cross_entropy_reduce(loss, t, -1, KTUNE_REDUCTION_SUM, rows) == 0);
+		ktune__ref_cross_entropy_backward(x, ld, t, -1, 0.1, 2, lse, KTUNE_REDUCTION_MEAN, &dloss, dx, ld, rows, v);
+		for (int64_t i = 0; i < rows * ld; i++)
+			assert_true(i % ld < v ? dx[i] == 0 : dx[i] == 1234);
+		free(x), free(dx), free(loss), free(lse), free(t);
+	}
+}
+
+/* Logits of +-1e4: finite losses and gradients, and the exact values (e^-2e4 is 0 in doubles). */
+static void test_rowwise_ref__cross_entropy_large_logits(void **state)
+{
+	enum { V = 33, LD = 35 };
+	double x[2 * LD], loss[2], lse[2], dx[2 * LD];
+	int64_t t[2] = { 0, 1 };
+	(void)state;
+	for (int c = 0; c < LD; c++)
+		x[c] = x[LD + c] = c % 2 ? -1e4 : 1e4; /* 17 maxima of 1e4 (even columns), 16 of -1e4 */
+	ktune__ref_cross_entropy(x, LD, t, -100, 0, 0, loss, lse, 2, V);
+	assert_close(loss[0], log(17), 1e-12, "ce loss at the max", 0);
+	assert_close(loss[1], 2e4 + log(17), 1e-9, "ce loss at the min", 1);
+	assert_close(lse[0], 1e4 + log(17), 1e-9, "ce lse", 0);
+	/* smoothed: + eps (lse - mean z) - eps (lse - z_t)... as its definition, relative to the max */
+	ktune__ref_cross_entropy(x, LD, t, -100, 0.1, 0, loss, lse, 2, V);
+	double mean_z = (17 * 1e4 - 16 * 1e4) / V;
+	assert_close(loss[0], lse[0] - 0.9 * 1e4 - 0.1 * mean_z, 1e-9, "ce smoothed loss at 1e4", 0);
+	/* capped at 30: z = +-30 tanh(1e4 / 30) = +-30 */
+	ktune__ref_cross_entropy(x, LD, t, -100, 0, 30, loss, lse, 2, V);
+	assert_close(loss[1], 60 + log(17 + 16 * exp(-60)), 1e-9, "ce capped loss", 1);
+	double one = 1;
+	ktune__ref_cross_entropy_backward(x, LD, t, -100, 0, 30, lse, KTUNE_REDUCTION_SUM, &one, dx, LD, 2, V);
+	for (int r = 0; r < 2; r++)
+		for (int c = 0; c < V; c++)
+			assert_true(isfinite(dx[r * LD + c]) && dx[r * LD + c] == 0); /* 1 - tanh^2 = 0 in doubles */
+	ktune__ref_cross_entropy(x, LD, t, -100, 0, 0, loss, lse, 2, V);
+	ktune__ref_cross_entropy_backward(x, LD, t, -100, 0, 0, lse, KTUNE_REDUCTION_SUM, &one, dx, LD, 2, V);
+	assert_close(dx[0], 1.0 / 17 - 1, 1e-12, "ce dx at the target max", 0);
+	assert_close(dx[2], 1.0 / 17, 1e-12, "ce dx at another max", 2);
+	assert_true(dx[1] == 0 && dx[LD + 1] == -1);
+}
+
+/* L = dloss * reduce(loss(x)): the backward against central differences, smoothing and cap on. */
+static double ce_reduced(const double *x, const int64_t *t, int rows, int cols, int ld, ktune_reduction red)
+{
+	double loss[4], lse[4];
+	ktune__ref_cross_entropy(x, ld, t, 5, 0.2, 1.5, loss, lse, rows, cols);
+	return 0.7 * ktune__ref_cross_entropy_reduce(loss, t, 5, red, rows);
+}
+
+static void test_rowwise_ref__cross_entropy_finite_differences(void **state)
+{
+	enum { ROWS = 4, COLS = 7, LD = 9 };
+	double x[ROWS * LD], dx[ROWS * LD], loss[ROWS], lse[ROWS], dloss = 0.7;
+	int64_t t[ROWS] = { 3, 5, 0, 6 }; /* row 1 ignored (5 is the ignore index) */
+	const double h = 1e-6;
+	(void)state;
+	for (int i = 0; i < ROWS * LD; i++)
+		x[i] = (double)((i * 37) % 23) / 5 - 2;
+	for (int red = 0; red < 2; red++) {
+		ktune__ref_cross_entropy(x, LD, t, 5, 0.2, 1.5, loss, lse, ROWS, COLS);
+		ktune__ref_cross_entropy_backward(x, LD, t, 5, 0.2, 1.5, lse, (ktune_reduction)red, &dloss, dx, LD, ROWS,
+						  COLS);
+		for (int r = 0; r < ROWS; r++)
+			for (int c = 0; c < COLS; c++) {
+				double keep = x[r * LD + c];
+				x[r * LD + c] = keep + h;
+				double up = ce_reduced(x, t, ROWS, COLS, LD, (ktune_reduction)red);
+				x[r * LD + c] = keep - h;
+				double down = ce_reduced(x, t, ROWS, COLS, LD, (ktune_reduction)red);
+				x[r * LD + c] = keep;
+				assert_close(dx[r * LD + c], (up - down) / (2 * h), 1e-8, red ? "ce sum dx" : "ce mean dx",
+					     r * LD + c);
+			}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -167,6 +378,10 @@ int main(void)
 		cmocka_unit_test(test_rowwise_ref__layernorm),
 		cmocka_unit_test(test_rowwise_ref__layernorm_backward),
 		cmocka_unit_test(test_rowwise_ref__layernorm_backward_finite_differences),
+		cmocka_unit_test(test_rowwise_ref__cross_entropy),
+		cmocka_unit_test(test_rowwise_ref__cross_entropy_awkward_rows),
+		cmocka_unit_test(test_rowwise_ref__cross_entropy_large_logits),
+		cmocka_unit_test(test_rowwise_ref__cross_entropy_finite_differences),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,7 +86,11 @@ static void covers_the_default_suite(const char *name, const char *gpu, const ch
 	ktune__share_free(&share);
 }
 
-/* The H100's file: the suite's GEMM keys, the elementwise ops' and the row-wise ops' (96 + 42 + 30). */
+/*
+ * The H100's file: the suite's GEMM keys, the elementwise ops' and the
+ * row-wise ops' (96 + 42 + 30).  cross_entropy is not in it yet: it joins
+ * the list when an H100 sweep has tuned it and the file is exported again.
+ */
 static void test_shipped__h100_covers_the_default_suite(void **state)
 {
 	(void)state;
