@@ -16,7 +16,8 @@
 #   rowwise  the row-wise ops (softmax, rmsnorm, layernorm, cross_entropy): their GPU test, the default sweep
 #          over the shipped tuning (so that it tunes what the file lacks), verify
 #          and bench of each, and the ops against PyTorch and Liger
-#          (bench/ops/rowwise.py); ROWWISE_STEPS picks among test, sweep, peers
+#          (bench/ops/rowwise.py, and the LM head's linear + cross-entropy:
+#          bench/ops/linear_ce.py); ROWWISE_STEPS picks among test, sweep, peers
 #   random GEMM keys nobody tuned (bench/random: 64 keys, seed 2026) against cuBLAS,
 #          on a fresh database (the shipped tuning only); then each key tuned by
 #          'ktune tune' (its default, --top 32) with an empty compile cache, each
@@ -164,6 +165,8 @@ for step in $steps; do
 			peers)
 				run rowwise-peers.log python3 bench/ops/rowwise.py --lib $B/install/lib/libktune.so \
 					--db "$KTUNE_DB" --csv "$OUT/rowwise.csv"
+				run rowwise-peers.log python3 bench/ops/linear_ce.py --lib $B/install/lib/libktune.so \
+					--db "$KTUNE_DB" --csv "$OUT/linear_ce.csv"
 				;;
 			esac
 		done

@@ -489,6 +489,42 @@ KTUNE_API ktune_status ktune_cross_entropy_fused(ktune_ctx *ctx, int64_t rows, i
 						 float dloss, float *loss, void *dlogits, int64_t ld_dlogits,
 						 ktune_dtype dtype, void *stream);
 
+/*
+ * The LM head's loss and gradients without its logits: with logits =
+ * hidden @ weight^T (hidden [rows, dim], weight [vocab, dim], nn.Linear's
+ * layout), the cross-entropy of each row as ktune_cross_entropy_fused
+ * defines it (targets, ignore_index, label_smoothing, softcap), and the
+ * gradients of the mean (count: the rows not ignored) or sum, times dloss:
+ *
+ *     loss_rows[r]  each row's loss (rows floats; 0 for an ignored row): the
+ *                   mean is their sum over count, the sum their sum
+ *     dhidden       [rows, dim], row stride ld_dhidden (written)
+ *     dweight       [vocab, dim], row stride ld_dweight (written, not added to)
+ *
+ * The rows go in chunks of chunk_rows: per chunk, ktune_gemm for its logits
+ * into `scratch`, ktune_cross_entropy_fused in place there, ktune_gemm for
+ * its rows of dhidden and once more for its share of dweight (beta = 1
+ * after the first chunk: dweight is summed in dtype, as PyTorch's addmm
+ * would).  scratch holds one chunk's logits: chunk_rows * round_up(vocab, 8)
+ * elements of dtype; chunk_rows = 0 takes as many rows as scratch_bytes
+ * holds (a multiple of 64).  The extra memory of a call is that scratch (and
+ * the GEMMs' own per-stream scratch): 512 MiB, 2048 rows at vocab 128256 in
+ * bf16, against the 2 GiB of 8192 rows' logits and 2 GiB of their gradient
+ * of the unfused head.  count < 0 with KTUNE_REDUCTION_MEAN makes ktune
+ * count the rows not ignored: it synchronizes `stream` and copies the
+ * targets to the host (not capturable in a CUDA graph); give the count to
+ * stay asynchronous.  f16 and bf16 (the GEMMs'); vocab up to 262144;
+ * reduction mean or sum.  rows, dim or vocab 0 launches nothing.
+ */
+KTUNE_API ktune_status ktune_linear_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t dim, int64_t vocab,
+						  const void *hidden, int64_t ld_hidden, const void *weight,
+						  int64_t ld_weight, const int64_t *targets, int64_t ignore_index,
+						  float label_smoothing, float softcap, ktune_reduction reduction,
+						  int64_t count, float dloss, float *loss_rows, void *dhidden,
+						  int64_t ld_dhidden, void *dweight, int64_t ld_dweight,
+						  int64_t chunk_rows, void *scratch, size_t scratch_bytes,
+						  ktune_dtype dtype, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

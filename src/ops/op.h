@@ -70,9 +70,9 @@ enum ktune_buf_type {
 	KTUNE_BUF_F32,  /* fp32 whatever the dtype: statistics saved for a backward pass */
 	/*
 	 * int64 indices (cross-entropy's targets), inputs only, read one at a
-	 * time: their alignment is not the call's.  The tuner's inputs are the floor of a
-	 * value from input_range, -1 where that is negative (an index to
-	 * ignore).
+	 * time: their alignment is not the call's.  The tuner's inputs are the
+	 * floor of a value from input_range, -1 where that is negative (an
+	 * index to ignore).
 	 */
 	KTUNE_BUF_I64,
 };

@@ -201,3 +201,45 @@ void ktune__ref_cross_entropy_backward(const double *x, int64_t ldx, const int64
 		}
 	}
 }
+
+int ktune__ref_linear_cross_entropy(const double *hidden, const double *weight, const int64_t *targets,
+				    int64_t ignore_index, double smoothing, double cap, ktune_reduction reduction,
+				    double dloss, double (*round)(double), double *loss, double *dhidden,
+				    double *dweight, int64_t rows, int64_t dim, int64_t vocab)
+{
+	if (reduction == KTUNE_REDUCTION_NONE)
+		return -1; /* the gradients are of one loss */
+	double *logits = malloc((size_t)(rows * vocab) * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
+	if (!logits || !lse) {
+		free(logits);
+		free(lse);
+		return -1;
+	}
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t v = 0; v < vocab; v++) {
+			double s = 0;
+			for (int64_t d = 0; d < dim; d++)
+				s += hidden[r * dim + d] * weight[v * dim + d];
+			logits[r * vocab + v] = round ? round(s) : s;
+		}
+	ktune__ref_cross_entropy(logits, vocab, targets, ignore_index, smoothing, cap, loss, lse, rows, vocab);
+	ktune__ref_cross_entropy_backward(logits, vocab, targets, ignore_index, smoothing, cap, lse, reduction, &dloss,
+					  logits, vocab, rows, vocab); /* in place, as the kernel */
+	for (int64_t i = 0; round && i < rows * vocab; i++)
+		logits[i] = round(logits[i]);
+	for (int64_t i = 0; i < rows * dim; i++)
+		dhidden[i] = 0;
+	for (int64_t i = 0; i < vocab * dim; i++)
+		dweight[i] = 0;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t v = 0; v < vocab; v++) {
+			double g = logits[r * vocab + v];
+			for (int64_t d = 0; d < dim; d++) {
+				dhidden[r * dim + d] += g * weight[v * dim + d];
+				dweight[v * dim + d] += g * hidden[r * dim + d];
+			}
+		}
+	free(logits);
+	free(lse);
+	return 0;
+}

@@ -87,4 +87,20 @@ void ktune__ref_cross_entropy_backward(const double *x, int64_t ldx, const int64
 				       double smoothing, double cap, const double *lse, ktune_reduction reduction,
 				       const double *dloss, double *dx, int64_t lddx, int64_t rows, int64_t cols);
 
+/*
+ * The LM head (ktune_linear_cross_entropy): logits = hidden @ weight^T
+ * (hidden [rows, dim], weight [vocab, dim], both contiguous), each row's
+ * loss as ktune__ref_cross_entropy gives it, and the gradients of the mean
+ * (over the rows not ignored) or sum times dloss: dlogits as
+ * ktune__ref_cross_entropy_backward, dhidden = dlogits @ weight [rows, dim],
+ * dweight = dlogits^T @ hidden [vocab, dim].  round, if not NULL, is
+ * applied to each logit and each dlogit as they are formed (what a kernel
+ * storing them in f16 or bf16 does).  Returns -1 for KTUNE_REDUCTION_NONE
+ * or out of memory, else 0.
+ */
+int ktune__ref_linear_cross_entropy(const double *hidden, const double *weight, const int64_t *targets,
+				    int64_t ignore_index, double smoothing, double cap, ktune_reduction reduction,
+				    double dloss, double (*round)(double), double *loss, double *dhidden,
+				    double *dweight, int64_t rows, int64_t dim, int64_t vocab);
+
 #endif

@@ -184,7 +184,7 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 		p->op->problem_scalars(&p->key, &p->call);
 
 	/* buffers: inputs random and rounded (the reference sees what the kernel sees) */
-	int64_t most = 0;
+	int64_t most = 0; /* bytes */
 	for (int i = 0; i < p->layout.nbufs; i++) {
 		const struct ktune_op_buf *b = &p->layout.bufs[i];
 		size_t bytes = (size_t)(b->elems + offset) * (size_t)p->size[i];
@@ -196,10 +196,12 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory for %lld elements", (long long)b->elems);
 			goto out;
 		}
-		if (b->elems > most)
-			most = b->elems;
+		/* the scratch holds a buffer's elements as stored, or an output's fp32 reference */
+		int64_t bytes_needed = b->elems * (p->size[i] > 4 ? p->size[i] : 4);
+		if (bytes_needed > most)
+			most = bytes_needed;
 	}
-	p->scratch = malloc((size_t)(most ? most : 1) * sizeof(int64_t)); /* the widest element */
+	p->scratch = malloc((size_t)(most ? most : 4));
 	if (!p->scratch) {
 		rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 		goto out;

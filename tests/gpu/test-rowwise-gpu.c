@@ -19,10 +19,12 @@
  * value (rstd = 1 / sqrt(eps), y = b exactly) and its backward, twice,
  * bit-identical.
  *
- * Cross-entropy: every candidate of each pass with smoothing and the soft
- * cap on (the kernel's every branch) in bf16 aligned, and the default with a
- * sample of 3 of every one of its 36 variants, through the tuner's problem
- * (1 row in 17 ignored).  Through the API with padded strides in f32:
+ * Cross-entropy: every candidate of the fused pass with smoothing and the
+ * soft cap on (the kernel's every branch) in bf16 aligned, and the default
+ * with a sample of 3 of every one of its 36 variants (at 33, 4097 and 262144
+ * columns; at every length, in f16, f32 and the unaligned class too, where
+ * smoothing and the cap are on), through the tuner's problem (1 row in 17
+ * ignored).  Through the API with padded strides in f32:
  * forward (none, mean, sum), backward and fused against the reference,
  * with ignored rows and a target out of range (NaN); fused in place
  * (dlogits = logits) the same bits as out of place; the mean twice and from
@@ -167,11 +169,37 @@ static void test_rowwise_gpu__layernorm_every_config(void **state)
 	run_op("layernorm", 65537);
 }
 
-/* Every variant of cross_entropy: all candidates where every branch runs, a sample elsewhere. */
+/*
+ * One variant of cross_entropy at row length cols: bf16 aligned, and with
+ * `every`, f16, f32 and the unaligned class; all candidates where `full`
+ * (and a single row), else the default and a sample of 3.
+ */
+static void run_ce_variant(const struct ktune_op *op, const char *const *values, int64_t cols, int every, int full)
+{
+	static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16, KTUNE_F32 };
+	for (int d = 0; d < (every ? 3 : 1); d++)
+		for (int offset = 0; offset <= (every ? 1 : 0); offset++) {
+			struct ktune_key key = { .op = "cross_entropy", .dtype = dtypes[d], .m = 67, .n = cols };
+			int all = full && d == 0 && offset == 0;
+			assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+			op->key_bucket(&key);
+			key.m = 67;
+			run_key(key, offset, all ? 0 : 3);
+			if (all) {
+				key.m = 1;
+				run_key(key, 0, 3);
+			}
+		}
+}
+
+/*
+ * Every variant of cross_entropy: with smoothing and the cap on and the
+ * mean (the most code) at every length and in every dtype, every candidate
+ * of the fused pass; the other variants at 33, 4097 and 262144 columns.
+ */
 static void test_rowwise_gpu__cross_entropy_every_config(void **state)
 {
 	const struct ktune_op *op = ktune__op_find("cross_entropy");
-	static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16, KTUNE_F32 };
 	(void)state;
 	failures = 0;
 	for (int p = 0; p < 3; p++)
@@ -179,22 +207,10 @@ static void test_rowwise_gpu__cross_entropy_every_config(void **state)
 			for (int f = 0; f < 4; f++) {
 				const char *values[] = { op->fields[0].choices[p], op->fields[1].choices[r],
 							 f & 1 ? "on" : "off", f & 2 ? "on" : "off" };
-				int every = r == 0 && f == 3; /* mean, smoothing and soft cap: the most code */
+				int every = r == 0 && f == 3;
 				for (int c = 0; c < NCOLS; c++)
-					for (int d = 0; d < (every ? 3 : 1); d++)
-						for (int offset = 0; offset <= (every ? 1 : 0); offset++) {
-							struct ktune_key key = { .op = "cross_entropy", .dtype = dtypes[d],
-										 .m = 67, .n = all_cols[c] };
-							assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
-							op->key_bucket(&key);
-							key.m = 67;
-							int full = every && d == 0 && offset == 0;
-							run_key(key, offset, full ? 0 : 3);
-							if (full) {
-								key.m = 1;
-								run_key(key, 0, 3);
-							}
-						}
+					if (every || all_cols[c] == 33 || all_cols[c] == 4097 || all_cols[c] == 262144)
+						run_ce_variant(op, values, all_cols[c], every, every && p == 2);
 			}
 	assert_int_equal(failures, 0);
 }

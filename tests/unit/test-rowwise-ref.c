@@ -370,6 +370,57 @@ static void test_rowwise_ref__cross_entropy_finite_differences(void **state)
 	}
 }
 
+/* The LM head's loss, reduced and times dloss, for central differences. */
+static double lce_reduced(const double *h, const double *w, const int64_t *t, ktune_reduction red)
+{
+	double loss[5], dh[5 * 3], dw[7 * 3];
+	assert_int_equal(ktune__ref_linear_cross_entropy(h, w, t, 2, 0.1, 2.5, red, 1.3, NULL, loss, dh, dw, 5, 3, 7), 0);
+	return 1.3 * ktune__ref_cross_entropy_reduce(loss, t, 2, red, 5);
+}
+
+static void test_rowwise_ref__linear_cross_entropy(void **state)
+{
+	enum { ROWS = 5, DIM = 3, V = 7 };
+	double h[ROWS * DIM], w[V * DIM], logits[ROWS * V], loss[ROWS], want[ROWS], dh[ROWS * DIM], dw[V * DIM];
+	int64_t t[ROWS] = { 4, 2, 0, 6, 3 }; /* row 1 ignored (2 is the ignore index) */
+	const double eps = 1e-6;
+	(void)state;
+	for (int i = 0; i < ROWS * DIM; i++)
+		h[i] = (double)((i * 37) % 11) / 4 - 1.2;
+	for (int i = 0; i < V * DIM; i++)
+		w[i] = (double)((i * 53) % 17) / 8 - 1;
+	for (int r = 0; r < ROWS; r++)
+		for (int v = 0; v < V; v++)
+			logits[r * V + v] = h[r * DIM] * w[v * DIM] + h[r * DIM + 1] * w[v * DIM + 1] +
+					    h[r * DIM + 2] * w[v * DIM + 2];
+	ktune__ref_cross_entropy(logits, V, t, 2, 0.1, 2.5, want, NULL, ROWS, V);
+	assert_int_equal(ktune__ref_linear_cross_entropy(h, w, t, 2, 0.1, 2.5, KTUNE_REDUCTION_NONE, 1, NULL, loss, dh, dw,
+							 ROWS, DIM, V),
+			 -1);
+	for (int red = 0; red < 2; red++) {
+		assert_int_equal(ktune__ref_linear_cross_entropy(h, w, t, 2, 0.1, 2.5, (ktune_reduction)red, 1.3, NULL,
+								 loss, dh, dw, ROWS, DIM, V),
+				 0);
+		for (int r = 0; r < ROWS; r++)
+			assert_close(loss[r], want[r], 1e-14, "lce loss", r);
+		double *vars[2] = { h, w }, *grads[2] = { dh, dw };
+		const int counts[2] = { ROWS * DIM, V * DIM };
+		for (int k = 0; k < 2; k++)
+			for (int i = 0; i < counts[k]; i++) {
+				double keep = vars[k][i];
+				vars[k][i] = keep + eps;
+				double up = lce_reduced(h, w, t, (ktune_reduction)red);
+				vars[k][i] = keep - eps;
+				double down = lce_reduced(h, w, t, (ktune_reduction)red);
+				vars[k][i] = keep;
+				assert_close(grads[k][i], (up - down) / (2 * eps), 1e-7, k ? "lce dweight" : "lce dhidden", i);
+			}
+	}
+	/* the ignored row's dhidden is 0 */
+	for (int d = 0; d < DIM; d++)
+		assert_true(dh[1 * DIM + d] == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -382,6 +433,7 @@ int main(void)
 		cmocka_unit_test(test_rowwise_ref__cross_entropy_awkward_rows),
 		cmocka_unit_test(test_rowwise_ref__cross_entropy_large_logits),
 		cmocka_unit_test(test_rowwise_ref__cross_entropy_finite_differences),
+		cmocka_unit_test(test_rowwise_ref__linear_cross_entropy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
