@@ -309,6 +309,8 @@ void ktune__sample_configs(struct ktune_config *cfgs, int n, int keep, unsigned 
  */
 int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_layout *layout,
 			   const struct ktune_op_call *call);
+/* The alignment class of an op's problem laid out packed, as the tuner lays it out (1 for GEMM: it pads). */
+int ktune__op_packed_aligned(const struct ktune_key *key);
 
 /*
  * Whether two (key, config) pairs of an op compile to the same kernel: the

@@ -523,6 +523,19 @@ int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_la
 	return 1;
 }
 
+int ktune__op_packed_aligned(const struct ktune_key *key)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_op_call call = { .buf = { 0 } };
+	struct ktune_op_layout layout;
+	if (!op || ktune__op_is_gemm(op))
+		return 1;
+	op->layout(key, &layout);
+	for (int i = 0; i < layout.nbufs; i++) /* buffers as cuMemAlloc gives them, rows packed */
+		call.ld[i] = layout.bufs[i].ld;
+	return ktune__op_call_aligned(key, &layout, &call);
+}
+
 int ktune__op_steps(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
 		    const struct ktune_op_call *call, int sm_count, struct ktune_op_step *out)
 {

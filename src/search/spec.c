@@ -713,6 +713,8 @@ static int parse_op(struct ktune_spec *out, const struct ktune_op *op, yaml_docu
 				}
 				if (op->key_bucket)
 					op->key_bucket(k);
+				/* the class the tuner's packed problem of this shape has (cols 50257: unaligned) */
+				k->aligned = ktune__op_packed_aligned(k);
 			}
 		}
 	}
