@@ -50,9 +50,22 @@
 #   python the Python package on this build's libktune (no install: PYTHONPATH=python,
 #          KTUNE_LIBRARY, KTUNE_CLI): its tests on the GPU (python/tests: every op
 #          against torch, gradients, opcheck, torch.compile, the GPT-2 short run),
-#          then examples/gpt2 stock against ktune.patch, 20 steps, eager and compiled
-#          (gpt2*.json); PYTHON_STEPS picks among test, gpt2, compile.  pytest must be
-#          importable (wheels in .whl/: pip download -d .whl pytest)
+#          then examples/gpt2 stock against ktune.patch, 20 steps, eager (with one
+#          profiled step of each: the top CUDA kernels) and compiled (gpt2*.json);
+#          PYTHON_STEPS picks among test, gpt2, compile and the tuning loop of GPT-2,
+#          each part one command of under 10 minutes, its state in GPT2_DIR
+#          (default /tmp/ktune-gpt2) between them:
+#            gpt2-record  a ktune run of 3 steps on a fresh database recording the keys
+#                         served without a tuned entry (--record: gpt2-misses.yaml)
+#            gpt2-sweep   'ktune sweep --misses' of them, cut at GPT2_SWEEP_TIMEOUT
+#                         (default 400 s; run it again to go on: tuned keys are skipped;
+#                         GPT2_SWEEP_ARGS adds options, e.g. "--budget 64"); exports
+#                         the tuning to gpt2-tuned.yaml
+#            gpt2-tuned   examples/gpt2 again on the tuned database, profiled
+#                         (gpt2-tuned.json, gpt2-tuned.log), recording what is still missed
+#          On a fresh machine GPT2_RESUME_FROM=DIR (a former $OUT) brings back
+#          gpt2-misses.yaml and gpt2-tuned.yaml first.  pytest must be importable
+#          (wheels in .whl/: pip download -d .whl pytest)
 #
 # RESUME_FROM=DIR copies DIR/ktune.db* into $OUT first, so a sweep cut short
 # by SWEEP_TIMEOUT (seconds) carries on where it stopped.
@@ -269,12 +282,49 @@ for step in $steps; do
 	python)
 		export KTUNE_LIBRARY=$PWD/$B/install/lib/libktune.so KTUNE_CLI=$PWD/$B/ktune
 		export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+		G=${GPT2_DIR:-/tmp/ktune-gpt2} # the GPT-2 tuning loop's database and misses file
+		mkdir -p "$G"
+		if [ -n "${GPT2_RESUME_FROM:-}" ]; then
+			[ -f "$GPT2_RESUME_FROM/gpt2-misses.yaml" ] && cp "$GPT2_RESUME_FROM/gpt2-misses.yaml" "$G/"
+			[ -f "$GPT2_RESUME_FROM/gpt2-tuned.yaml" ] && [ ! -e "$G/gpt2.db" ] &&
+				KTUNE_DB=$G/gpt2.db $B/ktune import "$GPT2_RESUME_FROM/gpt2-tuned.yaml" | tail -n 1
+		fi
 		for part in ${PYTHON_STEPS:-test gpt2 compile}; do
 			case $part in
 			test) run python.log timeout 570 python3 -m pytest -p no:cacheprovider -v -rs python/tests \
 				--junitxml="$OUT/python-junit.xml" ;;
-			gpt2) run gpt2.log timeout 570 python3 examples/gpt2/train.py --json "$OUT/gpt2.json" ;;
+			gpt2) run gpt2.log timeout 570 python3 examples/gpt2/train.py --profile --json "$OUT/gpt2.json" ;;
 			compile) run gpt2.log timeout 570 python3 examples/gpt2/train.py --compile --json "$OUT/gpt2-compile.json" ;;
+			gpt2-record) # a fresh database: what the shipped tuning and the fallbacks serve GPT-2 with
+				rm -f "$G"/gpt2.db* "$G/gpt2-misses.yaml"
+				run gpt2-tuned.log env KTUNE_DB="$G/gpt2.db" timeout 570 python3 examples/gpt2/train.py --mode ktune \
+					--steps 3 --warmup 1 --record "$G/gpt2-misses.yaml" --json "$OUT/gpt2-record.json"
+				cp "$G/gpt2-misses.yaml" "$OUT/" 2>/dev/null || echo "no misses recorded" | tee -a "$OUT/gpt2-tuned.log"
+				;;
+			gpt2-sweep)
+				if [ ! -f "$G/gpt2-misses.yaml" ]; then
+					echo "no $G/gpt2-misses.yaml: run PYTHON_STEPS=gpt2-record first (or GPT2_RESUME_FROM)" |
+						tee -a "$OUT/gpt2-tuned.log"
+					status=1
+					continue
+				fi
+				# shellcheck disable=SC2086 # GPT2_SWEEP_ARGS is a list of options
+				run gpt2-tuned.log env KTUNE_DB="$G/gpt2.db" timeout "${GPT2_SWEEP_TIMEOUT:-400}" $B/ktune sweep \
+					--misses "$G/gpt2-misses.yaml" --progress ${GPT2_SWEEP_ARGS:-}
+				KTUNE_DB=$G/gpt2.db $B/ktune show --format csv >"$OUT/gpt2-results.csv" 2>>"$OUT/gpt2-tuned.log"
+				KTUNE_DB=$G/gpt2.db $B/ktune export -o "$OUT/gpt2-tuned.yaml" 2>>"$OUT/gpt2-tuned.log" || status=1
+				cp "$G/gpt2-misses.yaml" "$OUT/"
+				;;
+			gpt2-tuned) # what is still missed after the sweep goes to gpt2-misses-after.yaml
+				rm -f "$G/gpt2-misses-after.yaml"
+				run gpt2-tuned.log env KTUNE_DB="$G/gpt2.db" timeout 570 python3 examples/gpt2/train.py --profile \
+					--record "$G/gpt2-misses-after.yaml" --json "$OUT/gpt2-tuned.json"
+				cp "$G/gpt2-misses-after.yaml" "$OUT/" 2>/dev/null || true
+				;;
+			*)
+				echo "unknown PYTHON_STEPS part '$part'"
+				exit 2
+				;;
 			esac
 		done
 		;;

@@ -7,19 +7,30 @@ served and which stayed with torch.
     python3 examples/gpt2/train.py                       # both runs on cuda, 20 steps
     python3 examples/gpt2/train.py --mode ktune --compile
     python3 examples/gpt2/train.py --json out.json       # the figures, for bench/results
+    python3 examples/gpt2/train.py --record misses.yaml  # then: ktune sweep --misses misses.yaml, and again
+    python3 examples/gpt2/train.py --profile             # the top CUDA kernels of one step of each run
 
 The data is bytes of this repository's own text (docs, sources): real text
 with no download, one token per byte (ids 0-255 of the 50257).  Training is
 bf16 autocast over float32 weights with fused AdamW, as nanoGPT does; the
 runs agree when each step's loss is within --tol of the other's.  Exit status
 1 when they do not, 0 otherwise.
+
+After the ktune run it says what served its libktune calls: each op's calls
+by dispatch source (a tuned entry: exact, arch, shipped; or a fallback:
+nearest, default), counted in the Python layer (ktune.count_dispatch), beside
+the context's own counters (ktune.stats).  --record PATH saves the keys served
+by a fallback into the misses file PATH, so that `ktune sweep --misses PATH`
+tunes exactly them for the next run.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
 import time
+import warnings
 
 import torch
 
@@ -70,37 +81,141 @@ def run(name, args, data):
                  vocab_size=args.vocab)
     model = GPT(cfg).to(args.device)
     served = None
+    counting = contextlib.nullcontext(None)
     if name == "ktune":
         import ktune
         rep = ktune.patch(model)
         print(rep)
+        if args.record:
+            ktune.record_misses(args.record)  # checked now: a typo fails before the run, not at exit
+        counting = ktune.count_dispatch()  # one more C call per ktune call: about a microsecond
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=args.device.startswith("cuda"))
     step_fn = torch.compile(model) if args.compile else model
     losses, times = [], []
     ctx = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16)
-    for step, (x, y) in enumerate(batches(data, args.steps, args.batch, args.seq, args.seed)):
-        x, y = x.to(args.device), y.to(args.device)
-        sync(args.device)
-        t0 = time.perf_counter()
+
+    def step(x, y):
         with ctx:
             loss = step_fn(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        sync(args.device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-        print(f"{name:6s} step {step:3d}  loss {losses[-1]:.4f}  {args.batch * args.seq / times[-1]:10.0f} tok/s",
-              flush=True)
-        if served is None and name == "ktune" and not args.compile:
-            import ktune
-            kinds = {n: type(m).__name__ for n, m in model.named_modules()}
-            served = {n: (kinds[n], how) for n, how in ktune.nn.report(model).items()}
+        return loss
+
+    data_iter = batches(data, args.steps + bool(args.profile), args.batch, args.seq, args.seed)
+    with counting as dispatch:
+        for i in range(args.steps):
+            x, y = (t.to(args.device) for t in next(data_iter))
+            sync(args.device)
+            t0 = time.perf_counter()
+            loss = step(x, y)
+            sync(args.device)
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+            print(f"{name:6s} step {i:3d}  loss {losses[-1]:.4f}  {args.batch * args.seq / times[-1]:10.0f} tok/s",
+                  flush=True)
+            if served is None and name == "ktune" and not args.compile:
+                import ktune
+                kinds = {n: type(m).__name__ for n, m in model.named_modules()}
+                served = {n: (kinds[n], how) for n, how in ktune.nn.report(model).items()}
     timed = times[args.warmup:] or times
     tps = args.batch * args.seq * len(timed) / sum(timed)
-    return {"losses": losses, "tokens_per_s": tps, "served": served, "step_s": times}
+    out = {"losses": losses, "tokens_per_s": tps, "served": served, "step_s": times}
+    if name == "ktune":
+        out.update(runtime(args, dispatch))
+    if args.profile:  # one more step, after the timed ones, on the next batch (the same for both runs)
+        x, y = (t.to(args.device) for t in next(data_iter))
+        out["profile"] = profile_step(lambda: step(x, y), args.device)
+    return out
+
+
+def runtime(args, dispatch):
+    """What served the ktune run's calls: its dispatch sources by op, the
+    context's counters, and the misses saved (--record)."""
+    import dataclasses
+
+    import ktune
+    stats = ktune.stats()
+    out = {"dispatch": [[op, src, n] for (op, src), n in sorted(dispatch.items())],
+           "stats": dataclasses.asdict(stats)}
+    if args.record:
+        # now, where a failure is seen (ktune_close could not say), then no second save at exit
+        ktune.save_misses()
+        ktune.record_misses(None)
+        out["record"] = args.record
+    return out
+
+
+def profile_step(fn, device):
+    """One step under torch.profiler: its wall time, the GPU time of its
+    kernels, and the kernels (CPU ops on a CPU device) by total time."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device.startswith("cuda")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler's notes on event cycles, and CUDA's absence on a CPU run
+        with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            wall = time.perf_counter() - t0
+    rows = {}
+    if cuda:
+        from torch.autograd import DeviceType
+        for e in prof.events():
+            if e.device_type == DeviceType.CUDA:  # a kernel (or a memcpy/memset) on the GPU
+                r = rows.setdefault(e.name, [0, 0.0])
+                r[0] += 1
+                r[1] += e.time_range.elapsed_us()
+    else:
+        for e in prof.key_averages():
+            rows[e.key] = [e.count, e.self_cpu_time_total]
+    table = sorted(([name, n, us] for name, (n, us) in rows.items()), key=lambda r: -r[2])
+    return {"wall_us": wall * 1e6, "device_us": sum(r[2] for r in table), "what": "kernels" if cuda else "CPU ops",
+            "rows": table}
+
+
+def print_profile(name, p, top):
+    total = p["device_us"] or 1.0
+    print(f"\n{name}: one step {p['wall_us'] / 1e3:.1f} ms wall, {p['what']} {p['device_us'] / 1e3:.1f} ms "
+          f"({100 * p['device_us'] / max(p['wall_us'], 1e-9):.0f}% of the wall time); top {top} by time:")
+    print(f"  {'ms':>8s} {'%':>5s} {'calls':>5s}  {p['what'][:-1]}")
+    for nm, n, us in p["rows"][:top]:
+        print(f"  {us / 1e3:8.2f} {100 * us / total:5.1f} {n:5d}  {nm[:100]}")
+    rest = p["rows"][top:]
+    if rest:
+        print(f"  {sum(r[2] for r in rest) / 1e3:8.2f} {100 * sum(r[2] for r in rest) / total:5.1f} "
+              f"{sum(r[1] for r in rest):5d}  ({len(rest)} others)")
+
+
+def print_dispatch(res, steps):
+    """The ktune run's calls by op and dispatch source, and the tuned share."""
+    rows = res["dispatch"]
+    sources = [s for s in ("exact", "arch", "shipped", "nearest", "default") if any(r[1] == s for r in rows)]
+    sources += sorted({r[1] for r in rows} - set(sources))
+    by_op = {}
+    for op, src, n in rows:
+        by_op.setdefault(op, {})[src] = n
+    calls = sum(n for _, _, n in rows)
+    st = res["stats"]
+    print(f"\nktune's calls by dispatch source ({steps} steps; tuned: exact, arch, shipped; fallbacks: the rest):")
+    print(f"  {'op':20s}" + "".join(f"{s:>9s}" for s in sources) + f"{'calls':>9s}")
+    for op in sorted(by_op):
+        print(f"  {op:20s}" + "".join(f"{by_op[op].get(s, 0):9d}" for s in sources)
+              + f"{sum(by_op[op].values()):9d}")
+    tuned = sum(n for _, s, n in rows if s in ("exact", "arch", "shipped"))
+    if calls:
+        print(f"  {calls} calls: {tuned} ({100 * tuned / calls:.1f}%) served by tuned entries, {calls - tuned} "
+              f"({100 * (calls - tuned) / calls:.1f}%) by fallbacks")
+    print(f"  the context's counters: {st['calls']} calls, {st['keys']} keys, of which {st['missed_keys']} served "
+          f"without a tuned entry ({st['missed_calls']} calls); {st['kernels']} kernels loaded, "
+          f"{st['nvrtc_compiles']} compiled by NVRTC ({st['nvrtc_seconds']:.1f} s), {st['cache_loads']} from the cache")
+    if res.get("record"):
+        print(f"  {st['missed_keys']} missed keys saved to {res['record']} (added to what it held): "
+              f"tune them with `ktune sweep --misses {res['record']}`, then run this again")
 
 
 def summary(served):
@@ -128,7 +243,15 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=0.05, help="largest |loss difference| at any step (nats)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (both runs)")
     ap.add_argument("--json", help="write losses, tokens/s and the served modules here")
+    ap.add_argument("--record", metavar="PATH",
+                    help="save the keys the ktune run served without a tuned entry into the misses file PATH "
+                         "(added to what it holds), for `ktune sweep --misses PATH`")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one more step of each run with torch.profiler and print the top CUDA kernels")
+    ap.add_argument("--profile-top", type=int, default=15, help="rows of each --profile table")
     args = ap.parse_args(argv)
+    if args.record and args.mode == "stock":
+        ap.error("--record records the ktune run's misses: not with --mode stock")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("train.py: no CUDA device (use --device cpu with the host double for a functional run)")
     data = corpus()
@@ -149,6 +272,11 @@ def main(argv=None):
             print(f"  {cls:10s} {len(mods):3d} by {how} (e.g. {', '.join(mods[:3])})")
         print("  torch throughout: token and position embeddings, attention (scaled_dot_product_attention),"
               " residual adds, cross-entropy, AdamW")
+    if "ktune" in res:
+        print_dispatch(res["ktune"], args.steps)
+    for n in names:
+        if "profile" in res[n]:
+            print_profile(n, res[n]["profile"], args.profile_top)
     if len(names) == 2:
         diffs = [abs(a - b) for a, b in zip(res["stock"]["losses"], res["ktune"]["losses"])]
         worst = max(range(len(diffs)), key=diffs.__getitem__)

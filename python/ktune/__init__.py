@@ -5,6 +5,8 @@
     y = ktune.swiglu(h)                          # silu(h[..., :c]) * h[..., c:]
     y = ktune.rms_norm(x, w, residual=r)         # (y, x + r)
     ktune.patch(model)                           # nn.Linear, LayerNorm, ... served by ktune
+    ktune.record_misses("misses.yaml")           # untuned shapes saved at exit: ktune sweep --misses
+    ktune.stats()                                # calls, misses, NVRTC compiles, cache loads
 
 The ops are torch custom ops (torch.ops.ktune.*) with autograd and fake
 implementations, so torch.compile traces them whole; the forward ops also
@@ -12,13 +14,13 @@ take CuPy arrays (__cuda_array_interface__) and DLPack objects.  libktune is
 loaded with ctypes (no compiler at import); docs/python.md has the rest."""
 import sys
 
-from .contexts import close, context, db_path, set_db_path
+from .contexts import close, context, db_path, record_misses, recording, save_misses, set_db_path
 from .errors import Error, LibraryNotFoundError
 from .functional import (add, dropout, dropout_backward, gelu, gelu_backward, geglu, gemm, glu_backward,
                          layer_norm, layer_norm_backward, rms_norm, rms_norm_backward, softmax,
                          softmax_backward, swiglu)
+from .runtime import Stats, count_dispatch, stats, warm
 from .tuning import CommandError, last_dispatch, sweep, tune
-
 
 
 def _source_version():

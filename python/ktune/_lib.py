@@ -15,10 +15,35 @@ import threading
 from .errors import Error, LibraryNotFoundError
 
 c_int64, c_float, c_char, c_int, c_uint64 = ctypes.c_int64, ctypes.c_float, ctypes.c_char, ctypes.c_int, ctypes.c_uint64
+c_double, c_size_t = ctypes.c_double, ctypes.c_size_t
 vp, cvp, fp, ccp = ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
 
+
+class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
+    """ktune_stats (include/ktune.h), field for field: what a context's calls
+    have cost so far (ktune_get_stats).  tests/test_package.py holds it equal
+    to the header, and to the C layout where the host double can tell it."""
+    _fields_ = [
+        ("calls", c_int64),           # calls of any op that resolved a key
+        ("keys", c_int64),            # distinct keys resolved
+        ("missed_keys", c_int64),     # of those, served without a tuned entry
+        ("missed_calls", c_int64),    # the calls of those keys
+        ("kernels", c_int64),         # kernels loaded
+        ("nvrtc_compiles", c_int64),  # of those, compiled with NVRTC during a call
+        ("nvrtc_seconds", c_double),  # the time those compiles took
+        ("cache_loads", c_int64),     # of those, read from the disk cache: no NVRTC
+        ("warm_state", c_int),        # ktune_warm: 0 never asked, 1 running, 2 done
+        ("warm_compiled", c_int64),   # kernels the last ktune_warm compiled into the cache
+        ("warm_cached", c_int64),     # kernels it found there already
+        ("warm_failed", c_int64),     # kernels that failed to compile
+        ("warm_seconds", c_double),   # its wall time
+    ]
+
+
 # Each public function of include/ktune.h: (restype, argtypes), in header order.
-# tests/test_package.py holds this table equal to the header's prototypes.
+# tests/test_package.py holds this table equal to the header's prototypes.  A
+# `float *` is bound as `void *` (the same in the ABI), so that a tensor's data
+# pointer passes as an int, without a ctypes.cast on every call.
 SIGNATURES = {
     "ktune_version_number": (ctypes.c_uint, []),
     "ktune_version": (ccp, []),
@@ -32,7 +57,7 @@ SIGNATURES = {
     "ktune_last_dispatch": (ccp, [vp]),
     "ktune_record_misses": (c_int, [vp, ccp]),
     "ktune_save_misses": (c_int, [vp, ccp]),
-    "ktune_get_stats": (c_int, [vp, vp, ctypes.c_size_t]),
+    "ktune_get_stats": (c_int, [vp, ctypes.POINTER(ktune_stats), c_size_t]),
     "ktune_warm": (c_int, [vp, c_int]),
     "ktune_add": (c_int, [vp, c_int64, cvp, cvp, vp, c_int, vp]),
     "ktune_gelu": (c_int, [vp, c_int64, cvp, vp, c_int, c_int, vp]),
@@ -92,7 +117,7 @@ class Library:
             except AttributeError:
                 missing.append(name)
                 continue
-            f.restype, f.argtypes = res, args
+            f.restype, f.argtypes = res, [vp if a is fp else a for a in args]
             setattr(self, name[len("ktune_"):], f)
         if missing:
             raise LibraryNotFoundError(f"'{path}' is not a libktune this package can use: it lacks "

@@ -2,17 +2,22 @@
 strides (in elements), element type and device; taken from a torch tensor or
 from any object with __cuda_array_interface__ (CuPy, Numba, ...), without
 importing either library.  The checks every op shares live here too."""
-from dataclasses import dataclass
+import sys
 
 
-@dataclass(frozen=True)
 class View:
-    ptr: int
-    shape: tuple
-    strides: tuple  # in elements
-    dtype: str  # "f16", "bf16" or "f32"
-    device: tuple  # ("cuda", ordinal) or ("cpu", None)
-    readonly: bool = False
+    """An array as libktune sees it.  A plain class with slots: one is made
+    for every tensor of every call, and a frozen dataclass's __init__ costs
+    several times as much."""
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "readonly")
+
+    def __init__(self, ptr, shape, strides, dtype, device, readonly=False):
+        self.ptr = ptr  # int
+        self.shape = shape  # tuple
+        self.strides = strides  # tuple, in elements
+        self.dtype = dtype  # "f16", "bf16" or "f32"
+        self.device = device  # ("cuda", ordinal) or ("cpu", None)
+        self.readonly = readonly
 
     @property
     def numel(self):
@@ -21,8 +26,12 @@ class View:
             n *= s
         return n
 
+    def __repr__(self):
+        return (f"View(ptr={self.ptr:#x}, shape={self.shape}, strides={self.strides}, dtype={self.dtype!r}, "
+                f"device={self.device!r}, readonly={self.readonly})")
 
-_TORCH = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+
+_TORCH = {}  # torch dtype -> "f16", "bf16", "f32" (filled on first use: torch is not imported here)
 # __cuda_array_interface__ typestr: little-endian float16/float32; bfloat16 has no typestr of its own
 # (ml_dtypes' is "<V2", a void type, which says nothing), so it comes through torch only.
 _TYPESTR = {"<f2": "f16", "<f4": "f32"}
@@ -30,10 +39,16 @@ _TYPESTR = {"<f2": "f16", "<f4": "f32"}
 
 def of_torch(t, name):
     """The View of a torch tensor (TypeError for a dtype libktune lacks)."""
-    dt = _TORCH.get(str(t.dtype))
+    dt = _TORCH.get(t.dtype)
     if dt is None:
-        raise TypeError(f"{name}: dtype {t.dtype} is not supported (float32, float16, bfloat16)")
-    return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dt, (t.device.type, t.device.index))
+        torch = sys.modules["torch"]
+        _TORCH.update({torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"})
+        dt = _TORCH.get(t.dtype)
+        if dt is None:
+            raise TypeError(f"{name}: dtype {t.dtype} is not supported (float32, float16, bfloat16)")
+    # t.device makes a new object each time; a CUDA tensor's ordinal comes cheaper
+    dev = ("cuda", t.get_device()) if t.is_cuda else (t.device.type, t.device.index)
+    return View(t.data_ptr(), tuple(t.shape), t.stride(), dt, dev)
 
 
 def of_cai(obj, name, device):

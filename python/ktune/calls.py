@@ -5,11 +5,10 @@ before the library is loaded or a context opened, so a bad call raises the
 same ValueError or TypeError on a machine without a GPU.
 
 `stream` is a CUstream handle as an int (0: the legacy default stream)."""
-import ctypes
+import threading
 
-from . import _lib
+from . import _lib, contexts
 from .arrays import is_contiguous, matrix_of, rows_of, same, shape_is, writable
-from .contexts import context
 
 GELU = {"none": 0, "tanh": 1}
 GLU = {"swiglu": 0, "geglu": 1, "geglu_tanh": 2}
@@ -23,36 +22,52 @@ def _device(views, names):
     return views[0].device
 
 
-def _host():
-    try:
-        return _lib.library().host
-    except ImportError:
-        return False
+_DTYPES = _lib.DTYPES
+counting = ()  # the Counters of runtime.count_dispatch's active blocks
+count_lock = threading.Lock()
 
 
 def _dt(v):
-    return _lib.DTYPES[v.dtype]
+    return _DTYPES[v.dtype]
 
 
 def _call(device, fn, *args):
     """libktune's `fn` on the context of `device`, ("cuda", ordinal): CUDA
-    arrays only (host ones for the test double of tests/host/)."""
+    arrays only (host ones for the test double of tests/host/).  Every op
+    call comes through here: it is kept to a dictionary look-up or two
+    besides the C call."""
+    lib = _lib._lib
+    if lib is None:
+        try:
+            lib = _lib.library()
+        except ImportError:
+            lib = None  # the device is checked first; the load's error comes after
     kind, index = device
-    want = "cpu" if _host() else "cuda"
+    want = "cpu" if lib is not None and lib.host else "cuda"
     if kind != want:
         raise ValueError(f"the arrays are on device '{kind}'; ktune runs on '{want}' ones")
-    lib = _lib.library()
-    ctx = context(index or 0)
-    lib.check(getattr(lib, fn)(ctx, *args), ctx)
+    if lib is None:
+        lib = _lib.library()
+    index = index or 0
+    ctx = contexts._contexts.get(index) or contexts.context(index)
+    status = getattr(lib, fn)(ctx, *args)
+    if status:
+        lib.check(status, ctx)
+    if counting:
+        key = (fn, lib.last_dispatch(ctx).decode())
+        with count_lock:
+            for c in counting:
+                c[key] += 1
 
 
 def _f32(v, n, name):
+    """The data pointer of a float32 vector of n (float * is bound as void *, _lib.py)."""
     if v.dtype != "f32":
         raise TypeError(f"{name}: must be float32, not {v.dtype}")
     shape_is(v, (n,), name)
     if n > 1 and v.strides[0] != 1:
         raise ValueError(f"{name}: must be contiguous")
-    return ctypes.cast(v.ptr, ctypes.POINTER(ctypes.c_float))
+    return v.ptr
 
 
 def _flat(views, names):
@@ -199,55 +214,71 @@ def _eps(eps):
     return eps
 
 
+def _vectors(pairs, cols):
+    """The data pointers of a norm's vectors over the columns, each of cols
+    elements or None (NULL: ones, zeros, or not computed: include/ktune.h)."""
+    ptrs = []
+    for v, name in pairs:
+        if v is None:
+            ptrs.append(None)
+        else:
+            _vector(v, cols, name)
+            ptrs.append(v.ptr)
+    return ptrs
+
+
+def _present(views, names):
+    keep = [(v, n) for v, n in zip(views, names) if v is not None]
+    return tuple(v for v, _ in keep), tuple(n for _, n in keep)
+
+
 def rmsnorm(x, weight, y, rstd, eps, residual=None, h=None, stream=0):
     """y = rmsnorm(x (+ residual)) * weight, rstd per row; with residual, the
-    sum is written to h."""
+    sum is written to h.  weight None: ones."""
     mats = (x, y) + ((residual, h) if residual is not None else ())
     names = ("x", "y") + (("residual", "h") if residual is not None else ())
     if (residual is None) != (h is None):
         raise ValueError("rmsnorm: residual and h go together")
-    dev = _device(mats + (weight,), names + ("weight",))
+    dev = _device(*_present(mats + (weight,), names + ("weight",)))
     rows, cols, _ = rows_of(x, "x")
     lds = _mats(mats, names, rows, cols)
-    _vector(weight, cols, "weight")
+    pw, = _vectors([(weight, "weight")], cols)
     pr = _f32(rstd, rows, "rstd")
     writable(y, "y")
     res, ldr, hp, ldh = (residual.ptr, lds[2], h.ptr, lds[3]) if residual is not None else (None, 0, None, 0)
-    _call(dev, "rmsnorm", rows, cols, x.ptr, lds[0], res, ldr, weight.ptr, _eps(eps), y.ptr, lds[1], pr, hp,
-          ldh, _dt(x), stream)
-
-
-def rmsnorm_backward(h, weight, rstd, dy, dx, dweight, stream=0):
-    names = ("h", "dy", "dx")
-    dev = _device((h, dy, dx, weight, dweight), names + ("weight", "dweight"))
-    rows, cols, _ = rows_of(h, "h")
-    ldh, lddy, lddx = _mats((h, dy, dx), names, rows, cols)
-    _vector(weight, cols, "weight")
-    _vector(dweight, cols, "dweight")
-    pr = _f32(rstd, rows, "rstd")
-    _call(dev, "rmsnorm_backward", rows, cols, h.ptr, ldh, weight.ptr, pr, dy.ptr, lddy, dx.ptr, lddx,
-          dweight.ptr, _dt(h), stream)
-
-
-def layernorm(x, weight, bias, y, mean, rstd, eps, stream=0):
-    dev = _device((x, y, weight, bias), ("x", "y", "weight", "bias"))
-    rows, cols, _ = rows_of(x, "x")
-    ldx, ldy = _mats((x, y), ("x", "y"), rows, cols)
-    _vector(weight, cols, "weight")
-    _vector(bias, cols, "bias")
-    pm, pr = _f32(mean, rows, "mean"), _f32(rstd, rows, "rstd")
-    writable(y, "y")
-    _call(dev, "layernorm", rows, cols, x.ptr, ldx, weight.ptr, bias.ptr, _eps(eps), y.ptr, ldy, pm, pr,
+    _call(dev, "rmsnorm", rows, cols, x.ptr, lds[0], res, ldr, pw, _eps(eps), y.ptr, lds[1], pr, hp, ldh,
           _dt(x), stream)
 
 
+def rmsnorm_backward(h, weight, rstd, dy, dx, dweight, stream=0):
+    """dx, and dweight unless it is None; weight None: ones."""
+    names = ("h", "dy", "dx")
+    dev = _device(*_present((h, dy, dx, weight, dweight), names + ("weight", "dweight")))
+    rows, cols, _ = rows_of(h, "h")
+    ldh, lddy, lddx = _mats((h, dy, dx), names, rows, cols)
+    pw, pdw = _vectors([(weight, "weight"), (dweight, "dweight")], cols)
+    pr = _f32(rstd, rows, "rstd")
+    _call(dev, "rmsnorm_backward", rows, cols, h.ptr, ldh, pw, pr, dy.ptr, lddy, dx.ptr, lddx, pdw, _dt(h), stream)
+
+
+def layernorm(x, weight, bias, y, mean, rstd, eps, stream=0):
+    """weight None: ones; bias None: zeros."""
+    dev = _device(*_present((x, y, weight, bias), ("x", "y", "weight", "bias")))
+    rows, cols, _ = rows_of(x, "x")
+    ldx, ldy = _mats((x, y), ("x", "y"), rows, cols)
+    pw, pb = _vectors([(weight, "weight"), (bias, "bias")], cols)
+    pm, pr = _f32(mean, rows, "mean"), _f32(rstd, rows, "rstd")
+    writable(y, "y")
+    _call(dev, "layernorm", rows, cols, x.ptr, ldx, pw, pb, _eps(eps), y.ptr, ldy, pm, pr, _dt(x), stream)
+
+
 def layernorm_backward(x, weight, mean, rstd, dy, dx, dweight, dbias, stream=0):
+    """dx, and dweight and dbias unless None; weight None: ones."""
     names = ("x", "dy", "dx")
-    dev = _device((x, dy, dx, weight, dweight, dbias), names + ("weight", "dweight", "dbias"))
+    dev = _device(*_present((x, dy, dx, weight, dweight, dbias), names + ("weight", "dweight", "dbias")))
     rows, cols, _ = rows_of(x, "x")
     ldx, lddy, lddx = _mats((x, dy, dx), names, rows, cols)
-    for v, n in ((weight, "weight"), (dweight, "dweight"), (dbias, "dbias")):
-        _vector(v, cols, n)
+    pw, pdw, pdb = _vectors([(weight, "weight"), (dweight, "dweight"), (dbias, "dbias")], cols)
     pm, pr = _f32(mean, rows, "mean"), _f32(rstd, rows, "rstd")
-    _call(dev, "layernorm_backward", rows, cols, x.ptr, ldx, weight.ptr, pm, pr, dy.ptr, lddy, dx.ptr, lddx,
-          dweight.ptr, dbias.ptr, _dt(x), stream)
+    _call(dev, "layernorm_backward", rows, cols, x.ptr, ldx, pw, pm, pr, dy.ptr, lddy, dx.ptr, lddx, pdw, pdb,
+          _dt(x), stream)

@@ -19,23 +19,35 @@ def _torch():
 
 
 def _is_tensor(x):
-    t = _torch()
+    t = sys.modules.get("torch")
     return t is not None and isinstance(x, t.Tensor)
+
+
+_ALLOWED = {}  # a tuple of dtype names -> the set of torch dtypes (torch is imported after this module)
 
 
 def _check(tensors, names, dtypes=_FLOATS):
     """The checks that need no data pointer (they run on fake tensors under
     torch.compile too): dtypes allowed and equal, one device."""
     first = tensors[0]
+    allowed = _ALLOWED.get(dtypes)
+    if allowed is None:
+        t = _torch()
+        allowed = frozenset(getattr(t, d[6:]) for d in dtypes) if t else frozenset()
+        if t:
+            _ALLOWED[dtypes] = allowed
+    device = None
     for t, n in zip(tensors, names):
         if not _is_tensor(t):
             raise TypeError(f"{n}: expected a torch.Tensor, not {type(t).__name__}")
-        if str(t.dtype) not in dtypes:
+        if t.dtype not in allowed:
             raise TypeError(f"{n}: dtype {t.dtype} is not supported ({', '.join(d[6:] for d in dtypes)})")
         if t.dtype != first.dtype:
             raise TypeError(f"{n}: dtype {t.dtype} differs from {names[0]}'s {first.dtype}")
-        if t.device != first.device:
-            raise ValueError(f"{n}: on {t.device}, {names[0]} on {first.device}")
+        if t is not first:
+            device = device or first.device
+            if t.device != device:
+                raise ValueError(f"{n}: on {t.device}, {names[0]} on {device}")
 
 
 def _same_shape(x, y, nx, ny):
@@ -43,9 +55,15 @@ def _same_shape(x, y, nx, ny):
         raise ValueError(f"{ny}: shape {tuple(y.shape)} differs from {nx}'s {tuple(x.shape)}")
 
 
+_torch_ops = None
+
+
 def _ops():
-    from . import torch_ops
-    return torch_ops
+    global _torch_ops
+    if _torch_ops is None:
+        from . import torch_ops
+        _torch_ops = torch_ops
+    return _torch_ops
 
 
 # --- __cuda_array_interface__ and DLPack ---------------------------------------------------
@@ -116,13 +134,14 @@ def _rstd(f, rows):
 
 
 def _norm_vectors(f, vx, vectors):
-    """Views of a norm's weight and bias, checked before the per-row float32
-    outputs are allocated (so that a bad vector is a ValueError or TypeError
-    even where nothing can allocate)."""
+    """Views of a norm's weight and bias (None where absent), checked before
+    the per-row float32 outputs are allocated (so that a bad vector is a
+    ValueError or TypeError even where nothing can allocate)."""
     out = []
     for obj, name in vectors:
         if obj is None:
-            raise ValueError(f"{name}: required for arrays other than torch tensors")
+            out.append(None)
+            continue
         v = f.view(obj, name)
         if v.shape != vx.shape[-1:]:
             raise ValueError(f"{name}: shape {v.shape} where {vx.shape[-1:]}, the last dimension of x, is needed")
@@ -310,16 +329,15 @@ def softmax_backward(y, dy):
     return _ops().softmax_backward(y, dy)
 
 
-def _vector(w, x, name, fill):
-    """The weight or bias of a norm: x's dtype (a cast, differentiable), or
-    `fill` where None (libktune needs both)."""
-    t = _torch()
-    cols = x.shape[-1]
+def _vector(w, x, name):
+    """The weight or bias of a norm: None (absent: ones or zeros, which
+    libktune supplies), or a tensor of x's dtype (a cast, differentiable)."""
     if w is None:
-        return t.full((cols,), fill, dtype=x.dtype, device=x.device)
+        return None
     if not _is_tensor(w):
         raise TypeError(f"{name}: expected a torch.Tensor, not {type(w).__name__}")
-    if tuple(w.shape) != (cols,):
+    cols = x.shape[-1]
+    if w.dim() != 1 or w.shape[0] != cols:
         raise ValueError(f"{name}: shape {tuple(w.shape)} where ({cols},), the last dimension of x, is needed")
     if w.device != x.device:
         raise ValueError(f"{name}: on {w.device}, x on {x.device}")
@@ -355,7 +373,7 @@ def rms_norm(x, weight=None, eps=1e-6, residual=None, *, out=None, device=None, 
     _check((x,), ("x",))
     if x.dim() == 0:
         raise ValueError("x: a 0-d tensor has no rows")
-    w = _vector(weight, x, "weight", 1.0)
+    w = _vector(weight, x, "weight")
     if residual is None:
         return _ops().rms_norm(x, w, eps)[0]
     residual = _from_dlpack(residual)
@@ -365,12 +383,19 @@ def rms_norm(x, weight=None, eps=1e-6, residual=None, *, out=None, device=None, 
     return y, h
 
 
-def rms_norm_backward(h, weight, rstd, dy):
+def _given(tensors, names):
+    keep = [(t, n) for t, n in zip(tensors, names) if t is not None]
+    return tuple(t for t, _ in keep), tuple(n for _, n in keep)
+
+
+def rms_norm_backward(h, weight, rstd, dy, dweight=True):
     """(dx, dweight) of rms_norm from dy, the normalised input h (x, or x +
-    residual) and the forward's rstd (float32, one a row) (torch tensors)."""
-    _check((h, weight, dy), ("h", "weight", "dy"))
+    residual) and the forward's rstd (float32, one a row) (torch tensors).
+    weight None: ones; dweight=False: not computed (None returned)."""
+    _check(*_given((h, weight, dy), ("h", "weight", "dy")))
     _check((rstd,), ("rstd",), ("torch.float32",))
-    return _ops().rms_norm_backward(h, weight, rstd, dy)
+    dx, dw = _ops().rms_norm_backward(h, weight, rstd, dy, bool(dweight))
+    return dx, (dw if dweight else None)
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, *, out=None, device=None, stream=None):
@@ -392,12 +417,14 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, out=None, device=None, st
     _check((x,), ("x",))
     if x.dim() == 0:
         raise ValueError("x: a 0-d tensor has no rows")
-    return _ops().layer_norm(x, _vector(weight, x, "weight", 1.0), _vector(bias, x, "bias", 0.0), eps)[0]
+    return _ops().layer_norm(x, _vector(weight, x, "weight"), _vector(bias, x, "bias"), eps)[0]
 
 
-def layer_norm_backward(x, weight, mean, rstd, dy):
+def layer_norm_backward(x, weight, mean, rstd, dy, dweight=True, dbias=True):
     """(dx, dweight, dbias) of layer_norm from dy, x and the forward's mean and
-    rstd (float32, one a row) (torch tensors)."""
-    _check((x, weight, dy), ("x", "weight", "dy"))
+    rstd (float32, one a row) (torch tensors).  weight None: ones;
+    dweight=False, dbias=False: not computed (None returned)."""
+    _check(*_given((x, weight, dy), ("x", "weight", "dy")))
     _check((mean, rstd), ("mean", "rstd"), ("torch.float32",))
-    return _ops().layer_norm_backward(x, weight, mean, rstd, dy)
+    dx, dw, db = _ops().layer_norm_backward(x, weight, mean, rstd, dy, bool(dweight), bool(dbias))
+    return dx, (dw if dweight else None), (db if dbias else None)

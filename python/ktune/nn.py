@@ -29,22 +29,21 @@ except ImportError:
 
 def _device_ok(x):
     """'' if ktune can run on x's device, else the reason."""
-    want = "cuda"
     try:
-        if library().host:
-            want = "cpu"
+        host = library().host
     except ImportError as e:
         return f"libktune not loaded ({str(e)[:80]})"
-    return "" if x.device.type == want else f"device {x.device.type}"
+    return "" if (x.is_cpu if host else x.is_cuda) else f"device {x.device.type}"
 
 
 def _autocast(x):
-    t = x.device.type
+    t = "cuda" if x.is_cuda else x.device.type
     return torch.get_autocast_dtype(t) if torch.is_autocast_enabled(t) else None
 
 
 def _record(module, how):
-    if not torch.compiler.is_compiling():  # a side effect torch.compile need not trace
+    # a side effect torch.compile need not trace; set only when it changes (Module.__setattr__ is slow)
+    if not torch.compiler.is_compiling() and module.__dict__.get("ktune_served") != how:
         module.ktune_served = how
 
 
@@ -53,10 +52,11 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x):
         why = _device_ok(x)
-        dt = _autocast(x) or x.dtype
+        autocast = _autocast(x)
+        dt = autocast or x.dtype
         if not why and dt not in (torch.float16, torch.bfloat16):
             why = f"dtype {dt}"
-        if not why and not _autocast(x) and self.weight.dtype != dt:
+        if not why and not autocast and self.weight.dtype != dt:
             why = f"weight dtype {self.weight.dtype} differs from input {dt}"
         if why:
             _record(self, "torch: " + why)
@@ -84,7 +84,9 @@ def _norm_why(module, x):
 
 
 class LayerNorm(torch.nn.LayerNorm):
-    __doc__ = "torch.nn.LayerNorm over the last dimension, through ktune.layer_norm."
+    __doc__ = ("torch.nn.LayerNorm over the last dimension, through ktune.layer_norm; without a weight or bias "
+               "(elementwise_affine=False, bias=False) libktune supplies ones and zeros and computes no gradient "
+               "for them.")
 
     def forward(self, x):
         why = _norm_why(self, x)
@@ -97,7 +99,8 @@ class LayerNorm(torch.nn.LayerNorm):
 
 if hasattr(torch.nn, "RMSNorm"):
     class RMSNorm(torch.nn.RMSNorm):
-        __doc__ = "torch.nn.RMSNorm over the last dimension, through ktune.rms_norm."
+        __doc__ = ("torch.nn.RMSNorm over the last dimension, through ktune.rms_norm (elementwise_affine=False: "
+                   "no weight, ones).")
 
         def forward(self, x):
             why = _norm_why(self, x)

@@ -100,6 +100,39 @@ def test_norms_and_gelu_match_torch(torch, dev, cls):
         close(torch, pk.grad / s, pt.grad / s, "float32", f"{cls} d{name}", 4)
 
 
+@pytest.mark.parametrize("cls,kw", [("LayerNorm", {"elementwise_affine": False}), ("LayerNorm", {"bias": False}),
+                                    ("RMSNorm", {"elementwise_affine": False})])
+def test_norms_without_affine_match_torch_and_are_patched(torch, dev, cls, kw):
+    """No weight (ones) or no bias (zeros): served by ktune with NULL vectors,
+    gradients for what parameters there are; ktune.patch swaps them too."""
+    if getattr(ktune.nn, cls) is None:
+        pytest.skip(f"torch {torch.__version__} has no nn.{cls}")
+    torch.manual_seed(0)
+    t = getattr(torch.nn, cls)(24, **kw).to(dev)
+    k = getattr(torch.nn, cls)(24, **kw).to(dev)
+    k.load_state_dict(t.state_dict())
+    with torch.no_grad():
+        for p in k.parameters():
+            p.uniform_(0.5, 1.5)  # not the init's ones: a weight that is used shows
+        t.load_state_dict(k.state_dict())
+    rep = ktune.patch(k)
+    assert [c for _, c in rep.swapped] == [cls] and type(k) is getattr(ktune.nn, cls)
+    x = rand(torch, dev, (3, 7, 24), "float32", 10, True)
+    xk = x.detach().clone().requires_grad_()
+    yk, yt = k(xk), t(x)
+    assert k.ktune_served == "ktune"
+    close(torch, yk, yt, "float32", f"{cls} {kw}", 4)
+    dy = rand(torch, dev, yk.shape, "float32", 11)
+    yk.backward(dy)
+    yt.backward(dy)
+    close(torch, xk.grad, x.grad, "float32", f"{cls} {kw} dx", 4)
+    names = [n for n, _ in t.named_parameters()]
+    assert names == ([] if kw.get("elementwise_affine") is False else ["weight"])
+    for (name, pk), pt in zip(k.named_parameters(), t.parameters()):
+        s = max(1.0, pt.grad.abs().max().item())
+        close(torch, pk.grad / s, pt.grad / s, "float32", f"{cls} {kw} d{name}", 4)
+
+
 @pytest.mark.parametrize("cls", ["SwiGLU", "GeGLU"])
 def test_gated_mlps_match_their_formula(torch, dev, cls):
     F = torch.nn.functional

@@ -154,11 +154,98 @@ def test_layer_norm(torch, dev, shape, dtype):
                         "layer_norm")
 
 
-def test_norms_without_weight(torch, dev):
+def _affine(torch, dev, shape, dtype, which, seed):
+    """The weight and bias named in `which` ("weight", "bias", "none"), else None."""
+    w = rand(torch, dev, shape[-1:], dtype, seed, True, scale=1.0) if "weight" in which else None
+    b = rand(torch, dev, shape[-1:], dtype, seed + 1, True, scale=1.0) if "bias" in which else None
+    return w, b
+
+
+def _split(which, ts):
+    """(x, weight or None, bias or None) from the inputs given to check_against_torch."""
+    ts = list(ts)
+    x = ts.pop(0)
+    w = ts.pop(0) if "weight" in which else None
+    b = ts.pop(0) if "bias" in which else None
+    return x, w, b
+
+
+@pytest.mark.parametrize("which", ["weight", "bias", "none"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 3, 37), (17, 128)])
+def test_layer_norm_without_weight_or_bias(torch, dev, shape, dtype, which):
+    """NULL weight (ones) and NULL bias (zeros), and no gradient for them."""
     F = torch.nn.functional
-    x = rand(torch, dev, (5, 24), "float32", 20)
-    close(torch, ktune.layer_norm(x), F.layer_norm(x, (24,)), "float32", "layer_norm, no affine")
-    close(torch, ktune.rms_norm(x, eps=1e-6), F.rms_norm(x, (24,), eps=1e-6), "float32", "rms_norm, no weight")
+    x = rand(torch, dev, shape, dtype, 40, True)
+    w, b = _affine(torch, dev, shape, dtype, which, 41)
+    inputs = [t for t in (x, w, b) if t is not None]
+
+    def kt(*ts):
+        x, w, b = _split(which, ts)
+        return ktune.layer_norm(x, w, b, 1e-5)
+
+    def ref(*ts):
+        x, w, b = _split(which, ts)
+        return F.layer_norm(x, x.shape[-1:], w, b, 1e-5)
+    check_against_torch(torch, kt, ref, inputs, dtype, f"layer_norm ({which})")
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 3, 37), (17, 128)])
+def test_rms_norm_without_weight(torch, dev, shape, dtype, residual):
+    F = torch.nn.functional
+    x = rand(torch, dev, shape, dtype, 42, True)
+    if not residual:
+        check_against_torch(torch, lambda t: ktune.rms_norm(t, eps=1e-6),
+                            lambda t: F.rms_norm(t, t.shape[-1:], eps=1e-6), [x], dtype, "rms_norm, no weight")
+        return
+    r = rand(torch, dev, shape, dtype, 43, True)
+    y, h = ktune.rms_norm(x, None, 1e-6, residual=r)
+    hr = (x.float() + r.float()).to(x.dtype)
+    close(torch, h, hr, dtype, "h")
+    close(torch, y, F.rms_norm(hr.float(), shape[-1:], eps=1e-6).to(y.dtype), dtype, "y")
+    dy = rand(torch, dev, shape, dtype, 44)
+    gx, gr = torch.autograd.grad(y, [x, r], dy)
+    xf, rf = (t.detach().float().requires_grad_() for t in (x, r))
+    tx, tr = torch.autograd.grad(F.rms_norm(xf + rf, shape[-1:], eps=1e-6), [xf, rf], dy.float())
+    close(torch, gx, tx.to(gx.dtype), dtype, "dx", 4)
+    close(torch, gr, tr.to(gr.dtype), dtype, "dresidual", 4)
+
+
+def test_norm_gradients_not_needed_are_not_computed(torch, dev, monkeypatch):
+    """The backward passes NULL for a weight's or bias's gradient that autograd
+    does not need (a frozen parameter): libktune then skips its reduction."""
+    from ktune import calls
+    seen = []
+    for name in ("layernorm_backward", "rmsnorm_backward"):
+        real = getattr(calls, name)
+
+        def spy(*args, real=real, name=name, **kw):
+            seen.append((name, args))
+            return real(*args, **kw)
+        monkeypatch.setattr(calls, name, spy)
+    x = rand(torch, dev, (6, 40), "float32", 45, True)
+    w = rand(torch, dev, (40,), "float32", 46, scale=1.0)  # frozen
+    b = rand(torch, dev, (40,), "float32", 47, True, scale=1.0)
+    gx, gb = torch.autograd.grad(ktune.layer_norm(x, w, b).sum(), [x, b])
+    (_, args), = seen
+    assert args[6] is None and args[7] is not None  # dweight NULL, dbias computed
+    xf, bf = x.detach().requires_grad_(), b.detach().requires_grad_()
+    tx, tb = torch.autograd.grad(torch.nn.functional.layer_norm(xf, (40,), w, bf).sum(), [xf, bf])
+    close(torch, gx, tx, "float32", "dx")
+    close(torch, gb / 6, tb / 6, "float32", "dbias")
+    seen.clear()
+    wr = w.clone().requires_grad_()
+    (gw,) = torch.autograd.grad(ktune.rms_norm(x.detach(), wr).sum(), [wr])  # x frozen: dx computed, not used
+    (_, args), = seen
+    assert args[5] is not None
+    tw, = torch.autograd.grad(torch.nn.functional.rms_norm(x.detach(), (40,), wr, 1e-6).sum(), [wr])
+    close(torch, gw / 6, tw / 6, "float32", "dweight")
+    seen.clear()
+    torch.autograd.grad(ktune.rms_norm(x, w).sum(), [x])
+    (_, args), = seen
+    assert args[5] is None  # a frozen weight: no dweight
 
 
 GEMM = [(1, 1, 1), (1, 33, 7), (7, 1, 33), (16, 64, 64), (33, 17, 65), (64, 96, 80), (3, 200, 1)]
@@ -182,6 +269,43 @@ def test_gemm_of_sliced_operands_and_alpha(torch, dev):
     big = rand(torch, dev, (40, 70), "bfloat16", 23, scale=1.0)
     a, b = big[3:20, 5:38], big[:33, 40:61]  # leading dimensions 70, not the row lengths
     close(torch, ktune.gemm(a, b, 0.5), (0.5 * (a.float() @ b.float())).to(a.dtype), "bfloat16", "sliced", 3)
+
+
+def test_gemm_keeps_its_operands_aligned(torch, dev, monkeypatch):
+    """C's rows are padded to 8 elements (a view of the padded buffer), and in a
+    big GEMM an operand with an odd leading dimension is copied into a padded
+    one, the gradient once for both backward GEMMs: every call stays in the
+    aligned class (GPT-2's vocabulary of 50257 would otherwise send its LM head
+    to element loads)."""
+    from ktune import calls, torch_ops
+    seen = []
+    real = calls.gemm
+
+    def spy(a, b, c, *args, **kw):
+        seen.append(tuple(v.strides[0] if v.strides[1] == 1 else v.strides[1] for v in (a, b, c)))
+        return real(a, b, c, *args, **kw)
+    monkeypatch.setattr(calls, "gemm", spy)
+    x = rand(torch, dev, (12, 16), "bfloat16", 50, True, scale=1.0)
+    w = rand(torch, dev, (33, 16), "bfloat16", 51, True, scale=1.0)  # an odd vocabulary
+    y = ktune.gemm(x, w.t())
+    assert y.shape == (12, 33) and y.stride() == (40, 1)  # padded rows
+    assert ktune.gemm(x, w[:32].t()).is_contiguous()  # nothing to pad
+    seen.clear()
+    monkeypatch.setattr(torch_ops, "PAD_MIN_FLOPS", 0)  # this small GEMM counts as big
+    monkeypatch.setattr(torch_ops, "PAD_MIN_REUSE", 0)
+    dy = rand(torch, dev, (12, 33), "bfloat16", 52, scale=1.0)  # contiguous: ld 33
+    gx, gw = torch.autograd.grad(ktune.gemm(x, w.t()), [x, w], dy)
+    assert all(ld % 8 == 0 for lds in seen for ld in lds), seen
+    assert len(seen) == 3
+    xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    tx, tw = torch.autograd.grad(xf @ wf.t(), [xf, wf], dy.float())
+    close(torch, gx, tx.to(gx.dtype), "bfloat16", "dx", 4)
+    close(torch, gw, tw.to(gw.dtype), "bfloat16", "dw", 4)
+    seen.clear()
+    a = rand(torch, dev, (9, 21), "bfloat16", 53, scale=1.0)[:, 1:]  # a misaligned start, ld 21
+    b = rand(torch, dev, (20, 24), "bfloat16", 54, scale=1.0)
+    close(torch, ktune.gemm(a, b), (a.float() @ b.float()).to(a.dtype), "bfloat16", "copied operand", 3)
+    assert seen[0][0] == 24 and a.stride() == (21, 1), seen  # a was copied (ld 20 -> 24), not changed
 
 
 def test_gemm_zero_sizes(torch, dev):
@@ -270,7 +394,11 @@ def _opcheck_cases(torch, dev):
         (ops.dropout_backward.default, (c(3, 8), 0.25, 7, 0)),
         (ops.softmax_backward.default, (c(3, 8).softmax(-1), c(3, 8, seed=1))),
         (ops.rms_norm_backward.default, (c(3, 8), c(8, seed=1), rstd, c(3, 8, seed=2))),
+        (ops.rms_norm_backward.default, (c(3, 8), None, rstd, c(3, 8, seed=2), False)),
         (ops.layer_norm_backward.default, (c(3, 8), c(8, seed=1), c(3, seed=3), rstd, c(3, 8, seed=2))),
+        (ops.layer_norm_backward.default, (c(3, 8), None, c(3, seed=3), rstd, c(3, 8, seed=2), False, True)),
+        (ops.layer_norm_backward.default, (c(3, 8), c(8, seed=1), c(3, seed=3), rstd, c(3, 8, seed=2), True,
+                                           False)),
         (ops.gemm.default, (r(7, 5, dtype="bfloat16"), r(5, 3, dtype="bfloat16"), 1.0)),
         (ops.add.default, (r(3, 4), r(3, 4, seed=1))),
         (ops.gelu.default, (r(3, 4), "tanh")),
@@ -281,6 +409,11 @@ def _opcheck_cases(torch, dev):
         (ops.rms_norm.default, (r(3, 8), r(8, seed=1), 1e-6)),
         (ops.rms_norm_residual.default, (r(3, 8), r(3, 8, seed=1), r(8, seed=2), 1e-6)),
         (ops.layer_norm.default, (r(3, 8), r(8, seed=1), r(8, seed=2), 1e-5)),
+        (ops.rms_norm.default, (r(3, 8), None, 1e-6)),
+        (ops.rms_norm_residual.default, (r(3, 8), r(3, 8, seed=1), None, 1e-6)),
+        (ops.layer_norm.default, (r(3, 8), None, None, 1e-5)),
+        (ops.layer_norm.default, (r(3, 8), r(8, seed=1), None, 1e-5)),
+        (ops.layer_norm.default, (r(3, 8), None, r(8, seed=2), 1e-5)),
     ]
 
 
@@ -326,6 +459,9 @@ def test_cuda_array_interface_and_dlpack(torch, dev):
     z = ktune.softmax(_CAI(x))  # allocated by torch: a torch tensor
     torch.cuda.synchronize()
     close(torch, z, x.float().softmax(-1).to(x.dtype), "float16", "softmax on __cuda_array_interface__")
+    n = ktune.layer_norm(_CAI(x))  # no weight, no bias: NULL, ones and zeros
+    torch.cuda.synchronize()
+    close(torch, n, F.layer_norm(x.float(), (64,)).to(x.dtype), "float16", "layer_norm on __cuda_array_interface__")
     w = ktune.swiglu(_DLPack(x))
     close(torch, w, (F.silu(x[:, :32].float()) * x[:, 32:].float()).to(x.dtype), "float16", "swiglu on DLPack")
     a, b = rand(torch, dev, (16, 32), "float16", 31), rand(torch, dev, (32, 8), "float16", 32)

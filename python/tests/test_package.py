@@ -19,7 +19,7 @@ C_TYPES = {
     "ktune_status": ctypes.c_int, "ktune_dtype": ctypes.c_int, "ktune_gelu_approx": ctypes.c_int,
     "ktune_glu_act": ctypes.c_int, "ktune_ctx *": ctypes.c_void_p, "ktune_ctx **": ctypes.POINTER(ctypes.c_void_p),
     "void *": ctypes.c_void_p, "char *": ctypes.c_char_p, "float *": ctypes.POINTER(ctypes.c_float),
-    "ktune_stats *": ctypes.c_void_p,
+    "ktune_stats *": ctypes.POINTER(_lib.ktune_stats), "double": ctypes.c_double,
 }
 
 
@@ -70,6 +70,35 @@ def test_signatures_match_the_header():
     assert set(protos) == set(_lib.SIGNATURES), "include/ktune.h and _lib.SIGNATURES list different functions"
     for name, (ret, args) in protos.items():
         assert _lib.SIGNATURES[name] == (ret, args), name
+
+
+def header_struct(name):
+    """The fields of `typedef struct { ... } name;` in include/ktune.h: [(field, ctypes type)]."""
+    text = open(os.path.join(REPO, "include", "ktune.h")).read()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    body = re.search(r"typedef struct\s*\{([^}]*)\}\s*" + name + r"\s*;", text).group(1)
+    return [(m.group(2), C_TYPES[m.group(1)]) for m in re.finditer(r"(\w+)\s+(\w+)\s*;", body)]
+
+
+def test_stats_structure_matches_the_header():
+    fields = header_struct("ktune_stats")
+    assert len(fields) >= 13  # the parse found the fields
+    assert [(n, t) for n, t in _lib.ktune_stats._fields_] == fields
+
+
+def test_stats_structure_has_the_c_layout():
+    """Offsets and size as the C compiler lays the struct out (the host double
+    was built against include/ktune.h and tells them)."""
+    lib = ktune.library()
+    if not lib.host:
+        pytest.skip("only the host double reports the C layout")
+    n = len(_lib.ktune_stats._fields_)
+    offsets = (ctypes.c_size_t * n)()
+    f = lib.cdll.ktune_test_stats_layout
+    f.restype, f.argtypes = ctypes.c_size_t, [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+    size = f(offsets, n)
+    assert size == ctypes.sizeof(_lib.ktune_stats)
+    assert list(offsets) == [getattr(_lib.ktune_stats, name).offset for name, _ in _lib.ktune_stats._fields_]
 
 
 def test_status_names_come_from_the_library():

@@ -12,11 +12,25 @@
  * (row strides, NULL pointers, sizes), so that the Python layer's marshalling
  * is held to what the real library accepts.  It proves nothing about the
  * GPU kernels.
+ *
+ * The runtime's bookkeeping is honest but simple.  There is no tuning, so
+ * every key is served by its one implementation, "default", and is a miss:
+ * calls and keys are counted by key as the real runtime counts them (its
+ * buckets and alignment classes, src/ops/), and saved to a misses file in
+ * the real format (docs/runtime.md), adding to one this double wrote.  It
+ * has no database: recording into one is KTUNE_ERR_UNSUPPORTED.  It compiles
+ * no kernel: a warm finds nothing to compile, and kernels, NVRTC and cache
+ * counts stay 0.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ktune.h"
 #include "ops/elementwise-ref.h"
@@ -24,13 +38,54 @@
 
 #define API __attribute__((visibility("default")))
 
+/* A key as the runtime's dispatch looks it up (src/key.h): sizes bucketed as the op's. */
+struct hkey {
+	char op[16];
+	ktune_dtype dtype;
+	char variant[24];
+	int64_t m, n, k;
+	int aligned;
+};
+
+struct hentry {
+	struct hkey key;
+	int64_t calls;
+	struct hentry *next;
+};
+
 struct ktune_ctx {
 	char errmsg[512];
+	int has_db;        /* ktune_open's db_path was not "" */
+	char *record_path; /* where ktune_close saves the misses; NULL: nowhere */
+	pthread_mutex_t lock;
+	struct hentry *keys;
+	int64_t nkeys, calls;
+	int warm_state;
 };
+
+static __thread const char *last_dispatch = "none";
 
 API int ktune_test_host_memory(void)
 {
 	return 1;
+}
+
+/* sizeof(ktune_stats) and the offset of each of its fields in order, as this
+ * build's compiler lays them out: the Python package's ctypes Structure is
+ * held to it (python/tests/test_package.py). */
+API size_t ktune_test_stats_layout(size_t *offsets, int n)
+{
+	const size_t off[] = {
+		offsetof(ktune_stats, calls), offsetof(ktune_stats, keys), offsetof(ktune_stats, missed_keys),
+		offsetof(ktune_stats, missed_calls), offsetof(ktune_stats, kernels),
+		offsetof(ktune_stats, nvrtc_compiles), offsetof(ktune_stats, nvrtc_seconds),
+		offsetof(ktune_stats, cache_loads), offsetof(ktune_stats, warm_state),
+		offsetof(ktune_stats, warm_compiled), offsetof(ktune_stats, warm_cached),
+		offsetof(ktune_stats, warm_failed), offsetof(ktune_stats, warm_seconds),
+	};
+	for (int i = 0; i < n && i < (int)(sizeof(off) / sizeof(off[0])); i++)
+		offsets[i] = off[i];
+	return sizeof(ktune_stats);
 }
 
 API unsigned ktune_version_number(void)
@@ -63,30 +118,331 @@ API const char *ktune_status_name(ktune_status s)
 	return "UNKNOWN";
 }
 
+static ktune_status failv(ktune_ctx *ctx, ktune_status rc, const char *fmt, va_list ap)
+{
+	vsnprintf(ctx->errmsg, sizeof(ctx->errmsg), fmt, ap);
+	return rc;
+}
+
 static ktune_status fail(ktune_ctx *ctx, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(ctx->errmsg, sizeof(ctx->errmsg), fmt, ap);
+	ktune_status rc = failv(ctx, KTUNE_ERR_INVALID, fmt, ap);
 	va_end(ap);
-	return KTUNE_ERR_INVALID;
+	return rc;
+}
+
+static ktune_status fail_with(ktune_ctx *ctx, ktune_status rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	failv(ctx, rc, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* --- the record of misses (src/runtime/record.c, misses.c) ---------------------------- */
+
+static const char *const DEVICE_LINE = "device: {name: \"ktune host double\", arch: \"sm_0\", sm_count: 1}";
+
+/* The misses file's directory must exist when recording is asked for; NULL is the database. */
+static ktune_status check_target(ktune_ctx *ctx, const char *path)
+{
+	struct stat st;
+	if (!path) {
+		if (!ctx->has_db)
+			return fail(ctx, "cannot record misses into the database: the context has none "
+				    "(ktune_open with \"\")");
+		return fail_with(ctx, KTUNE_ERR_UNSUPPORTED, "the host double has no database to record misses "
+				 "into: record them to a misses file");
+	}
+	if (!*path)
+		return fail(ctx, "an empty misses file path");
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	if (strlen(path) >= sizeof(dir))
+		return fail(ctx, "misses file path '%.64s...' is too long", path);
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+	if (stat(dir, &st) != 0)
+		return fail(ctx, "cannot record misses to '%s': directory '%s': %s", path, dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return fail(ctx, "cannot record misses to '%s': '%s' is not a directory", path, dir);
+	return KTUNE_OK;
+}
+
+static ktune_status set_target(ktune_ctx *ctx, const char *path)
+{
+	ktune_status rc;
+	if (path && !*path) {
+		free(ctx->record_path);
+		ctx->record_path = NULL;
+		return KTUNE_OK;
+	}
+	if ((rc = check_target(ctx, path)))
+		return rc;
+	char *copy = strdup(path);
+	if (!copy)
+		return fail_with(ctx, KTUNE_ERR_NOMEM, "out of memory");
+	free(ctx->record_path);
+	ctx->record_path = copy;
+	return KTUNE_OK;
+}
+
+static int64_t pow2(int64_t n)
+{
+	int64_t b = 1;
+	while (b < n && b < (INT64_C(1) << 34))
+		b <<= 1;
+	return b;
+}
+
+static int64_t rowwise_cols(int64_t cols)
+{
+	return cols <= 65536 ? cols : pow2(cols);
+}
+
+static int aligned16(const void *p)
+{
+	return (uintptr_t)p % 16 == 0;
+}
+
+static size_t dtype_size(ktune_dtype dt)
+{
+	return dt == KTUNE_F32 ? 4 : 2;
+}
+
+/* Counts a call of a key, noting the key the first time; the call was served by "default". */
+static void note(ktune_ctx *ctx, const char *op, ktune_dtype dt, const char *variant, int64_t m, int64_t n,
+		 int64_t k, int aligned)
+{
+	struct hkey key;
+	memset(&key, 0, sizeof(key));
+	snprintf(key.op, sizeof(key.op), "%s", op);
+	snprintf(key.variant, sizeof(key.variant), "%s", variant);
+	key.dtype = dt;
+	key.m = m, key.n = n, key.k = k, key.aligned = aligned;
+	last_dispatch = "default";
+	pthread_mutex_lock(&ctx->lock);
+	struct hentry *e;
+	for (e = ctx->keys; e && memcmp(&e->key, &key, sizeof(key)); e = e->next)
+		;
+	if (!e && (e = calloc(1, sizeof(*e)))) {
+		e->key = key;
+		e->next = ctx->keys;
+		ctx->keys = e;
+		ctx->nkeys++;
+	}
+	if (e)
+		e->calls++;
+	ctx->calls++;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+static const char *dtype_name(ktune_dtype dt)
+{
+	return dt == KTUNE_F16 ? "f16" : dt == KTUNE_BF16 ? "bf16" : "f32";
+}
+
+/* A key's line in a misses file, up to its source: its identity. */
+static void key_text(const struct hkey *k, char *buf, size_t len)
+{
+	int two = strcmp(k->op, "add") && strcmp(k->op, "gelu") && strcmp(k->op, "dropout");
+	int n = snprintf(buf, len, "  - {op: %s, dtype: %s, variant: \"%s\", ", k->op, dtype_name(k->dtype),
+			 k->variant);
+	if (!strcmp(k->op, "gemm"))
+		n += snprintf(buf + n, len - (size_t)n, "m: %lld, n: %lld, k: %lld", (long long)k->m, (long long)k->n,
+			      (long long)k->k);
+	else if (two)
+		n += snprintf(buf + n, len - (size_t)n, "rows: %lld, cols: %lld", (long long)k->m, (long long)k->n);
+	else
+		n += snprintf(buf + n, len - (size_t)n, "n: %lld", (long long)k->m);
+	snprintf(buf + n, len - (size_t)n, ", aligned: %s", k->aligned ? "true" : "false");
+}
+
+struct line {
+	char key[256], source[32];
+	long long calls;
+};
+
+static int by_key(const void *a, const void *b)
+{
+	return strcmp(((const struct line *)a)->key, ((const struct line *)b)->key);
+}
+
+/* Adds the lines of an earlier file of this double to lines[]; -1 for a file of another device. */
+static int read_earlier(FILE *f, struct line **lines, int *n, int *cap)
+{
+	char buf[512];
+	int device_ok = 0;
+	while (fgets(buf, sizeof(buf), f)) {
+		buf[strcspn(buf, "\n")] = 0;
+		if (!strncmp(buf, "device:", 7))
+			device_ok = !strcmp(buf, DEVICE_LINE);
+		if (strncmp(buf, "  - {", 5))
+			continue;
+		char *src = strstr(buf, ", source: \""), *calls = strstr(buf, ", calls: ");
+		if (!src || !calls || (size_t)(src - buf) >= sizeof((*lines)->key))
+			continue;
+		if (*n == *cap) {
+			*cap = *cap ? 2 * *cap : 16;
+			*lines = realloc(*lines, sizeof(**lines) * (size_t)*cap);
+		}
+		struct line *l = &(*lines)[(*n)++];
+		snprintf(l->key, sizeof(l->key), "%.*s", (int)(src - buf), buf);
+		snprintf(l->source, sizeof(l->source), "%.*s", (int)strcspn(src + 11, "\""), src + 11);
+		l->calls = strtoll(calls + 9, NULL, 10);
+	}
+	return device_ok ? 0 : -1;
+}
+
+/* The misses file at path, with the keys counted so far added to what it holds. */
+static ktune_status save_file(ktune_ctx *ctx, const char *path)
+{
+	struct line *lines = NULL;
+	int n = 0, cap = 0, earlier;
+	FILE *f = fopen(path, "r");
+	if (f) {
+		int rc = read_earlier(f, &lines, &n, &cap);
+		fclose(f);
+		if (rc) {
+			free(lines);
+			return fail(ctx, "cannot save misses to '%s': a file of another GPU (not the host double's)", path);
+		}
+	}
+	earlier = n;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct hentry *e = ctx->keys; e; e = e->next) {
+		char key[256];
+		int i;
+		key_text(&e->key, key, sizeof(key));
+		for (i = 0; i < earlier && strcmp(lines[i].key, key); i++)
+			;
+		if (i == earlier) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				lines = realloc(lines, sizeof(*lines) * (size_t)cap);
+			}
+			i = n++;
+			snprintf(lines[i].key, sizeof(lines[i].key), "%s", key);
+			lines[i].calls = 0;
+		}
+		snprintf(lines[i].source, sizeof(lines[i].source), "default");
+		lines[i].calls += e->calls;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (n > 1)
+		qsort(lines, (size_t)n, sizeof(*lines), by_key);
+	char tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
+	if (!(f = fopen(tmp, "w"))) {
+		free(lines);
+		return fail_with(ctx, KTUNE_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+	}
+	fprintf(f, "# ktune misses: the keys this GPU served without a tuned entry, with their calls.\n"
+		   "# Tune exactly these keys with: ktune sweep --misses FILE\n"
+		   "format: ktune-misses\nversion: 1\n%s\nkeys:%s\n", DEVICE_LINE, n ? "" : " []");
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s, source: \"%s\", calls: %lld}\n", lines[i].key, lines[i].source, lines[i].calls);
+	free(lines);
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		remove(tmp);
+		return fail_with(ctx, KTUNE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+	}
+	return KTUNE_OK;
+}
+
+API ktune_status ktune_record_misses(ktune_ctx *ctx, const char *path)
+{
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	return set_target(ctx, path);
+}
+
+API ktune_status ktune_save_misses(ktune_ctx *ctx, const char *path)
+{
+	ktune_status rc;
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	if (path && !*path)
+		return fail(ctx, "ktune_save_misses: an empty path (NULL saves into the database)");
+	if ((rc = check_target(ctx, path)))
+		return rc;
+	return save_file(ctx, path);
+}
+
+API ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
+{
+	ktune_stats s;
+	if (!ctx || !out || size == 0)
+		return KTUNE_ERR_INVALID;
+	memset(&s, 0, sizeof(s));
+	pthread_mutex_lock(&ctx->lock);
+	s.calls = s.missed_calls = ctx->calls; /* no tuning here: every key is a miss */
+	s.keys = s.missed_keys = ctx->nkeys;
+	s.warm_state = ctx->warm_state;
+	pthread_mutex_unlock(&ctx->lock);
+	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	return KTUNE_OK;
+}
+
+/* Nothing to compile: no tuned entries, no kernels.  KTUNE_NO_CACHE as the real one. */
+API ktune_status ktune_warm(ktune_ctx *ctx, int wait)
+{
+	(void)wait;
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	const char *nc = getenv("KTUNE_NO_CACHE");
+	if (nc && *nc)
+		return fail_with(ctx, KTUNE_ERR_UNSUPPORTED, "no cubin cache to warm (KTUNE_NO_CACHE is set)");
+	pthread_mutex_lock(&ctx->lock);
+	ctx->warm_state = 2;
+	pthread_mutex_unlock(&ctx->lock);
+	return KTUNE_OK;
 }
 
 API ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *errbuf, size_t errlen)
 {
-	(void)db_path;
 	*out = NULL;
 	if (device != 0) {
 		if (errbuf && errlen)
 			snprintf(errbuf, errlen, "device %d does not exist (the host double has device 0)", device);
 		return KTUNE_ERR_INVALID;
 	}
-	*out = calloc(1, sizeof(**out));
-	return *out ? KTUNE_OK : KTUNE_ERR_NOMEM;
+	ktune_ctx *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return KTUNE_ERR_NOMEM;
+	pthread_mutex_init(&ctx->lock, NULL);
+	ctx->has_db = !db_path || *db_path;
+	const char *env = getenv("KTUNE_RECORD");
+	if (env && *env) {
+		ktune_status rc = set_target(ctx, strcmp(env, "db") ? env : NULL);
+		if (rc) {
+			if (errbuf && errlen)
+				snprintf(errbuf, errlen, "KTUNE_RECORD='%s': %s", env, ctx->errmsg);
+			ktune_close(ctx);
+			return KTUNE_ERR_INVALID;
+		}
+	}
+	*out = ctx;
+	return KTUNE_OK;
 }
 
 API void ktune_close(ktune_ctx *ctx)
 {
+	if (!ctx)
+		return;
+	if (ctx->record_path && ctx->nkeys > 0)
+		save_file(ctx, ctx->record_path); /* ktune_close cannot report: ktune_save_misses does */
+	for (struct hentry *e = ctx->keys, *next; e; e = next) {
+		next = e->next;
+		free(e);
+	}
+	free(ctx->record_path);
+	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }
 
@@ -98,7 +454,7 @@ API const char *ktune_errmsg(const ktune_ctx *ctx)
 API const char *ktune_last_dispatch(const ktune_ctx *ctx)
 {
 	(void)ctx;
-	return "host";
+	return last_dispatch;
 }
 
 /* Recording, stats and warming: nothing is dispatched, so nothing is missed, counted or compiled. */
@@ -218,6 +574,9 @@ API ktune_status ktune_gemm(ktune_ctx *ctx, char ta, char tb, int64_t m, int64_t
 	CHECK(ctx, ldb >= (tb == 'n' ? n : k), "ldb=%lld is less than the row length", (long long)ldb);
 	CHECK(ctx, ldc >= n, "ldc=%lld is less than n=%lld", (long long)ldc, (long long)n);
 	CHECK(ctx, a && b && c, "a NULL matrix pointer");
+	char layout[3] = { ta, tb, 0 };
+	note(ctx, "gemm", dt, layout, m, n, k,
+	     aligned16(a) && aligned16(b) && aligned16(c) && lda % 8 == 0 && ldb % 8 == 0 && ldc % 8 == 0);
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < n; j++) {
 			double s = 0;
@@ -244,8 +603,9 @@ API ktune_status ktune_add(ktune_ctx *ctx, int64_t n, const void *x, const void 
 {
 	(void)stream;
 	ktune_status rc = flat(ctx, n, x, y, z, dt);
-	if (rc)
+	if (rc || n == 0)
 		return rc;
+	note(ctx, "add", dt, "", pow2(n), 0, 0, aligned16(x) && aligned16(y) && aligned16(z));
 	double *dx = load(x, 1, n, n, dt), *dy = load(y, 1, n, n, dt);
 	ktune__ref_add(dx, dy, dx, n);
 	store(z, dx, 1, n, n, dt);
@@ -261,6 +621,12 @@ static ktune_status gelu(ktune_ctx *ctx, int64_t n, const void *x, const void *d
 	if (rc)
 		return rc;
 	CHECK(ctx, approx == KTUNE_GELU_ERF || approx == KTUNE_GELU_TANH, "unknown approximation %d", (int)approx);
+	if (n == 0)
+		return KTUNE_OK;
+	char variant[16];
+	snprintf(variant, sizeof(variant), "%s,%s", approx == KTUNE_GELU_TANH ? "tanh" : "erf", backward ? "bwd" : "fwd");
+	note(ctx, "gelu", dt, variant, pow2(n), 0, 0,
+	     aligned16(x) && aligned16(out) && (!backward || aligned16(dy)));
 	double *dx = load(x, 1, n, n, dt), *ddy = backward ? load(dy, 1, n, n, dt) : NULL;
 	ktune__ref_gelu(dx, ddy, dx, n, (int)approx, backward);
 	store(out, dx, 1, n, n, dt);
@@ -281,6 +647,30 @@ API ktune_status ktune_gelu_backward(ktune_ctx *ctx, int64_t n, const void *x, c
 {
 	(void)stream;
 	return gelu(ctx, n, x, dy, dx, approx, dt, 1);
+}
+
+/* The alignment class of a row-wise call: every buffer 16-byte aligned, every row stride a multiple of 16 bytes. */
+static int rows_aligned(const void *const *p, const int64_t *ld, int n, ktune_dtype dt)
+{
+	for (int i = 0; i < n; i++)
+		if ((p[i] && !aligned16(p[i])) || (ld[i] * (int64_t)dtype_size(dt)) % 16)
+			return 0;
+	return 1;
+}
+
+static void note_glu(ktune_ctx *ctx, ktune_glu_act act, const char *dir, int64_t rows, int64_t cols, ktune_dtype dt,
+		     const void *const *p, const int64_t *ld, int n)
+{
+	static const char *const acts[] = { "swiglu", "geglu", "geglu_tanh" };
+	char variant[24];
+	snprintf(variant, sizeof(variant), "%s,%s", acts[act], dir);
+	note(ctx, "glu", dt, variant, pow2(rows), pow2(cols), 0, rows_aligned(p, ld, n, dt));
+}
+
+static void note_rows(ktune_ctx *ctx, const char *op, const char *variant, int64_t rows, int64_t cols, ktune_dtype dt,
+		      const void *const *p, const int64_t *ld, int n)
+{
+	note(ctx, op, dt, variant, pow2(rows), rowwise_cols(cols), 0, rows_aligned(p, ld, n, dt));
 }
 
 static ktune_status mat(ktune_ctx *ctx, const char *name, const void *p, int64_t ld, int64_t cols)
@@ -305,6 +695,9 @@ API ktune_status ktune_glu(ktune_ctx *ctx, ktune_glu_act act, int64_t rows, int6
 	MAT(ctx, "a", a, lda, cols);
 	MAT(ctx, "b", b, ldb, cols);
 	MAT(ctx, "out", out, ldo, cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_glu(ctx, act, "fwd", rows, cols, dt, (const void *[]){ a, b, out }, (int64_t[]){ lda, ldb, ldo }, 3);
 	double *da = load(a, rows, cols, lda, dt), *db = load(b, rows, cols, ldb, dt);
 	ktune__ref_glu(da, db, NULL, da, NULL, rows * cols, (int)act, 0);
 	store(out, da, rows, cols, ldo, dt);
@@ -324,6 +717,10 @@ API ktune_status ktune_glu_backward(ktune_ctx *ctx, ktune_glu_act act, int64_t r
 	MAT(ctx, "dout", dout, ld_dout, cols);
 	MAT(ctx, "da", da, ld_da, cols);
 	MAT(ctx, "db", db, ld_db, cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_glu(ctx, act, "bwd", rows, cols, dt, (const void *[]){ a, b, dout, da, db },
+		 (int64_t[]){ lda, ldb, ld_dout, ld_da, ld_db }, 5);
 	double *xa = load(a, rows, cols, lda, dt), *xb = load(b, rows, cols, ldb, dt);
 	double *xd = load(dout, rows, cols, ld_dout, dt);
 	double *oa = load(a, rows, cols, lda, dt), *ob = load(b, rows, cols, ldb, dt);
@@ -341,6 +738,9 @@ static ktune_status dropout(ktune_ctx *ctx, int64_t n, float p, uint64_t seed, u
 	if (rc)
 		return rc;
 	CHECK(ctx, p >= 0 && p < 1, "p %g is not in [0, 1)", (double)p);
+	if (n == 0)
+		return KTUNE_OK;
+	note(ctx, "dropout", dt, "", pow2(n), 0, 0, aligned16(x) && aligned16(y));
 	double *d = load(x, 1, n, n, dt);
 	ktune__ref_dropout(d, d, n, (double)p, seed, offset);
 	store(y, d, 1, n, n, dt);
@@ -370,6 +770,9 @@ API ktune_status ktune_softmax(ktune_ctx *ctx, int64_t rows, int64_t cols, const
 	(void)stream;
 	MAT(ctx, "x", x, ldx, cols);
 	MAT(ctx, "y", y, ldy, cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_rows(ctx, "softmax", "fwd", rows, cols, dt, (const void *[]){ x, y }, (int64_t[]){ ldx, ldy }, 2);
 	double *d = load(x, rows, cols, ldx, dt);
 	ktune__ref_softmax(d, cols, d, cols, rows, cols);
 	store(y, d, rows, cols, ldy, dt);
@@ -385,11 +788,25 @@ API ktune_status ktune_softmax_backward(ktune_ctx *ctx, int64_t rows, int64_t co
 	MAT(ctx, "y", y, ldy, cols);
 	MAT(ctx, "dy", dy, lddy, cols);
 	MAT(ctx, "dx", dx, lddx, cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_rows(ctx, "softmax", "bwd", rows, cols, dt, (const void *[]){ y, dy, dx }, (int64_t[]){ ldy, lddy, lddx }, 3);
 	double *a = load(y, rows, cols, ldy, dt), *b = load(dy, rows, cols, lddy, dt);
 	ktune__ref_softmax_backward(a, cols, b, cols, b, cols, rows, cols);
 	store(dx, b, rows, cols, lddx, dt);
 	free(a), free(b);
 	return KTUNE_OK;
+}
+
+/* A norm's vector over the columns: its values, or `fill` where it is NULL (include/ktune.h). */
+static double *load_vec(const void *p, int64_t cols, ktune_dtype dt, double fill)
+{
+	if (p)
+		return load(p, 1, cols, cols, dt);
+	double *d = malloc(sizeof(double) * (size_t)(cols > 0 ? cols : 1));
+	for (int64_t c = 0; c < cols; c++)
+		d[c] = fill;
+	return d;
 }
 
 API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const void *x, int64_t ldx,
@@ -399,13 +816,19 @@ API ktune_status ktune_rmsnorm(ktune_ctx *ctx, int64_t rows, int64_t cols, const
 	(void)stream;
 	MAT(ctx, "x", x, ldx, cols);
 	MAT(ctx, "y", y, ldy, cols);
-	CHECK(ctx, weight && rstd, "rmsnorm: weight or rstd is NULL");
+	CHECK(ctx, rstd, "rmsnorm: rstd is NULL");
+	CHECK(ctx, eps >= 0, "rmsnorm: eps %g is not >= 0", (double)eps);
 	CHECK(ctx, !h == !residual, "rmsnorm: h is for the residual sum, and residual is NULL");
+	CHECK(ctx, cols <= 131072, "rmsnorm: cols %lld is more than 131072", (long long)cols);
 	if (residual) {
 		MAT(ctx, "residual", residual, ld_residual, cols);
 		MAT(ctx, "h", h, ldh, cols);
 	}
-	double *dx = load(x, rows, cols, ldx, dt), *dw = load(weight, 1, cols, cols, dt);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_rows(ctx, "rmsnorm", residual ? "fwd_residual" : "fwd", rows, cols, dt,
+		  (const void *[]){ x, residual, weight, y, rstd, h }, (int64_t[]){ ldx, ld_residual, 0, ldy, 0, ldh }, 6);
+	double *dx = load(x, rows, cols, ldx, dt), *dw = load_vec(weight, cols, dt, 1.0);
 	double *dr = residual ? load(residual, rows, cols, ld_residual, dt) : NULL;
 	double *dy = load(x, rows, cols, ldx, dt), *ds = load_f32(rstd, rows), *dh = NULL;
 	if (residual) { /* the sum is rounded to dtype first, and normalised as rounded (include/ktune.h) */
@@ -429,12 +852,18 @@ API ktune_status ktune_rmsnorm_backward(ktune_ctx *ctx, int64_t rows, int64_t co
 	MAT(ctx, "h", h, ldh, cols);
 	MAT(ctx, "dy", dy, lddy, cols);
 	MAT(ctx, "dx", dx, lddx, cols);
-	CHECK(ctx, weight && rstd && dweight, "rmsnorm: weight, rstd or dweight is NULL");
-	double *a = load(h, rows, cols, ldh, dt), *w = load(weight, 1, cols, cols, dt), *s = load_f32(rstd, rows);
-	double *g = load(dy, rows, cols, lddy, dt), *o = load(dy, rows, cols, lddy, dt), *ow = load(weight, 1, cols, cols, dt);
+	CHECK(ctx, rstd, "rmsnorm backward: rstd is NULL");
+	CHECK(ctx, cols <= 131072, "rmsnorm: cols %lld is more than 131072", (long long)cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_rows(ctx, "rmsnorm", "bwd", rows, cols, dt, (const void *[]){ h, weight, rstd, dy, dx, dweight },
+		  (int64_t[]){ ldh, 0, 0, lddy, lddx, 0 }, 6);
+	double *a = load(h, rows, cols, ldh, dt), *w = load_vec(weight, cols, dt, 1.0), *s = load_f32(rstd, rows);
+	double *g = load(dy, rows, cols, lddy, dt), *o = load(dy, rows, cols, lddy, dt), *ow = load_vec(NULL, cols, dt, 0);
 	ktune__ref_rmsnorm_backward(a, cols, w, s, g, cols, o, cols, ow, rows, cols);
 	store(dx, o, rows, cols, lddx, dt);
-	store(dweight, ow, 1, cols, cols, dt);
+	if (dweight) /* NULL: not computed */
+		store(dweight, ow, 1, cols, cols, dt);
 	free(a), free(w), free(s), free(g), free(o), free(ow);
 	return KTUNE_OK;
 }
@@ -446,8 +875,14 @@ API ktune_status ktune_layernorm(ktune_ctx *ctx, int64_t rows, int64_t cols, con
 	(void)stream;
 	MAT(ctx, "x", x, ldx, cols);
 	MAT(ctx, "y", y, ldy, cols);
-	CHECK(ctx, weight && bias && mean && rstd, "layernorm: weight, bias, mean or rstd is NULL");
-	double *a = load(x, rows, cols, ldx, dt), *w = load(weight, 1, cols, cols, dt), *b = load(bias, 1, cols, cols, dt);
+	CHECK(ctx, mean && rstd, "layernorm: mean or rstd is NULL");
+	CHECK(ctx, eps >= 0, "layernorm: eps %g is not >= 0", (double)eps);
+	CHECK(ctx, cols <= 131072, "layernorm: cols %lld is more than 131072", (long long)cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_rows(ctx, "layernorm", "fwd", rows, cols, dt, (const void *[]){ x, weight, bias, y, mean, rstd },
+		  (int64_t[]){ ldx, 0, 0, ldy, 0, 0 }, 6);
+	double *a = load(x, rows, cols, ldx, dt), *w = load_vec(weight, cols, dt, 1.0), *b = load_vec(bias, cols, dt, 0.0);
 	double *o = load(x, rows, cols, ldx, dt), *m = load_f32(mean, rows), *s = load_f32(rstd, rows);
 	ktune__ref_layernorm(a, cols, w, b, eps, o, cols, m, s, rows, cols);
 	store(y, o, rows, cols, ldy, dt);
@@ -466,14 +901,21 @@ API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t 
 	MAT(ctx, "x", x, ldx, cols);
 	MAT(ctx, "dy", dy, lddy, cols);
 	MAT(ctx, "dx", dx, lddx, cols);
-	CHECK(ctx, weight && mean && rstd && dweight && dbias, "layernorm: a NULL vector");
-	double *a = load(x, rows, cols, ldx, dt), *w = load(weight, 1, cols, cols, dt);
+	CHECK(ctx, mean && rstd, "layernorm backward: mean or rstd is NULL");
+	CHECK(ctx, cols <= 131072, "layernorm: cols %lld is more than 131072", (long long)cols);
+	if (rows == 0 || cols == 0)
+		return KTUNE_OK;
+	note_rows(ctx, "layernorm", "bwd", rows, cols, dt, (const void *[]){ x, weight, mean, rstd, dy, dx, dweight, dbias },
+		  (int64_t[]){ ldx, 0, 0, 0, lddy, lddx, 0, 0 }, 8);
+	double *a = load(x, rows, cols, ldx, dt), *w = load_vec(weight, cols, dt, 1.0);
 	double *m = load_f32(mean, rows), *s = load_f32(rstd, rows), *g = load(dy, rows, cols, lddy, dt);
-	double *o = load(dy, rows, cols, lddy, dt), *ow = load(weight, 1, cols, cols, dt), *ob = load(weight, 1, cols, cols, dt);
+	double *o = load(dy, rows, cols, lddy, dt), *ow = load_vec(NULL, cols, dt, 0), *ob = load_vec(NULL, cols, dt, 0);
 	ktune__ref_layernorm_backward(a, cols, w, m, s, g, cols, o, cols, ow, ob, rows, cols);
 	store(dx, o, rows, cols, lddx, dt);
-	store(dweight, ow, 1, cols, cols, dt);
-	store(dbias, ob, 1, cols, cols, dt);
+	if (dweight) /* NULL: not computed */
+		store(dweight, ow, 1, cols, cols, dt);
+	if (dbias)
+		store(dbias, ob, 1, cols, cols, dt);
 	free(a), free(w), free(m), free(s), free(g), free(o), free(ow), free(ob);
 	return KTUNE_OK;
 }
