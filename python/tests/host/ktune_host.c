@@ -457,33 +457,6 @@ API const char *ktune_last_dispatch(const ktune_ctx *ctx)
 	return last_dispatch;
 }
 
-/* Recording, stats and warming: nothing is dispatched, so nothing is missed, counted or compiled. */
-API ktune_status ktune_record_misses(ktune_ctx *ctx, const char *path)
-{
-	(void)path;
-	return ctx ? KTUNE_OK : KTUNE_ERR_INVALID;
-}
-
-API ktune_status ktune_save_misses(ktune_ctx *ctx, const char *path)
-{
-	(void)path;
-	return ctx ? KTUNE_OK : KTUNE_ERR_INVALID;
-}
-
-API ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
-{
-	if (!ctx || !out || size == 0)
-		return KTUNE_ERR_INVALID;
-	memset(out, 0, size < sizeof(*out) ? size : sizeof(*out));
-	return KTUNE_OK;
-}
-
-API ktune_status ktune_warm(ktune_ctx *ctx, int wait)
-{
-	(void)wait;
-	return ctx ? KTUNE_OK : KTUNE_ERR_INVALID;
-}
-
 /* --- element conversion ------------------------------------------------------------- */
 
 static double get(const void *p, int64_t i, ktune_dtype dt)
