@@ -68,6 +68,8 @@ struct ktune_family {
 enum ktune_buf_type {
 	KTUNE_BUF_ELEM, /* the key's dtype */
 	KTUNE_BUF_F32,  /* fp32 whatever the dtype: statistics saved for a backward pass */
+	KTUNE_BUF_U32,  /* 32-bit words (packed quantized weights); inputs only: the tuner fills
+			   them with input_range's values, integers in [lo, hi) */
 };
 
 /*
@@ -75,13 +77,15 @@ enum ktune_buf_type {
  * context's vectors, runtime/context.h): an input read as ones or zeros (a
  * norm without its affine weight or bias), an output written where nobody
  * reads it (a gradient not wanted).  Vectors only, up to
- * KTUNE_CONSTANT_ELEMS elements.
+ * KTUNE_CONSTANT_ELEMS elements.  KTUNE_OR_NULL: the kernel gets 0 and
+ * tells (any size; the call's `absent` bit is set too).
  */
 enum ktune_buf_optional {
 	KTUNE_REQUIRED,
 	KTUNE_OR_ONES,
 	KTUNE_OR_ZEROS,
 	KTUNE_OR_DISCARD,
+	KTUNE_OR_NULL,
 };
 
 /* One buffer of an op's problem. */
