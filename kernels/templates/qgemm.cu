@@ -106,66 +106,6 @@ static_assert(STAGES >= 2 && STAGES <= 8, "STAGES is 2 to 8");
 static_assert(SMEM_BYTES <= 48 * 1024, "static shared memory is at most 48 KiB");
 static_assert(A_STAGE % 16 == 0 && W_STAGE % 16 == 0, "stages stay 16-byte aligned");
 
-/* ------------------------------------------- PTX: the only inline assembly */
-
-static __device__ __forceinline__ u32 smem_u32(const void *p)
-{
-	return (u32)__cvta_generic_to_shared(p);
-}
-
-/* BYTES (4, 8 or 16) from global src to shared dst, the first src_bytes of them read, zeros after. */
-template <int BYTES>
-static __device__ __forceinline__ void cp_async(u32 dst, const void *src, int src_bytes)
-{
-	if (BYTES == 16)
-		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-			     : "memory");
-	else
-		asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES),
-			     "r"(src_bytes)
-			     : "memory");
-}
-
-/* The packed weights, read once: through L2 as evict_first, so they push out nothing else. */
-static __device__ __forceinline__ void cp_async_stream(u32 dst, const void *src, int src_bytes, u64 policy)
-{
-	asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-		     "r"(src_bytes), "l"(policy)
-		     : "memory");
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N>
-static __device__ __forceinline__ void cp_async_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* ldmatrix .x4: lane gives a row address of matrix lane / 8; r[i] is this lane's part of matrix i. */
-static __device__ __forceinline__ void ldmatrix_x4(u32 r[4], u32 addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-/* d += a * b for one m16n8k16 tile. */
-static __device__ __forceinline__ void mma_16816(float d[4], const u32 a[4], const u32 b[2])
-{
-#if DTYPE == 1
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
-	    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* ------------------------------------------------------------------- load */
 
 /* The raw scale and zero of one (row, group) of a stage, in flight in registers. */
@@ -214,7 +154,7 @@ static __device__ __forceinline__ void load_stage(unsigned char *stage, int kt, 
 		const void *src = bytes ? (const void *)((const unsigned char *)(wq + row * rw) + off) : (const void *)wq;
 		const u32 dst = w_dst + (u32)(r * W_LD + ch * W_CHUNK);
 		if (W_CHUNK == 16)
-			cp_async_stream(dst, src, bytes, policy);
+			cp_async_16_policy(dst, src, bytes, policy);
 		else
 			cp_async<W_CHUNK>(dst, src, bytes);
 	}
@@ -293,8 +233,7 @@ qgemm_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 	const int kt_begin = (int)((i64)k_tiles * z / split), kt_end = (int)((i64)k_tiles * (z + 1) / split);
 	const int nkt = kt_end - kt_begin;
 	const i64 m_tiles = (m + BLOCK_M - 1) / BLOCK_M;
-	u64 policy;
-	asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+	const u64 policy = evict_first_policy();
 
 	for (i64 mt_i = blockIdx.y; mt_i < m_tiles; mt_i += gridDim.y) {
 		const i64 m0 = mt_i * BLOCK_M;

@@ -93,32 +93,15 @@ struct chunk {
 	u32 w[VEC];
 };
 
-/* VEC words of a row, 4 * VEC-byte aligned. */
-static __device__ __forceinline__ chunk load_chunk(const u32 *p)
+/* VEC words of a row, 4 * VEC-byte aligned: streamed (CACHE), or through the read-only path. */
+static __device__ __forceinline__ chunk load_chunk(const u32 *p, u64 policy)
 {
 	chunk c;
 #if CACHE
-#define WQ_LD "ld.global.nc.L1::no_allocate.L2::cache_hint"
-	u64 policy;
-	asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#if VEC == 4
-	asm volatile(WQ_LD ".v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-		     : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3]) : "l"(p), "l"(policy));
-#elif VEC == 2
-	asm volatile(WQ_LD ".v2.u32 {%0, %1}, [%2], %3;" : "=r"(c.w[0]), "=r"(c.w[1]) : "l"(p), "l"(policy));
+	ld_words_stream<VEC>(c.w, p, policy);
 #else
-	asm volatile(WQ_LD ".u32 %0, [%1], %2;" : "=r"(c.w[0]) : "l"(p), "l"(policy));
-#endif
-#undef WQ_LD
-#else
-#if VEC == 4
-	asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-		     : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3]) : "l"(p));
-#elif VEC == 2
-	asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(c.w[0]), "=r"(c.w[1]) : "l"(p));
-#else
-	asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(c.w[0]) : "l"(p));
-#endif
+	(void)policy;
+	ld_words<VEC>(c.w, p);
 #endif
 	return c;
 }
@@ -127,11 +110,7 @@ static __device__ __forceinline__ chunk load_chunk(const u32 *p)
 static __device__ __forceinline__ void load_slice(const elem *p, float v[SLICE])
 {
 	u32 x[SLICE / 2];
-#if SLICE == 8
-	asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "l"(p));
-#else
-	asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(x[0]), "=r"(x[1]) : "l"(p));
-#endif
+	ld_words<SLICE / 2>(x, p);
 #pragma unroll
 	for (int e = 0; e < SLICE; e++)
 		v[e] = to_float((elem)(x[e / 2] >> (16 * (e % 2))));
@@ -159,6 +138,7 @@ qgemv_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 	const int split = gridDim.y, z = blockIdx.y;
 	const i64 c_begin = nchunks * z / split, c_end = nchunks * (z + 1) / split;
 	const i64 j0 = (i64)blockIdx.x * ROWS;
+	const u64 policy = CACHE ? evict_first_policy() : 0;
 
 	for (i64 m0 = (i64)blockIdx.z * MAX_M; m0 < m; m0 += (i64)gridDim.z * MAX_M) {
 		const int mcount = m - m0 < MAX_M ? (int)(m - m0) : MAX_M;
@@ -185,7 +165,7 @@ qgemv_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 					for (int v = 0; v < VEC; v++)
 						wv[u][r].w[v] = 0;
 					if (live)
-						wv[u][r] = load_chunk(wq + j * rw + ch * VEC);
+						wv[u][r] = load_chunk(wq + j * rw + ch * VEC, policy);
 #pragma unroll
 					for (int g = 0; g < CHUNK_GROUPS; g++) {
 						const i64 grp = GROUP ? ch * CHUNK / GROUP + g : 0;

@@ -56,7 +56,18 @@ typedef long long i64;
 #define HAS_SCALE (MODE != 2)
 #define HAS_ZERO (MODE != 1)
 
-/* ------------------------------------------------------------ element type */
+/* ------------------------------------------------- PTX: the only inline assembly */
+
+/*
+ * Every instruction the quantized templates reach through inline PTX is
+ * here, behind a small function.  KTUNE_QUANT_HOST (never set for NVRTC)
+ * names a header that emulates these functions instead, so that the
+ * kernels' index arithmetic, pipeline and reductions run on the CPU
+ * (tests/emu/quant-emu.cc).
+ */
+#ifdef KTUNE_QUANT_HOST
+#include KTUNE_QUANT_HOST
+#else
 
 static __device__ __forceinline__ float to_float(elem x)
 {
@@ -92,6 +103,107 @@ static __device__ __forceinline__ u32 pack_pair(float lo, float hi)
 #endif
 	return r;
 }
+
+/* An L2 policy for data read once: evict it first. */
+static __device__ __forceinline__ u64 evict_first_policy(void)
+{
+	u64 policy;
+	asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+	return policy;
+}
+
+/*
+ * N (1, 2, 4) 32-bit words through the read-only path, N * 4-byte aligned;
+ * with a policy, streaming: not kept in L1, first out of L2.  volatile:
+ * issued in program order, all of a batch before the first is used.
+ */
+template <int N>
+static __device__ __forceinline__ void ld_words(u32 (&r)[N], const void *p)
+{
+	if constexpr (N == 4)
+		asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+	else if constexpr (N == 2)
+		asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+	else
+		asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
+}
+
+template <int N>
+static __device__ __forceinline__ void ld_words_stream(u32 (&r)[N], const void *p, u64 policy)
+{
+#define KTUNE_LD_STREAM "ld.global.nc.L1::no_allocate.L2::cache_hint"
+	if constexpr (N == 4)
+		asm volatile(KTUNE_LD_STREAM ".v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p), "l"(policy));
+	else if constexpr (N == 2)
+		asm volatile(KTUNE_LD_STREAM ".v2.u32 {%0, %1}, [%2], %3;" : "=r"(r[0]), "=r"(r[1]) : "l"(p), "l"(policy));
+	else
+		asm volatile(KTUNE_LD_STREAM ".u32 %0, [%1], %2;" : "=r"(r[0]) : "l"(p), "l"(policy));
+#undef KTUNE_LD_STREAM
+}
+
+/* The shared-state-space address of a pointer into shared memory. */
+static __device__ __forceinline__ u32 smem_u32(const void *p)
+{
+	return (u32)__cvta_generic_to_shared(p);
+}
+
+/* BYTES (4, 8 or 16) from global src to shared dst, the first src_bytes of them read, zeros after. */
+template <int BYTES>
+static __device__ __forceinline__ void cp_async(u32 dst, const void *src, int src_bytes)
+{
+	if constexpr (BYTES == 16)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+			     : "memory");
+	else
+		asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES),
+			     "r"(src_bytes)
+			     : "memory");
+}
+
+/* 16 bytes as cp_async, through L2 under policy (evict_first for data read once). */
+static __device__ __forceinline__ void cp_async_16_policy(u32 dst, const void *src, int src_bytes, u64 policy)
+{
+	asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+		     "r"(src_bytes), "l"(policy)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N of this thread's committed groups are in flight. */
+template <int N>
+static __device__ __forceinline__ void cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* ldmatrix .x4: lane gives a row address of matrix lane / 8; r[i] is this lane's part of matrix i. */
+static __device__ __forceinline__ void ldmatrix_x4(u32 r[4], u32 addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr));
+}
+
+/* d += a * b for one m16n8k16 tile (fragments as in the PTX ISA), fp32 accumulation. */
+static __device__ __forceinline__ void mma_16816(float d[4], const u32 a[4], const u32 b[2])
+{
+#if DTYPE == 1
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#else
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#endif
+	    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#endif /* KTUNE_QUANT_HOST */
 
 /* ------------------------------------------------------------ dequantisation */
 
