@@ -1,0 +1,175 @@
+/*
+ * test-compile-quant.c - NVRTC compiles of the weight-quantized GEMM's
+ * templates (qgemv.cu, qgemm.cu; no GPU needed) for sm_90, through the
+ * registry: every format (dtype x bits x group x mode: 128 variants) with
+ * its default config, for M cycling through 1, 16 and 128 (the GEMV, the
+ * tiled kernel for short and tall A) on a 4104 x 384 weight, compiles
+ * without spilling; a seeded sample of 3 candidates of each suite key
+ * compiles; every cubin holds the kernels its call's steps launch (the
+ * split-K sum too).  quant.cuh reaches NVRTC as an in-memory header.
+ * KTUNE_TEST_FULL=1 compiles every candidate of every suite key and the
+ * defaults of every format at every M bucket up to 256 (thousands of
+ * kernels: the GPU check's job, not CI's).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "runtime/context.h"
+#include "search/spec.h"
+#include "templates.h"
+
+#define ARCH "sm_90"
+#define SM_COUNT 132
+#define SAMPLE 3
+
+static const char *const bits[] = { "8", "4", "2", "1" };
+static const char *const groups[] = { "32", "64", "128", "chan" };
+static const char *const modes[] = { "scale_shift", "scale", "shift", "fma" };
+
+struct job {
+	struct ktune_key key;
+	struct ktune_config cfg;
+	int is_default;
+	int failed, spills;
+	char what[192];
+};
+
+static void compile_one(int i, void *arg)
+{
+	struct job *j = &((struct job *)arg)[i];
+	const struct ktune_op *op = ktune__op_of(&j->key);
+	struct ktune_cubin cubin;
+	struct ktune_err e;
+	char cfg[160];
+	ktune__key_format(&j->key, j->what, sizeof(j->what));
+	ktune__op_config_format(op, &j->cfg, cfg, sizeof(cfg));
+	size_t used = strlen(j->what);
+	snprintf(j->what + used, sizeof(j->what) - used, " %s %s", op->families[j->cfg.family].name, cfg);
+	if (ktune__kernel_compile(&j->key, &j->cfg, ARCH, "", &cubin, &e)) {
+		fprintf(stderr, "FAIL %s: %s\n", j->what, e.msg);
+		j->failed = 1;
+		return;
+	}
+	struct ktune_op_call call = { .size = { j->key.m, j->key.n, j->key.k }, .ld = { j->key.k, 0, 0, 0, 0, j->key.n } };
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	int n = ktune__op_steps(op, &j->key, &j->cfg, &call, SM_COUNT, steps);
+	for (int s = 0; s < n; s++) {
+		const char *entry = op->families[j->cfg.family].entries[steps[s].entry];
+		if (!entry || !memmem(cubin.data, cubin.size, entry, strlen(entry))) {
+			fprintf(stderr, "FAIL %s: no kernel %s in the cubin\n", j->what, entry ? entry : "(none)");
+			j->failed = 1;
+		}
+	}
+	j->spills = cubin.res.spill_stores + cubin.res.spill_loads;
+	ktune__cubin_free(&cubin);
+}
+
+static struct ktune_key format_key(const struct ktune_op *op, ktune_dtype d, int b, int g, int m, int64_t rows)
+{
+	struct ktune_key key = { .op = "gemm_quant", .dtype = d, .m = rows, .n = 4104, .k = 384, .aligned = 1 };
+	const char *values[] = { bits[b], groups[g], modes[m], NULL, NULL, NULL, NULL };
+	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), KTUNE_OK);
+	op->key_bucket(&key);
+	assert_int_equal(ktune__op_key_check(&key, NULL), KTUNE_OK);
+	return key;
+}
+
+static void test_compile_quant__formats_and_suite(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	int full = getenv("KTUNE_TEST_FULL") && !strcmp(getenv("KTUNE_TEST_FULL"), "1");
+	struct ktune_spec suite;
+	struct ktune_err e;
+	int cap = 200000, njobs = 0, failed = 0, spilling = 0, default_spills = 0, v = 0;
+	struct job *jobs = calloc((size_t)cap, sizeof(*jobs));
+	assert_non_null(op);
+	assert_non_null(jobs);
+
+	/* every format's default: M cycling through 1, 16, 128 (all M buckets to 256 when full) */
+	static const int64_t cycle[] = { 1, 16, 128 }, every[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+	for (int d = 0; d < 2; d++)
+		for (int b = 0; b < 4; b++)
+			for (int g = 0; g < 4; g++)
+				for (int m = 0; m < 4; m++, v++)
+					for (int r = 0; r < (full ? 9 : 1); r++) {
+						struct ktune_key key = format_key(op, d ? KTUNE_F16 : KTUNE_BF16, b, g, m,
+										  full ? every[r] : cycle[v % 3]);
+						struct ktune_config c = op->default_config(&key, SM_COUNT);
+						char why[160];
+						jobs[njobs++] = (struct job){ .key = key, .cfg = c,
+									      .is_default = !op->prune(&key, &c, SM_COUNT, why, sizeof(why)) };
+						if (!jobs[njobs - 1].is_default) {
+							char text[128];
+							ktune__key_format(&key, text, sizeof(text));
+							fail_msg("the default of %s is pruned: %s", text, why);
+						}
+					}
+
+	/* the suite's keys: a seeded sample of their candidates (all when full) */
+	assert_int_equal(ktune__spec_default(&suite, &e), KTUNE_OK);
+	for (int i = 0; i < suite.nkeys; i++) {
+		struct ktune_config *cfgs = NULL;
+		int n = 0, npruned = 0;
+		if (strcmp(suite.keys[i].op, "gemm_quant"))
+			continue;
+		assert_int_equal(ktune__op_candidates(op, &suite.keys[i], SM_COUNT, full ? 0 : SAMPLE, (unsigned)(i * 7 + 1),
+						      &cfgs, &n, &npruned, &e), KTUNE_OK);
+		assert_true(n >= 1);
+		for (int c = 0; c < n && njobs < cap; c++)
+			jobs[njobs++] = (struct job){ .key = suite.keys[i], .cfg = cfgs[c] };
+		free(cfgs);
+	}
+	ktune__spec_free(&suite);
+
+	ktune__parallel_for(njobs, 0, compile_one, jobs);
+	for (int i = 0; i < njobs; i++) {
+		failed += jobs[i].failed;
+		spilling += jobs[i].spills > 0;
+		if (jobs[i].is_default && jobs[i].spills) {
+			fprintf(stderr, "FAIL %s: the default config spills %d bytes\n", jobs[i].what, jobs[i].spills);
+			default_spills++;
+		}
+	}
+	printf("compiled %d gemm_quant kernels: %d failed, %d spill (the tuner prunes those), %d defaults spill\n",
+	       njobs, failed, spilling, default_spills);
+	assert_int_equal(failed, 0);
+	assert_int_equal(default_spills, 0);
+	free(jobs);
+}
+
+/* quant.cuh reaches both templates, and no other. */
+static void test_compile_quant__header_reaches_its_templates(void **state)
+{
+	(void)state;
+	const struct ktune_template_file *h[KTUNE_MAX_HEADERS];
+	static const char *const mine[] = { "qgemv.cu", "qgemm.cu" };
+	for (int i = 0; i < 2; i++) {
+		const struct ktune_template_file *f = ktune__template_file(mine[i]);
+		assert_non_null(f);
+		assert_int_equal(ktune__template_headers(f->text, f->len, h), 1);
+		assert_string_equal(h[0]->name, "quant.cuh");
+	}
+	const struct ktune_template_file *add = ktune__template_file("add.cu");
+	assert_non_null(add);
+	int n = ktune__template_headers(add->text, add->len, h);
+	for (int i = 0; i < n; i++)
+		assert_string_not_equal(h[i]->name, "quant.cuh");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_compile_quant__header_reaches_its_templates),
+		cmocka_unit_test(test_compile_quant__formats_and_suite),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
