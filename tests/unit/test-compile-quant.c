@@ -4,12 +4,15 @@
  * registry: every format (dtype x bits x group x mode: 128 variants) with
  * its default config, for M cycling through 1, 16 and 128 (the GEMV, the
  * tiled kernel for short and tall A) on a 4104 x 384 weight, compiles
- * without spilling; a seeded sample of 3 candidates of each suite key
- * compiles; every cubin holds the kernels its call's steps launch (the
- * split-K sum too).  quant.cuh reaches NVRTC as an in-memory header.
- * KTUNE_TEST_FULL=1 compiles every candidate of every suite key and the
- * defaults of every format at every M bucket up to 256 (thousands of
- * kernels: the GPU check's job, not CI's).
+ * without spilling; a seeded sample of 12 configs of each family's whole
+ * space (whatever a key's prune would say, but the tiled kernel's 48 KiB of
+ * shared memory, which depends on the format) in formats taken in turn,
+ * and of 3 candidates of each suite key, compiles; every cubin holds the
+ * kernels its call's steps launch (the split-K sum too).  quant.cuh reaches
+ * NVRTC as an in-memory header.  KTUNE_TEST_FULL=1 compiles every config
+ * of both spaces, every candidate of every suite key and the defaults of
+ * every format at every M bucket up to 256 (thousands of kernels: the GPU
+ * check's job, not CI's).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -82,6 +85,41 @@ static struct ktune_key format_key(const struct ktune_op *op, ktune_dtype d, int
 	return key;
 }
 
+/* Every config of a family's space, SPLIT_K at its first value (a launch parameter: the same kernel). */
+struct space_walk {
+	const struct ktune_op *op;
+	int family, nparams, split_index;
+	struct ktune_config *cfgs;
+	int n, cap;
+};
+
+static int collect(const long *values, void *arg)
+{
+	struct space_walk *w = arg;
+	const struct ktune_space *s = ktune__op_space(w->op, w->family, NULL);
+	if (values[w->split_index] != s->params[w->split_index].values[0])
+		return 0;
+	if (w->n == w->cap) {
+		w->cap = w->cap ? 2 * w->cap : 256;
+		w->cfgs = realloc(w->cfgs, (size_t)w->cap * sizeof(*w->cfgs));
+		assert_non_null(w->cfgs);
+	}
+	struct ktune_config *c = &w->cfgs[w->n++];
+	memset(c, 0, sizeof(*c));
+	c->family = w->family;
+	memcpy(c->v, values, (size_t)w->nparams * sizeof(long));
+	return 0;
+}
+
+/* 1 if the tiled kernel's shared memory for the key's format fits the 48 KiB of static memory. */
+static int fits(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c)
+{
+	char why[160];
+	if (c->family == 0 || !op->prune(key, c, SM_COUNT, why, sizeof(why)))
+		return 1;
+	return !strstr(why, "shared memory");
+}
+
 static void test_compile_quant__formats_and_suite(void **state)
 {
 	(void)state;
@@ -113,6 +151,32 @@ static void test_compile_quant__formats_and_suite(void **state)
 							fail_msg("the default of %s is pruned: %s", text, why);
 						}
 					}
+
+	/* each family's whole space, in formats taken in turn: a seeded sample (all when full) */
+	static const int64_t gemv_m[] = { 1, 2, 4, 8, 16 }, mma_m[] = { 16, 128 };
+	for (int fam = 0; fam < op->nfamilies; fam++) {
+		const struct ktune_space *sp = ktune__op_space(op, fam, &e);
+		struct space_walk w = { .op = op, .family = fam };
+		assert_non_null(sp);
+		w.nparams = sp->nparams;
+		w.split_index = ktune__space_param_index(sp, "SPLIT_K");
+		assert_true(w.split_index >= 0);
+		ktune__space_enumerate(sp, collect, &w);
+		assert_true(w.n > 10);
+		int keep = full ? w.n : 12, taken = 0;
+		ktune__sample_configs(w.cfgs, w.n, keep, 3);
+		for (int i = 0; i < w.n && taken < keep && njobs < cap; i++) {
+			int f = (i * 37 + fam) % 64;
+			int64_t rows = fam == 0 ? gemv_m[i % 5] : mma_m[i % 2];
+			struct ktune_key key = format_key(op, i % 3 ? KTUNE_BF16 : KTUNE_F16, f / 16, (f / 4) % 4, f % 4, rows);
+			if (!fits(op, &key, &w.cfgs[i]))
+				continue;
+			jobs[njobs++] = (struct job){ .key = key, .cfg = w.cfgs[i] };
+			taken++;
+		}
+		printf("%s: %d kernels in its space, %d to compile\n", op->families[fam].name, w.n, taken);
+		free(w.cfgs);
+	}
 
 	/* the suite's keys: a seeded sample of their candidates (all when full) */
 	assert_int_equal(ktune__spec_default(&suite, &e), KTUNE_OK);
