@@ -6,7 +6,8 @@
  * half a step of its code's value, and weights already on a grid come
  * back exactly) for every mode; the float64 reference against a direct
  * sum from the unpacked codes for every bits x mode x group on awkward
- * shapes; the tolerance against the kernels' own numerics simulated in
+ * shapes (m in {1, 3, 16, 33}, n in {1, 8, 37}, k of one and three groups;
+ * m = 128 on n = 4104 once a bits); the tolerance against the kernels' own numerics simulated in
  * fp32 (weights rounded to the dtype for the tiled kernel); and the op's
  * key check, bucketing, prune, launch steps and workspace.
  */
@@ -464,6 +465,30 @@ static void test_quant__reference_every_format(void **state)
 							problem_free(&p);
 						}
 				}
+	/* the large shape once a bits: m = 128 rows of A on 4104 rows of W */
+	for (int b = 0; b < 4; b++) {
+		ktune_quant_format f = { all_bits[b], 128, all_modes[b], b % 2 };
+		struct problem p;
+		const int64_t M = 128, N = 4104, k = 128;
+		problem_make(&p, &f, M, N, k, KTUNE_F16, 77 + (uint64_t)b);
+		double *c = malloc((size_t)(M * N) * sizeof(double));
+		ktune__ref_gemm_quant(&p.s, M, p.a, k, p.words, p.scales, p.zeros, p.bias, c, N);
+		for (int64_t i = 0; i < M; i += 7)
+			for (int64_t j = 0; j < N; j += 5) {
+				double want = p.bias[j];
+				for (int64_t l = 0; l < k; l++) {
+					double s, z;
+					meta(&p, j, l, &s, &z);
+					want += p.a[i * k + l] * ktune__quant_dequant(all_modes[b], p.q[j * k + l], s, z);
+				}
+				if (!(fabs(c[i * N + j] - want) <= 1e-12 * (1 + fabs(want))))
+					fail_msg("bits %d: c[%lld, %lld] = %.17g, want %.17g", all_bits[b], (long long)i, (long long)j,
+						 c[i * N + j], want);
+				checked++;
+			}
+		free(c);
+		problem_free(&p);
+	}
 	printf("%d elements checked\n", checked);
 }
 
