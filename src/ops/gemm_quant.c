@@ -9,7 +9,7 @@
  * Key: dtype of A, C, scales and zeros (f16, bf16), bits, group (32, 64,
  * 128, chan), mode and the packing's version (compiled in), M (tuned by
  * power-of-two bucket: 1, 2, 4, 8, 16, 32, 64, ...), N and K (tuned
- * exactly), the alignment class.  Runtime: lda, ldc, whether the zero is
+ * exactly), the aligned class only (key_check).  Runtime: lda, ldc, whether the zero is
  * one scalar (call->scalar[1] != 0: the tuner's problem has one zero per
  * group), whether there is a bias.
  * Buffers: a, wq (32-bit words), scales, zeros, bias -> c.  scales (shift)
@@ -95,6 +95,15 @@ static int key_check(const struct ktune_key *key, struct ktune_err *e)
 	}
 	if (key->n > 0x7fffffff) /* the grid's x dimension walks the rows of W */
 		return ktune__fail(e, KTUNE_ERR_INVALID, "gemm_quant: n = %lld is over 2^31 - 1", (long long)key->n);
+	/*
+	 * The kernels need a and wq 16-byte aligned (ktune_gemm_quant refuses
+	 * others), so the tuner has no unaligned problem to time: a call whose
+	 * scales, zeros, bias or c are not 16-byte aligned (or ldc not packed nor
+	 * a multiple of 8) runs the default, as any key nobody tuned.
+	 */
+	if (key->aligned != 1)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "gemm_quant: keys of the unaligned class are not tuned (a and "
+				   "wq must be 16-byte aligned)");
 	return KTUNE_OK;
 }
 
@@ -140,7 +149,8 @@ static void layout(const struct ktune_key *key, struct ktune_op_layout *out)
 		  { "scales", 0, s.scales, 0, KTUNE_BUF_ELEM, s.has_scale ? KTUNE_REQUIRED : KTUNE_OR_NULL },
 		  { "zeros", 0, s.zeros, 0, KTUNE_BUF_ELEM, s.has_zero ? KTUNE_REQUIRED : KTUNE_OR_NULL },
 		  { "bias", 0, key->n, 0, KTUNE_BUF_ELEM, KTUNE_OR_NULL },
-		  { "c", 1, key->m * key->n, key->n } }
+		  /* packed rows (ld 0): the tuner's alignment class is never the row length's */
+		  { "c", 1, key->m * key->n, 0 } }
 	};
 }
 
@@ -498,7 +508,8 @@ ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format *fmt, int
 			      const void *a, int64_t lda, const uint32_t *wq, const void *scales, const void *zeros,
 			      const void *bias, void *c, int64_t ldc, ktune_dtype dtype, void *stream)
 {
-	struct ktune_key key = { .op = "gemm_quant", .dtype = dtype, .m = m, .n = n, .k = k };
+	/* aligned: what the checks below hold; ktune__op_run sets the class from all the buffers */
+	struct ktune_key key = { .op = "gemm_quant", .dtype = dtype, .m = m, .n = n, .k = k, .aligned = 1 };
 	struct ktune_quant_shape s;
 	struct ktune_err e;
 
@@ -538,7 +549,7 @@ ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format *fmt, int
 	struct ktune_op_call call = {
 		.buf = { (uint64_t)(uintptr_t)a, (uint64_t)(uintptr_t)wq, (uint64_t)(uintptr_t)(s.has_scale ? scales : NULL),
 			 (uint64_t)(uintptr_t)(s.has_zero ? zeros : NULL), (uint64_t)(uintptr_t)bias, (uint64_t)(uintptr_t)c },
-		.ld = { lda, 0, 0, 0, 0, ldc },
+		.ld = { lda, 0, 0, 0, 0, ldc == n ? 0 : ldc }, /* packed C as the tuner lays it out */
 		.scalar = { 0, s.zero_scalar },
 	};
 	return ktune__op_run(ctx, &key, &call, stream);

@@ -120,7 +120,7 @@ static void run_key(struct ktune_key key, int budget)
 static struct ktune_key quant_key(ktune_dtype d, int b, int g, int mode, int64_t m, int64_t n, int64_t k)
 {
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
-	struct ktune_key key = { .op = "gemm_quant", .dtype = d, .m = m, .n = n, .k = k };
+	struct ktune_key key = { .op = "gemm_quant", .dtype = d, .m = m, .n = n, .k = k, .aligned = 1 };
 	const char *values[] = { bits_names[b], group_names[g], mode_names[mode], NULL, NULL, NULL, NULL };
 	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), KTUNE_OK);
 	op->key_bucket(&key);

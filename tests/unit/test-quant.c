@@ -356,7 +356,7 @@ struct problem {
 static struct ktune_key key_of(const struct ktune_quant_shape *s, int64_t m, ktune_dtype d)
 {
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
-	struct ktune_key key = { .op = "gemm_quant", .dtype = d, .m = m, .n = s->n, .k = s->k };
+	struct ktune_key key = { .op = "gemm_quant", .dtype = d, .m = m, .n = s->n, .k = s->k, .aligned = 1 };
 	const char *values[] = { ktune__quant_bits_name(s->bits), ktune__quant_group_name(s->channel ? 0 : (int)s->group),
 				 ktune__quant_mode_name(s->mode), "v1", NULL, NULL, NULL };
 	assert_non_null(op);
@@ -567,7 +567,7 @@ static void test_quant__key_check_and_bucket(void **state)
 	(void)state;
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
 	struct ktune_err e;
-	struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = 5, .n = 4096, .k = 4096 };
+	struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = 5, .n = 4096, .k = 4096, .aligned = 1 };
 	const char *values[] = { "4", "64", "fma", NULL, NULL, NULL, NULL };
 	assert_non_null(op);
 	assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
@@ -599,6 +599,21 @@ static void test_quant__key_check_and_bucket(void **state)
 	snprintf(key.variant, sizeof(key.variant), "4,chan,scale,v1");
 	key.dtype = KTUNE_F32;
 	assert_int_equal(ktune__op_key_check(&key, &e), KTUNE_ERR_INVALID);
+	/* no unaligned class: the tuner could not time it (the kernels take aligned a and wq only) */
+	key.dtype = KTUNE_F16;
+	assert_int_equal(ktune__op_key_check(&key, &e), KTUNE_OK);
+	key.aligned = 0;
+	assert_int_equal(ktune__op_key_check(&key, &e), KTUNE_ERR_INVALID);
+	assert_non_null(strstr(e.msg, "unaligned class"));
+	/* the tuner's problem is of the aligned class whatever n: c's rows are packed, ld 0 */
+	struct ktune_op_layout l;
+	key.aligned = 1;
+	key.n = 7;
+	op->layout(&key, &l);
+	assert_int_equal(l.nbufs, 6);
+	assert_int_equal(l.bufs[5].ld, 0);
+	struct ktune_op_call call = { .buf = { 256, 512, 768, 1024, 0, 1280 }, .ld = { key.k } };
+	assert_int_equal(ktune__op_call_aligned(&key, &l, &call), 1);
 }
 
 /* Every admitted config of a few keys: launches within the grid's limits, two steps exactly when split. */
@@ -611,7 +626,7 @@ static void test_quant__steps_and_workspace(void **state)
 	struct ktune_err e;
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
 		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = shapes[i][0], .n = shapes[i][1],
-					 .k = shapes[i][2] };
+					 .k = shapes[i][2], .aligned = 1 };
 		const char *values[] = { "2", "32", "scale_shift", NULL, NULL, NULL, NULL };
 		struct ktune_config *cfgs;
 		int n, pruned;
@@ -651,7 +666,7 @@ static void test_quant__prune(void **state)
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
 	struct ktune_err e;
 	for (int64_t m = 1; m <= 256; m *= 2) {
-		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_F16, .m = m, .n = 4096, .k = 4096 };
+		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_F16, .m = m, .n = 4096, .k = 4096, .aligned = 1 };
 		const char *values[] = { "8", "32", "fma", NULL, NULL, NULL, NULL };
 		struct ktune_config *cfgs;
 		int n, pruned, gemv = 0;
