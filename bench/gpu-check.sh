@@ -2,7 +2,7 @@
 # bench/gpu-check.sh - the whole GPU check in one go, on a machine with a GPU,
 # over a build made by scripts/build-device.sh.  Logs go under $OUT.
 #
-#   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench] [ops]     (default: all but ops)
+#   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench] [ops] [quant] ...  (default: tests tune sweep bench)
 #
 #   tests  the GPU tests and the example program
 #   quick  the dispatch and planted-candidate tests alone
@@ -33,6 +33,13 @@
 #                            then a third timing (RANDOM_FULL=1 adds it to random)
 #          RANDOM_KEYS sets the count.  Writes random-{untuned,tuned,full}.{md,csv},
 #          random-tune-times.csv, random-tune.log, random.log
+#          (bench/ops/rowwise.py); ROWWISE_STEPS picks among test, sweep, peers
+#   quant  the weight-quantized GEMM: its GPU test (QUANT_TEST_TIMEOUT, default
+#          1800 s: it compiles every candidate of three keys and a sample for
+#          every format), a sweep of its suite keys (bench/suite-default.yaml's
+#          gemm_quant section), verify and bench of them, and ktune against bf16
+#          cuBLAS and gemlite (bench/ops/quant.py; gemlite's wheel in .whl/), with
+#          a plot over M; QUANT_STEPS picks among test, sweep, peers
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -241,6 +248,24 @@ for step in $steps; do
 			run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-full.csv" \
 				--md "$OUT/random-full.md" --title "after 'ktune tune --top 0' of each key (every candidate)"
 		fi
+	quant)
+		for part in ${QUANT_STEPS:-test sweep peers}; do
+			case $part in
+			test) run quant.log timeout "${QUANT_TEST_TIMEOUT:-1800}" $B/tests/test-quant-gpu ;;
+			sweep)
+				# the suite's gemm_quant section alone, as a spec
+				awk '/^gemm_quant:/ { on = 1 } on && /^[a-z]/ && !/^gemm_quant:/ { on = 0 } on' \
+					bench/suite-default.yaml >"$OUT/quant-suite.yaml"
+				run quant-sweep.log timeout "${SWEEP_TIMEOUT:-3600}" $B/ktune sweep "$OUT/quant-suite.yaml" --progress
+				run quant-verify.log $B/ktune verify --op gemm_quant
+				run quant-retime.log $B/ktune bench --op gemm_quant
+				;;
+			peers)
+				run quant-peers.log python3 bench/ops/quant.py --lib $B/install/lib/libktune.so \
+					--db "$KTUNE_DB" --csv "$OUT/quant.csv" --plot "$OUT/quant.png"
+				;;
+			esac
+		done
 		;;
 	stored)
 		rm -f /tmp/ktune-stored.db*

@@ -43,6 +43,7 @@ int cmd_export(int argc, char **argv, struct cli *cli);
 int cmd_import(int argc, char **argv, struct cli *cli);
 int cmd_info(int argc, char **argv, struct cli *cli);
 int cmd_merge(int argc, char **argv, struct cli *cli);
+int cmd_pack(int argc, char **argv, struct cli *cli);
 int cmd_show(int argc, char **argv, struct cli *cli);
 int cmd_sweep(int argc, char **argv, struct cli *cli);
 int cmd_tune(int argc, char **argv, struct cli *cli);

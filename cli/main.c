@@ -127,6 +127,22 @@ const struct cmd cli_commands[] = {
 	  "  -o, --output OUT   the merged file (YAML, written atomically)\n"
 	  "  --format sqlite    a standalone SQLite database instead\n"
 	  "  --force            replace an existing SQLite OUT\n\n" COMMON },
+	{ "pack", cmd_pack, "quantise a weight file for ktune_gemm_quant, or unpack one",
+	  "usage: ktune pack -n N -k K [--dtype bf16|f16] [--bits 8|4|2|1] [--group 32|64|128|chan]\n"
+	  "                  [--mode scale_shift|scale|shift|fma] [--zero group|scalar] WEIGHTS OUT\n"
+	  "       ktune pack --unpack PACKED OUT\n\n"
+	  "Quantises WEIGHTS, a raw [N, K] weight of --dtype (row-major, little-endian, N * K * 2\n"
+	  "bytes), by rounding to nearest (ktune_quant_pack), and writes OUT: a 256-byte text\n"
+	  "header (format, sizes), then the packed 32-bit words, the scales and the zeros, as\n"
+	  "ktune_gemm_quant reads them (docs/quant.md).  --unpack writes the dequantised\n"
+	  "weight of a packed file back as a raw [N, K] weight of its dtype.  No GPU needed.\n"
+	  "Defaults: bf16, 4 bits, groups of 128, scale_shift, a zero per group.  K must be a\n"
+	  "multiple of 32 and of the group size.\n\n"
+	  "  -n N, -k K     the weight's rows (output features) and columns (input features)\n"
+	  "  --mode MODE    scale_shift (q - z) * s, scale q * s, shift q - z, fma q * s + z\n"
+	  "  --zero scalar  one zero for the whole weight (modes with a zero)\n"
+	  "  --unpack       dequantise PACKED into OUT\n"
+	  "  -h, --help     this help\n" },
 	{ "show", cmd_show, "list the tuned entries",
 	  "usage: ktune show [filters] [--format table|csv|json|yaml]\n\n" SHOW_FILTERS "\n" COMMON },
 	{ "sweep", cmd_sweep, "tune every key of a spec (default: the built-in suite)",

@@ -525,6 +525,111 @@ KTUNE_API ktune_status ktune_linear_cross_entropy(ktune_ctx *ctx, int64_t rows, 
 						  int64_t chunk_rows, void *scratch, size_t scratch_bytes,
 						  ktune_dtype dtype, void *stream);
 
+ * Weight-quantized GEMM (docs/quant.md).  A weight W[n, k] is held as
+ * b-bit unsigned integers q (b = 8, 4, 2 or 1; 0 <= q < 2^b) packed into
+ * 32-bit words, with a scale and a zero per group of `group_size`
+ * consecutive weights of a row (32, 64, 128, or the whole row: per
+ * channel), and dequantised by one of gemlite's four modes:
+ *
+ *     KTUNE_QUANT_SCALE_SHIFT  w = (q - zero) * scale   zero per group, or one for all
+ *     KTUNE_QUANT_SCALE        w = q * scale            no zero
+ *     KTUNE_QUANT_SHIFT        w = q - zero             no scale
+ *     KTUNE_QUANT_FMA          w = q * scale + zero
+ *
+ * The layout (version 1; docs/quant.md): element (r, c) of W in word
+ * r * RW + c / (32 / b) at bit (c % (32 / b)) * b, the first element in the
+ * lowest bits, RW = k * b / 32 rounded up to a multiple of 4 (every row
+ * 16-byte aligned); scales and zeros [n, k / group] row-major (per channel
+ * [n, 1]), or one zero; scales and zeros of the activations' dtype.
+ * k must be a multiple of 32 (32 one-bit weights fill a word; ktune asks
+ * it of every format) and of the group size.  ktune_quant_pack writes this
+ * layout; a caller packing its own must follow it.
+ */
+typedef enum {
+	KTUNE_QUANT_SCALE_SHIFT = 0,
+	KTUNE_QUANT_SCALE = 1,
+	KTUNE_QUANT_SHIFT = 2,
+	KTUNE_QUANT_FMA = 3,
+} ktune_quant_mode;
+
+typedef struct {
+	int bits;              /* 8, 4, 2 or 1 bits per weight */
+	int group_size;        /* 32, 64, 128, or 0: one group per row (per channel) */
+	ktune_quant_mode mode;
+	int zero_scalar;       /* 1: one zero for the whole weight (modes with a zero); 0: one per group */
+} ktune_quant_format;
+
+/*
+ * The element counts of a packed [n, k] weight of format fmt: 32-bit words,
+ * scales and zeros (0 where the mode has none; 1 for a scalar zero).  Any
+ * of words, scales, zeros may be NULL.  Returns KTUNE_OK, or
+ * KTUNE_ERR_INVALID with the reason in errbuf (up to errlen bytes; errbuf
+ * may be NULL) for a bad format or sizes: the check every quant function
+ * makes.  Needs no GPU.  Thread-safe.
+ */
+KTUNE_API ktune_status ktune_quant_sizes(const ktune_quant_format *fmt, int64_t n, int64_t k, int64_t *words,
+					 int64_t *scales, int64_t *zeros, char *errbuf, size_t errlen);
+
+/*
+ * Quantises the weight w[n, k] (f16 or bf16 on the host, row stride ldw >=
+ * k) to format fmt by rounding to nearest (ties away from zero) and packs it:
+ * wq, scales and zeros (host buffers of the sizes ktune_quant_sizes gives;
+ * scales or zeros may be NULL where the mode has none) in the layout above,
+ * scales and zeros in `dtype`.  Per group, from its least and greatest
+ * weights lo and hi, L = 2^b - 1:
+ *   SCALE_SHIFT  scale = (hi - lo) / L, zero = -lo / scale (asymmetric); with
+ *                one zero: zero = L / 2, scale = max(|lo|, |hi|) / zero
+ *   FMA          scale = (hi - lo) / L, zero = lo; with one zero: zero = the
+ *                least weight of all, scale = (hi - zero) / L
+ *   SCALE        scale = (the one of lo, hi of larger magnitude) / L: the codes
+ *                are unsigned, so weights of the other sign become 0
+ *   SHIFT        zero = -lo (one zero: -(the least weight of all)): exact for
+ *                integer weights spanning fewer than 2^b values
+ * Scales and zeros are rounded to dtype before the codes are chosen, so that
+ * each code is the nearest to its weight on the grid the kernels use.
+ * Returns KTUNE_OK, KTUNE_ERR_INVALID (a bad format or size, as
+ * ktune_quant_sizes; a NULL buffer the format needs; a NaN or infinite
+ * weight), or KTUNE_ERR_NOMEM.  Needs no GPU.  Thread-safe.
+ */
+KTUNE_API ktune_status ktune_quant_pack(const ktune_quant_format *fmt, int64_t n, int64_t k, const void *w,
+					int64_t ldw, ktune_dtype dtype, uint32_t *wq, void *scales, void *zeros);
+
+/*
+ * The inverse on the host: w[n, k] (row stride ldw >= k) = the dequantised
+ * weights of wq, scales and zeros, computed in float64 and rounded to dtype
+ * (f16 or bf16).  Returns KTUNE_OK or KTUNE_ERR_INVALID.  Thread-safe.
+ */
+KTUNE_API ktune_status ktune_quant_unpack(const ktune_quant_format *fmt, int64_t n, int64_t k, const uint32_t *wq,
+					  const void *scales, const void *zeros, ktune_dtype dtype, void *w,
+					  int64_t ldw);
+
+/*
+ * C[m, n] = A[m, k] * dequant(Wq)[n, k]^T (+ bias[n]), fp32 accumulation,
+ * rounded to dtype once.  A and C are device buffers of `dtype` (f16 or
+ * bf16), element (i, j) of A at a[i * lda + j], of C at c[i * ldc + j]; wq,
+ * scales, zeros in fmt's layout on the device, scales and zeros of `dtype`
+ * (scales NULL for KTUNE_QUANT_SHIFT, zeros NULL for KTUNE_QUANT_SCALE);
+ * bias (n elements of dtype) may be NULL.  C must not overlap an input.
+ *
+ * Alignment: a and wq 16-byte aligned, lda a multiple of 8 (16 bytes),
+ * scales, zeros, bias and c 2-byte aligned, ldc >= n any.  A bad format or
+ * size, k not a multiple of 32 or of the group size, a misaligned buffer or
+ * stride, a NULL buffer the format needs: KTUNE_ERR_INVALID with the
+ * reason in ktune_errmsg().
+ *
+ * Tuned per (dtype, bits, group, mode, packing version, m by bucket 1, 2,
+ * 4, 8, 16, 32, 64 then powers of two, n, k); the tuner picks a split-K
+ * GEMV (small m) or a tiled mma.sync kernel ('ktune tune gemm_quant --bits
+ * 4 --group 128 -m 1 -n 4096 -k 4096').  Results are deterministic: split-K
+ * partial sums are added in a fixed order (a second kernel; its fp32
+ * scratch is the context's, per stream).  Asynchronous on `stream`.
+ * Thread-safe.
+ */
+KTUNE_API ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format *fmt, int64_t m, int64_t n,
+					int64_t k, const void *a, int64_t lda, const uint32_t *wq, const void *scales,
+					const void *zeros, const void *bias, void *c, int64_t ldc, ktune_dtype dtype,
+					void *stream);
+
 #ifdef __cplusplus
 }
 #endif

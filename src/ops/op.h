@@ -75,6 +75,8 @@ enum ktune_buf_type {
 	 * index to ignore).
 	 */
 	KTUNE_BUF_I64,
+	KTUNE_BUF_U32,  /* 32-bit words (packed quantized weights); inputs only: the tuner fills
+			   them with input_range's values, integers in [lo, hi) */
 };
 
 /*
@@ -82,13 +84,15 @@ enum ktune_buf_type {
  * context's vectors, runtime/context.h): an input read as ones or zeros (a
  * norm without its affine weight or bias), an output written where nobody
  * reads it (a gradient not wanted).  Vectors only, up to
- * KTUNE_CONSTANT_ELEMS elements.
+ * KTUNE_CONSTANT_ELEMS elements.  KTUNE_OR_NULL: the kernel gets 0 and
+ * tells (any size; the call's `absent` bit is set too).
  */
 enum ktune_buf_optional {
 	KTUNE_REQUIRED,
 	KTUNE_OR_ONES,
 	KTUNE_OR_ZEROS,
 	KTUNE_OR_DISCARD,
+	KTUNE_OR_NULL,
 };
 
 /* One buffer of an op's problem. */

@@ -17,11 +17,12 @@
 #include "templates.h"
 
 extern const struct ktune_op ktune__op_gemm, ktune__op_add, ktune__op_gelu, ktune__op_glu,
-	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm, ktune__op_layernorm, ktune__op_cross_entropy;
+	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm, ktune__op_layernorm, ktune__op_cross_entropy,
+	ktune__op_gemm_quant;
 
 const struct ktune_op *const ktune__ops[] = {
 	&ktune__op_gemm, &ktune__op_add, &ktune__op_gelu, &ktune__op_glu, &ktune__op_dropout,
-	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, &ktune__op_cross_entropy, NULL,
+	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, &ktune__op_cross_entropy, &ktune__op_gemm_quant, NULL,
 };
 
 #define NOPS ((int)(sizeof(ktune__ops) / sizeof(ktune__ops[0])) - 1)
@@ -507,7 +508,7 @@ int64_t ktune__op_ld(const struct ktune_op_call *call, int buf)
 
 int ktune__op_buf_size(const struct ktune_key *key, const struct ktune_op_buf *buf)
 {
-	return buf->type == KTUNE_BUF_F32 ? 4 : buf->type == KTUNE_BUF_I64 ? 8 : ktune__dtype_size(key->dtype);
+	return buf->type == KTUNE_BUF_ELEM ? ktune__dtype_size(key->dtype) : buf->type == KTUNE_BUF_I64 ? 8 : 4;
 }
 
 int ktune__op_call_aligned(const struct ktune_key *key, const struct ktune_op_layout *layout,

@@ -99,6 +99,10 @@ ktune_status ktune__op_run(ktune_ctx *ctx, struct ktune_key *key, struct ktune_o
 		const struct ktune_op_buf *b = &layout.bufs[i];
 		if (call->buf[i])
 			continue;
+		if (b->optional == KTUNE_OR_NULL) { /* the kernel takes 0 for "none" */
+			call->absent |= 1u << i;
+			continue;
+		}
 		if (b->optional == KTUNE_REQUIRED)
 			return ktune__op_invalid(ctx, "%s: %s is NULL", op->name, b->name);
 		if (b->elems > KTUNE_CONSTANT_ELEMS)

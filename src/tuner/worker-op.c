@@ -172,7 +172,8 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 	p->op->layout(&p->key, &p->layout);
 	for (int i = 0; i < p->layout.nbufs; i++) {
 		p->size[i] = ktune__op_buf_size(&p->key, &p->layout.bufs[i]);
-		p->type[i] = p->layout.bufs[i].type == KTUNE_BUF_F32 ? KTUNE_F32 : p->key.dtype;
+		/* a word's 4 bytes for KTUNE_BUF_U32, whose inputs are filled as words below */
+		p->type[i] = p->layout.bufs[i].type == KTUNE_BUF_ELEM ? p->key.dtype : KTUNE_F32;
 	}
 	for (int i = 0; i < KTUNE_KEY_DIMS; i++)
 		p->call.size[i] = *ktune__key_dim(&p->key, i);
@@ -219,6 +220,8 @@ int ktune__op_problem_open(ktune_ctx *ctx, const struct ktune_key *key_in, unsig
 				int64_t x = v < 0 ? -1 : (int64_t)floor(v);
 				((int64_t *)p->scratch)[j] = x;
 				p->host[i][j] = (double)x;
+			} else if (b->type == KTUNE_BUF_U32) { /* packed words: integers in [lo, hi) */
+				p->host[i][j] = ((uint32_t *)p->scratch)[j] = (uint32_t)floor(v);
 			} else {
 				p->host[i][j] = store(p->scratch, j, p->type[i], v);
 			}

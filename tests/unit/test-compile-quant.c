@@ -1,0 +1,239 @@
+/*
+ * test-compile-quant.c - NVRTC compiles of the weight-quantized GEMM's
+ * templates (qgemv.cu, qgemm.cu; no GPU needed) for sm_90, through the
+ * registry: every format (dtype x bits x group x mode: 128 variants) with
+ * its default config, for M cycling through 1, 16 and 128 (the GEMV, the
+ * tiled kernel for short and tall A) on a 4104 x 384 weight, compiles
+ * without spilling; a seeded sample of 12 configs of each family's whole
+ * space (whatever a key's prune would say, but the tiled kernel's 48 KiB of
+ * shared memory, which depends on the format) in formats taken in turn,
+ * and of 3 candidates of each suite key, compiles; every cubin holds the
+ * kernels its call's steps launch (the split-K sum too).  quant.cuh reaches
+ * NVRTC as an in-memory header.  KTUNE_TEST_FULL=1 compiles every config
+ * of both spaces, every candidate of every suite key and the defaults of
+ * every format at every M bucket up to 256 (thousands of kernels: the GPU
+ * check's job, not CI's).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "runtime/context.h"
+#include "search/spec.h"
+#include "templates.h"
+
+#define ARCH "sm_90"
+#define SM_COUNT 132
+#define SAMPLE 3
+
+static const char *const bits[] = { "8", "4", "2", "1" };
+static const char *const groups[] = { "32", "64", "128", "chan" };
+static const char *const modes[] = { "scale_shift", "scale", "shift", "fma" };
+
+struct job {
+	struct ktune_key key;
+	struct ktune_config cfg;
+	int is_default;
+	int failed, spills;
+	char what[192];
+};
+
+static void compile_one(int i, void *arg)
+{
+	struct job *j = &((struct job *)arg)[i];
+	const struct ktune_op *op = ktune__op_of(&j->key);
+	struct ktune_cubin cubin;
+	struct ktune_err e;
+	char cfg[160];
+	ktune__key_format(&j->key, j->what, sizeof(j->what));
+	ktune__op_config_format(op, &j->cfg, cfg, sizeof(cfg));
+	size_t used = strlen(j->what);
+	snprintf(j->what + used, sizeof(j->what) - used, " %s %s", op->families[j->cfg.family].name, cfg);
+	if (ktune__kernel_compile(&j->key, &j->cfg, ARCH, "", &cubin, &e)) {
+		fprintf(stderr, "FAIL %s: %s\n", j->what, e.msg);
+		j->failed = 1;
+		return;
+	}
+	struct ktune_op_call call = { .size = { j->key.m, j->key.n, j->key.k }, .ld = { j->key.k, 0, 0, 0, 0, j->key.n } };
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	int n = ktune__op_steps(op, &j->key, &j->cfg, &call, SM_COUNT, steps);
+	for (int s = 0; s < n; s++) {
+		const char *entry = op->families[j->cfg.family].entries[steps[s].entry];
+		if (!entry || !memmem(cubin.data, cubin.size, entry, strlen(entry))) {
+			fprintf(stderr, "FAIL %s: no kernel %s in the cubin\n", j->what, entry ? entry : "(none)");
+			j->failed = 1;
+		}
+	}
+	j->spills = cubin.res.spill_stores + cubin.res.spill_loads;
+	ktune__cubin_free(&cubin);
+}
+
+static struct ktune_key format_key(const struct ktune_op *op, ktune_dtype d, int b, int g, int m, int64_t rows)
+{
+	struct ktune_key key = { .op = "gemm_quant", .dtype = d, .m = rows, .n = 4104, .k = 384, .aligned = 1 };
+	const char *values[] = { bits[b], groups[g], modes[m], NULL, NULL, NULL, NULL };
+	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), KTUNE_OK);
+	op->key_bucket(&key);
+	assert_int_equal(ktune__op_key_check(&key, NULL), KTUNE_OK);
+	return key;
+}
+
+/* Every config of a family's space, SPLIT_K at its first value (a launch parameter: the same kernel). */
+struct space_walk {
+	const struct ktune_op *op;
+	int family, nparams, split_index;
+	struct ktune_config *cfgs;
+	int n, cap;
+};
+
+static int collect(const long *values, void *arg)
+{
+	struct space_walk *w = arg;
+	const struct ktune_space *s = ktune__op_space(w->op, w->family, NULL);
+	if (values[w->split_index] != s->params[w->split_index].values[0])
+		return 0;
+	if (w->n == w->cap) {
+		w->cap = w->cap ? 2 * w->cap : 256;
+		w->cfgs = realloc(w->cfgs, (size_t)w->cap * sizeof(*w->cfgs));
+		assert_non_null(w->cfgs);
+	}
+	struct ktune_config *c = &w->cfgs[w->n++];
+	memset(c, 0, sizeof(*c));
+	c->family = w->family;
+	memcpy(c->v, values, (size_t)w->nparams * sizeof(long));
+	return 0;
+}
+
+/* 1 if the tiled kernel's shared memory for the key's format fits the 48 KiB of static memory. */
+static int fits(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c)
+{
+	char why[160];
+	if (c->family == 0 || !op->prune(key, c, SM_COUNT, why, sizeof(why)))
+		return 1;
+	return !strstr(why, "shared memory");
+}
+
+static void test_compile_quant__formats_and_suite(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	int full = getenv("KTUNE_TEST_FULL") && !strcmp(getenv("KTUNE_TEST_FULL"), "1");
+	struct ktune_spec suite;
+	struct ktune_err e;
+	int cap = 200000, njobs = 0, failed = 0, spilling = 0, default_spills = 0, v = 0;
+	struct job *jobs = calloc((size_t)cap, sizeof(*jobs));
+	assert_non_null(op);
+	assert_non_null(jobs);
+
+	/* every format's default: M cycling through 1, 16, 128 (all M buckets to 256 when full) */
+	static const int64_t cycle[] = { 1, 16, 128 }, every[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+	for (int d = 0; d < 2; d++)
+		for (int b = 0; b < 4; b++)
+			for (int g = 0; g < 4; g++)
+				for (int m = 0; m < 4; m++, v++)
+					for (int r = 0; r < (full ? 9 : 1); r++) {
+						struct ktune_key key = format_key(op, d ? KTUNE_F16 : KTUNE_BF16, b, g, m,
+										  full ? every[r] : cycle[v % 3]);
+						struct ktune_config c = op->default_config(&key, SM_COUNT);
+						char why[160];
+						jobs[njobs++] = (struct job){ .key = key, .cfg = c,
+									      .is_default = !op->prune(&key, &c, SM_COUNT, why, sizeof(why)) };
+						if (!jobs[njobs - 1].is_default) {
+							char text[128];
+							ktune__key_format(&key, text, sizeof(text));
+							fail_msg("the default of %s is pruned: %s", text, why);
+						}
+					}
+
+	/* each family's whole space, in formats taken in turn: a seeded sample (all when full) */
+	static const int64_t gemv_m[] = { 1, 2, 4, 8, 16 }, mma_m[] = { 16, 128 };
+	for (int fam = 0; fam < op->nfamilies; fam++) {
+		const struct ktune_space *sp = ktune__op_space(op, fam, &e);
+		struct space_walk w = { .op = op, .family = fam };
+		assert_non_null(sp);
+		w.nparams = sp->nparams;
+		w.split_index = ktune__space_param_index(sp, "SPLIT_K");
+		assert_true(w.split_index >= 0);
+		ktune__space_enumerate(sp, collect, &w);
+		assert_true(w.n > 10);
+		int keep = full ? w.n : 12, taken = 0;
+		ktune__sample_configs(w.cfgs, w.n, keep, 3);
+		for (int i = 0; i < w.n && taken < keep && njobs < cap; i++) {
+			int f = (i * 37 + fam) % 64;
+			int64_t rows = fam == 0 ? gemv_m[i % 5] : mma_m[i % 2];
+			struct ktune_key key = format_key(op, i % 3 ? KTUNE_BF16 : KTUNE_F16, f / 16, (f / 4) % 4, f % 4, rows);
+			if (!fits(op, &key, &w.cfgs[i]))
+				continue;
+			jobs[njobs++] = (struct job){ .key = key, .cfg = w.cfgs[i] };
+			taken++;
+		}
+		printf("%s: %d kernels in its space, %d to compile\n", op->families[fam].name, w.n, taken);
+		free(w.cfgs);
+	}
+
+	/* the suite's keys: a seeded sample of their candidates (all when full) */
+	assert_int_equal(ktune__spec_default(&suite, &e), KTUNE_OK);
+	for (int i = 0; i < suite.nkeys; i++) {
+		struct ktune_config *cfgs = NULL;
+		int n = 0, npruned = 0;
+		if (strcmp(suite.keys[i].op, "gemm_quant"))
+			continue;
+		assert_int_equal(ktune__op_candidates(op, &suite.keys[i], SM_COUNT, full ? 0 : SAMPLE, (unsigned)(i * 7 + 1),
+						      &cfgs, &n, &npruned, &e), KTUNE_OK);
+		assert_true(n >= 1);
+		for (int c = 0; c < n && njobs < cap; c++)
+			jobs[njobs++] = (struct job){ .key = suite.keys[i], .cfg = cfgs[c] };
+		free(cfgs);
+	}
+	ktune__spec_free(&suite);
+
+	ktune__parallel_for(njobs, 0, compile_one, jobs);
+	for (int i = 0; i < njobs; i++) {
+		failed += jobs[i].failed;
+		spilling += jobs[i].spills > 0;
+		if (jobs[i].is_default && jobs[i].spills) {
+			fprintf(stderr, "FAIL %s: the default config spills %d bytes\n", jobs[i].what, jobs[i].spills);
+			default_spills++;
+		}
+	}
+	printf("compiled %d gemm_quant kernels: %d failed, %d spill (the tuner prunes those), %d defaults spill\n",
+	       njobs, failed, spilling, default_spills);
+	assert_int_equal(failed, 0);
+	assert_int_equal(default_spills, 0);
+	free(jobs);
+}
+
+/* quant.cuh reaches both templates, and no other. */
+static void test_compile_quant__header_reaches_its_templates(void **state)
+{
+	(void)state;
+	const struct ktune_template_file *h[KTUNE_MAX_HEADERS];
+	static const char *const mine[] = { "qgemv.cu", "qgemm.cu" };
+	for (int i = 0; i < 2; i++) {
+		const struct ktune_template_file *f = ktune__template_file(mine[i]);
+		assert_non_null(f);
+		assert_int_equal(ktune__template_headers(f->text, f->len, h), 1);
+		assert_string_equal(h[0]->name, "quant.cuh");
+	}
+	const struct ktune_template_file *add = ktune__template_file("add.cu");
+	assert_non_null(add);
+	int n = ktune__template_headers(add->text, add->len, h);
+	for (int i = 0; i < n; i++)
+		assert_string_not_equal(h[i]->name, "quant.cuh");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_compile_quant__header_reaches_its_templates),
+		cmocka_unit_test(test_compile_quant__formats_and_suite),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
