@@ -248,6 +248,7 @@ for step in $steps; do
 			run random.log $B/bench/random --keys "$NKEYS" --db "$RDB" --csv "$OUT/random-full.csv" \
 				--md "$OUT/random-full.md" --title "after 'ktune tune --top 0' of each key (every candidate)"
 		fi
+		;;
 	quant)
 		for part in ${QUANT_STEPS:-test sweep peers}; do
 			case $part in
