@@ -525,6 +525,7 @@ KTUNE_API ktune_status ktune_linear_cross_entropy(ktune_ctx *ctx, int64_t rows, 
 						  int64_t chunk_rows, void *scratch, size_t scratch_bytes,
 						  ktune_dtype dtype, void *stream);
 
+/*
  * Weight-quantized GEMM (docs/quant.md).  A weight W[n, k] is held as
  * b-bit unsigned integers q (b = 8, 4, 2 or 1; 0 <= q < 2^b) packed into
  * 32-bit words, with a scale and a zero per group of `group_size`
