@@ -40,6 +40,11 @@
 #          gemm_quant section), verify and bench of them, and ktune against bf16
 #          cuBLAS and gemlite (bench/ops/quant.py; gemlite's wheel in .whl/), with
 #          a plot over M; QUANT_STEPS picks among test, sweep, peers
+#   attention  flash attention: its GPU tests (every config, forward and
+#          backward; up to 35 minutes), a sweep of the default suite's attention
+#          keys alone, verify and bench of them, and both passes against SDPA's
+#          cuDNN and flash backends (bench/ops/attention.py); ATTENTION_STEPS
+#          picks among test, sweep, peers
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
 #          BENCH_ARGS adds bench's filters, e.g. "-m 4096"
@@ -264,6 +269,28 @@ for step in $steps; do
 			peers)
 				run quant-peers.log python3 bench/ops/quant.py --lib $B/install/lib/libktune.so \
 					--db "$KTUNE_DB" --csv "$OUT/quant.csv" --plot "$OUT/quant.png"
+				;;
+			esac
+		done
+		;;
+	attention)
+		for part in ${ATTENTION_STEPS:-test sweep peers}; do
+			case $part in
+			test)
+				run attention.log timeout 900 $B/tests/test-attention-gpu
+				run attention.log timeout 1200 $B/tests/test-attention-bwd-gpu
+				;;
+			sweep) # the default suite's attention section, as a spec of its own
+				awk '/^attention:/ { p = 1 } /^[^ #]/ && !/^attention:/ { p = 0 } p' bench/suite-default.yaml \
+					>"$OUT/attention-suite.yaml"
+				run attention-sweep.log timeout "${SWEEP_TIMEOUT:-1800}" $B/ktune sweep "$OUT/attention-suite.yaml" \
+					--progress
+				run attention-verify.log $B/ktune verify --op attention
+				run attention-retime.log $B/ktune bench --op attention
+				;;
+			peers)
+				run attention-peers.log python3 bench/ops/attention.py --lib $B/install/lib/libktune.so \
+					--db "$KTUNE_DB" --csv "$OUT/attention.csv"
 				;;
 			esac
 		done

@@ -631,6 +631,64 @@ KTUNE_API ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format
 					const void *zeros, const void *bias, void *c, int64_t ldc, ktune_dtype dtype,
 					void *stream);
 
+/* ---------------------------------------------------------------- attention */
+
+/*
+ * Flash attention, forward: for each batch b and query head h,
+ *
+ *     O = softmax(scale * Q K^T + mask) V,  lse[b][h][i] = log(sum_j exp(scale * q_i . k_j))
+ *
+ * over the keys j that query i sees.  q and o are [batch, sq, hq, head_dim],
+ * k and v [batch, sk, hkv, head_dim], of `dtype` (f16 or bf16; fp32
+ * accumulation); each *_strides is 3 strides in elements, of the batch,
+ * sequence and head dimensions (PyTorch's BSHD is { sq*hq*D, hq*D, D },
+ * BHSD { hq*sq*D, D, sq*D }), NULL for packed BSHD; head_dim is contiguous.
+ * Query head h reads K/V head h / (hq / hkv) (grouped-query attention: hq
+ * a multiple of hkv).  causal: query i sees key j when j <= i + sk - sq
+ * (aligned bottom-right, as FlashAttention-2); otherwise every key.  A row
+ * that sees no key (causal with sq > sk) gets zeros and lse = -inf, never
+ * NaN.  lse is fp32 [batch, hq, sq], contiguous, for the backward pass.
+ *
+ * head_dim is 64, 128 or 256; sk >= 1; batch, sq or hq of 0 do nothing;
+ * batch and hq at most 65535, sq and sk at most 2^30; scale > 0 (usually
+ * 1 / sqrt(head_dim)).  q, k, v and o must be 16-byte aligned with strides
+ * that are multiples of 8 elements (those of dimensions longer than 1);
+ * KTUNE_ERR_INVALID otherwise.  o must not overlap q, k or v.  Thread-safe.
+ */
+KTUNE_API ktune_status ktune_attention_fwd(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq,
+					   int64_t hkv, int64_t head_dim, const void *q, const int64_t *q_strides,
+					   const void *k, const int64_t *k_strides, const void *v,
+					   const int64_t *v_strides, void *o, const int64_t *o_strides, float *lse,
+					   float scale, int causal, ktune_dtype dtype, void *stream);
+/*
+ * Flash attention, backward: dq, dk and dv, the gradients of
+ * ktune_attention_fwd's O given dout (its gradient), from q, k, v, the
+ * forward's o and lse, with the same sizes, scale and causal flag.  dout
+ * and dq are shaped as q, dk and dv as k; each *_strides as in the forward
+ * (NULL: packed BSHD).  lse is as the forward wrote it ([batch, hq, sq],
+ * contiguous).  dk and dv of a K/V head sum over the query heads that read
+ * it (GQA).  Rows that saw no key give no gradient.  Scratch (fp32, about
+ * (2 + D) floats a query row and head, times the slices below) is the
+ * context's, per stream, or, during a CUDA graph capture, the graph's own.
+ *
+ * deterministic = 0: dq is accumulated with fp32 atomics (fastest; the
+ * last bits may differ run to run); 1: with per-block slices summed in a
+ * fixed order: bit-identical results run to run (on the same GPU, config
+ * and sizes), at the cost of more scratch and some speed.
+ *
+ * head_dim is 64 or 128; sq >= 1; other limits and alignment as the
+ * forward's (dout, dq, dk, dv too).  The outputs must not overlap the
+ * inputs.  Thread-safe.
+ */
+KTUNE_API ktune_status ktune_attention_bwd(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq,
+					   int64_t hkv, int64_t head_dim, const void *q, const int64_t *q_strides,
+					   const void *k, const int64_t *k_strides, const void *v,
+					   const int64_t *v_strides, const void *o, const int64_t *o_strides,
+					   const void *dout, const int64_t *dout_strides, const float *lse, void *dq,
+					   const int64_t *dq_strides, void *dk, const int64_t *dk_strides, void *dv,
+					   const int64_t *dv_strides, float scale, int causal, int deterministic,
+					   ktune_dtype dtype, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

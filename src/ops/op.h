@@ -59,7 +59,7 @@ struct ktune_family {
 	const char *entries[KTUNE_OP_MAX_KERNELS];
 };
 
-#define KTUNE_OP_MAX_BUFS 8
+#define KTUNE_OP_MAX_BUFS 10
 
 /* NVRTC -D options an op's defines() gives at most (compile.h's KTUNE_MAX_OPTIONS holds them). */
 #define KTUNE_OP_MAX_DEFINES 20
@@ -114,6 +114,9 @@ struct ktune_op_layout {
 	struct ktune_op_buf bufs[KTUNE_OP_MAX_BUFS];
 };
 
+/* Integer arguments of a call beyond its sizes and row strides (struct ktune_op_call's iarg). */
+#define KTUNE_OP_MAX_IARGS 32
+
 /*
  * One call of an op: its device buffers (in the op's buffer order), the
  * caller's exact sizes, row strides in elements, and the op's scalars.
@@ -128,13 +131,20 @@ struct ktune_op_call {
 	double scalar[4];              /* an op's other scalars, as its file says (a norm's epsilon) */
 	uint64_t workspace;            /* device scratch of the bytes the op's workspace() asks */
 	unsigned absent;               /* bit i: buffer i was NULL in the call, served as its optional says */
+	/*
+	 * An op's other integer arguments, as its file says (attention: the
+	 * heads and each tensor's batch, sequence and head strides); all 0 in
+	 * the tuner's problem, which the op then lays out as layout() says.
+	 */
+	int64_t iarg[KTUNE_OP_MAX_IARGS];
 };
 
 /* Kernel arguments as cuLaunchKernel takes them: argv[i] points into slot[i]. */
+#define KTUNE_OP_MAX_ARGS 32
 struct ktune_op_args {
 	int n;
-	void *argv[16];
-	unsigned char slot[16][8];
+	void *argv[KTUNE_OP_MAX_ARGS];
+	unsigned char slot[KTUNE_OP_MAX_ARGS][8];
 };
 
 /* A launch: the kernel's grid, block and dynamic shared memory. */

@@ -18,11 +18,12 @@
 
 extern const struct ktune_op ktune__op_gemm, ktune__op_add, ktune__op_gelu, ktune__op_glu,
 	ktune__op_dropout, ktune__op_softmax, ktune__op_rmsnorm, ktune__op_layernorm, ktune__op_cross_entropy,
-	ktune__op_gemm_quant;
+	ktune__op_gemm_quant, ktune__op_attention;
 
 const struct ktune_op *const ktune__ops[] = {
 	&ktune__op_gemm, &ktune__op_add, &ktune__op_gelu, &ktune__op_glu, &ktune__op_dropout,
-	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, &ktune__op_cross_entropy, &ktune__op_gemm_quant, NULL,
+	&ktune__op_softmax, &ktune__op_rmsnorm, &ktune__op_layernorm, &ktune__op_cross_entropy, &ktune__op_gemm_quant,
+	&ktune__op_attention, NULL,
 };
 
 #define NOPS ((int)(sizeof(ktune__ops) / sizeof(ktune__ops[0])) - 1)

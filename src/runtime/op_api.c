@@ -59,6 +59,10 @@ int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct k
 					 steps[i].entry, cfg->family);
 			break;
 		}
+		/* past the 48 KiB every kernel gets, a kernel opts in (attention's tiles); a host-side call */
+		if (l->smem > 48 * 1024)
+			CU_GOTO(e, rc, cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+							  (int)l->smem));
 		CU_GOTO(e, rc, cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
 					      l->block[2], l->smem, stream, steps[i].args.argv, NULL));
 	}
