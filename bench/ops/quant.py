@@ -267,6 +267,7 @@ def main(argv=None):
     ap.add_argument("--no-ktune", action="store_true", help="skip ktune (baselines only)")
     args = ap.parse_args(argv)
     args.cpu_test = False
+    args.no_liger = True  # the shared timing protocol asks; Liger has no quantized GEMM
     args.formats = [x.strip() for x in args.formats.split(",") if x.strip()]
     if not args.formats or any(x not in FORMATS for x in args.formats):
         ap.error(f"--formats: choose from {','.join(FORMATS)}")
