@@ -58,9 +58,10 @@ static int show_one(const struct ktune_result *r, void *arg)
 	const char *layout = r->key.variant; /* a GEMM's layout, another op's variant */
 	char shape[64];
 	double ratio = r->cublas_us > 0 ? r->cublas_us / r->time_us : 0;
-	/* a GEMM's rate is TFLOP/s; a memory-bound op's is GB/s of its fewest bytes */
-	int gemm = !op || ktune__op_is_gemm(op);
-	double rate = gemm ? r->tflops : op->bytes(&r->key) / (r->time_us * 1e3);
+	/* a compute-bound op's rate is TFLOP/s; a memory-bound op's is GB/s of its fewest bytes */
+	int gemm = !op || ktune__op_compute_bound(op, &r->key);
+	double rate = !op || ktune__op_is_gemm(op) ? r->tflops
+		      : gemm ? op->flops(&r->key) / (r->time_us * 1e6) : op->bytes(&r->key) / (r->time_us * 1e3);
 	ktune__key_shape(&r->key, shape, sizeof(shape));
 
 	switch (s->format) {

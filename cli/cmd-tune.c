@@ -31,6 +31,8 @@ static void print_result(const struct ktune_op *op, const struct ktune_key *key,
 			printf("cublas:     not available\n");
 	} else {
 		double bytes = op->bytes(key);
+		if (ktune__op_compute_bound(op, key))
+			printf("tflops:     %.1f\n", op->flops(key) / r->time_us / 1e6);
 		printf("bandwidth:  %.0f GB/s (%.0f MB moved at least)\n", bytes / r->time_us / 1e3, bytes / 1e6);
 		printf("error:      %.2e relative Frobenius, %.2e max relative\n", r->err_fro, r->err_max);
 		if (rep->has_cublas)

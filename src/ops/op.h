@@ -246,6 +246,7 @@ const struct ktune_op *ktune__op_of(const struct ktune_key *key);
 const char *ktune__op_names(void);
 /* Whether the op is GEMM (its own tuner and runtime path). */
 int ktune__op_is_gemm(const struct ktune_op *op);
+int ktune__op_compute_bound(const struct ktune_op *op, const struct ktune_key *key);
 
 /*
  * Checks a whole key: a known op, a dtype it takes, a variant made of its

@@ -65,6 +65,19 @@ int ktune__op_is_gemm(const struct ktune_op *op)
 	return op == &ktune__op_gemm;
 }
 
+/*
+ * Whether a key's floor is its FLOPs rather than its bytes: GEMM always (its
+ * rate is TFLOP/s beside cuBLAS), another op when its arithmetic intensity
+ * passes the H100's ridge point, about 800 TFLOP/s over 3 TB/s (attention).
+ */
+int ktune__op_compute_bound(const struct ktune_op *op, const struct ktune_key *key)
+{
+	if (ktune__op_is_gemm(op))
+		return 1;
+	double bytes = op->bytes ? op->bytes(key) : 0, flops = op->flops ? op->flops(key) : 0;
+	return bytes > 0 && flops / bytes >= 256;
+}
+
 /* ------------------------------------------------------------ the variant */
 
 /* The i-th comma-separated part of a variant into buf; -1 if there are fewer parts. */

@@ -267,9 +267,10 @@ out:
 }
 
 /*
- * A GEMM's rate is TFLOP/s and its baseline cuBLAS; every other op's rate
- * is GB/s (its fewest bytes) and its baseline the copy of as many bytes in
- * the same run, so its ratio is the fraction of the copy bandwidth reached.
+ * A GEMM's rate is TFLOP/s and its baseline cuBLAS; every other op's
+ * baseline is the copy of its fewest bytes in the same run, so its ratio is
+ * the fraction of the copy bandwidth reached, and its rate GB/s, or TFLOP/s
+ * where its FLOPs are the floor (attention: there the ratio says little).
  */
 static void print_header(FILE *out)
 {
@@ -288,11 +289,14 @@ static void print_row(FILE *out, const struct ktune_key *key, const struct ktune
 			ktune__dtype_name(key->dtype), key->variant, shape, "-", "-", "-", "-", status);
 		return;
 	}
-	int gemm = ktune__op_is_gemm(op);
-	double work = gemm ? op->flops(key) / 1e12 : op->bytes(key) / 1e9;
-	snprintf(rate, sizeof(rate), "%.1f %s", work / (r->time_us * 1e-6), gemm ? "TF/s" : "GB/s");
-	snprintf(base, sizeof(base), "%.1f %s", r->cublas_us > 0 ? work / (r->cublas_us * 1e-6) : 0.0,
-		 gemm ? "TF/s" : "GB/s");
+	int gemm = ktune__op_is_gemm(op), tf = ktune__op_compute_bound(op, key);
+	double work = tf ? op->flops(key) / 1e12 : op->bytes(key) / 1e9;
+	snprintf(rate, sizeof(rate), "%.1f %s", work / (r->time_us * 1e-6), tf ? "TF/s" : "GB/s");
+	if (gemm)
+		snprintf(base, sizeof(base), "%.1f TF/s", r->cublas_us > 0 ? work / (r->cublas_us * 1e-6) : 0.0);
+	else /* the copy of the op's bytes */
+		snprintf(base, sizeof(base), "%.1f GB/s",
+			 r->cublas_us > 0 ? op->bytes(key) / 1e9 / (r->cublas_us * 1e-6) : 0.0);
 	double ratio = r->cublas_us > 0 ? r->cublas_us / r->time_us : 0;
 	fprintf(out, "%-7s %-4s %-12s %-20s %10.1f %12s %12s %7.2f %9s  %s%s%s\n", key->op,
 		ktune__dtype_name(key->dtype), key->variant, shape, r->time_us, rate, base, ratio,
@@ -364,7 +368,8 @@ int ktune__sweep(const char *db_path, const char *worker_exe, const int *devices
 		"%d not run; %.1f s", spec->nkeys, count[KEY_TUNED], count[KEY_CACHED],
 		count[KEY_ELSEWHERE], count[KEY_FAILED], count[KEY_NOT_RUN], ktune__now() - t0);
 	if (nratio)
-		fprintf(out, "; geometric mean of cuBLAS time / ktune time: %.3f", exp(log_ratio / nratio));
+		fprintf(out, "; geometric mean of baseline time / ktune time (cuBLAS; the copy of the bytes for "
+			"other ops): %.3f", exp(log_ratio / nratio));
 	fprintf(out, "\n");
 	failed = count[KEY_FAILED] + count[KEY_NOT_RUN];
 	if (s.fatal && count[KEY_TUNED] + count[KEY_CACHED] + count[KEY_ELSEWHERE] == 0)

@@ -493,6 +493,20 @@ static void test_ops__defaults_fit_every_size(void **state)
 	assert_int_equal(ktune__op_param(add, &b, "CACHE", -1), 0);
 }
 
+/* Attention's rate is TFLOP/s like GEMM's; a row-wise or elementwise op's GB/s. */
+static void test_ops__compute_bound(void **state)
+{
+	(void)state;
+	for (int i = 0; ktune__ops[i]; i++) {
+		const struct ktune_op *op = ktune__ops[i];
+		struct ktune_key key = sample_key(op);
+		if (ktune__op_is_gemm(op) || !strcmp(op->name, "attention"))
+			assert_true(ktune__op_compute_bound(op, &key));
+		else if (!strcmp(op->name, "softmax") || !strcmp(op->name, "add") || !strcmp(op->name, "cross_entropy"))
+			assert_false(ktune__op_compute_bound(op, &key));
+	}
+}
+
 static void test_ops__tuned_through_the_worker(void **state)
 {
 	struct test_scratch *t = *state;
@@ -531,6 +545,7 @@ int main(void)
 		cmocka_unit_test(test_ops__config_texts),
 		cmocka_unit_test(test_ops__candidates_and_defaults),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
+		cmocka_unit_test(test_ops__compute_bound),
 		cmocka_unit_test_setup_teardown(test_ops__tuned_through_the_worker, setup, test_scratch_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
