@@ -206,7 +206,8 @@ KTUNE_API ktune_status ktune_record_misses(ktune_ctx *ctx, const char *path);
  * file `path` (created, or added to: a file of another GPU is refused and
  * left as it is), or into the context's database when path is NULL
  * (created if missing).  A long-running service may call it from time to
- * time.  Returns KTUNE_OK or the failure, with its detail in ktune_errmsg.
+ * time: each save adds the calls made since the previous one, so a key's
+ * calls are counted once however often it saves.  Returns KTUNE_OK or the failure, with its detail in ktune_errmsg.
  * Thread-safe with calls of the ops.
  */
 KTUNE_API ktune_status ktune_save_misses(ktune_ctx *ctx, const char *path);

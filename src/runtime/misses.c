@@ -78,22 +78,29 @@ ktune_status ktune_record_misses(ktune_ctx *ctx, const char *path)
 	return rc ? ktune__ctx_error(ctx, rc, &e) : KTUNE_OK;
 }
 
-/* Saves the counted keys to path (NULL: the database). */
-static int save(ktune_ctx *ctx, const char *path, struct ktune_err *e)
+/*
+ * Saves the calls counted since the last save to path (NULL: the database);
+ * at close, nothing when there are none.
+ */
+static int save(ktune_ctx *ctx, const char *path, int at_close, struct ktune_err *e)
 {
 	struct ktune_miss *m = NULL;
 	struct ktune_db *db = NULL;
 	int n = 0, rc;
 
-	if ((rc = check_target(ctx, path, e)) || (rc = ktune__record_list(&ctx->record, &m, &n, e)))
+	if ((rc = check_target(ctx, path, e)) || (rc = ktune__record_unsaved(&ctx->record, &m, &n, e)))
 		return rc;
-	if (path) {
+	if (at_close && n == 0) {
+		rc = KTUNE_OK;
+	} else if (path) {
 		rc = ktune__misses_save(path, &ctx->id, m, n, e);
 	} else if (n > 0 && !(rc = ktune__db_open(ctx->db_path, 1, &db, e))) {
 		/* created if missing: a fleet's first recording makes the database it will tune into */
 		rc = ktune__db_put_misses(db, &ctx->id, m, n, e);
 		ktune__db_close(db);
 	}
+	if (!rc) /* a later save (ktune_close's too) adds only the calls made since */
+		ktune__record_saved(&ctx->record, m, n);
 	free(m);
 	return rc;
 }
@@ -107,7 +114,7 @@ ktune_status ktune_save_misses(ktune_ctx *ctx, const char *path)
 	if (path && !*path)
 		rc = ktune__fail(&e, KTUNE_ERR_INVALID, "ktune_save_misses: an empty path (NULL saves into the database)");
 	else
-		rc = save(ctx, path, &e);
+		rc = save(ctx, path, 0, &e);
 	return rc ? ktune__ctx_error(ctx, rc, &e) : KTUNE_OK;
 }
 
@@ -129,7 +136,7 @@ void ktune__record_close(ktune_ctx *ctx)
 	ktune__record_totals(&ctx->record, &keys, &calls);
 	/* ktune_close has no way to report: ktune_save_misses does; a program with no miss writes nothing */
 	if ((ctx->record_path || ctx->record_db) && keys > 0)
-		save(ctx, ctx->record_path, NULL);
+		save(ctx, ctx->record_path, 1, NULL);
 	free(ctx->record_path);
 	ctx->record_path = NULL;
 }

@@ -81,7 +81,7 @@ static int by_key(const void *a, const void *b)
 	return ktune__key_compare(&((const struct ktune_miss *)a)->key, &((const struct ktune_miss *)b)->key);
 }
 
-int ktune__record_list(struct ktune_record *r, struct ktune_miss **out, int *n, struct ktune_err *e)
+static int list(struct ktune_record *r, int unsaved, struct ktune_miss **out, int *n, struct ktune_err *e)
 {
 	struct ktune_miss *m = NULL;
 	int count = 0;
@@ -97,8 +97,8 @@ int ktune__record_list(struct ktune_record *r, struct ktune_miss **out, int *n, 
 		for (struct ktune_recorded *x = r->bucket[i]; x; x = x->next) {
 			m[count].key = x->key;
 			snprintf(m[count].source, sizeof(m[count].source), "%s", x->source ? x->source : "?");
-			m[count].calls = __atomic_load_n(&x->calls, __ATOMIC_RELAXED);
-			count++;
+			m[count].calls = __atomic_load_n(&x->calls, __ATOMIC_RELAXED) - (unsaved ? x->saved : 0);
+			count += m[count].calls > 0 || !unsaved;
 		}
 	pthread_mutex_unlock(&r->lock);
 	if (count > 1)
@@ -106,6 +106,28 @@ int ktune__record_list(struct ktune_record *r, struct ktune_miss **out, int *n, 
 	*out = m;
 	*n = count;
 	return KTUNE_OK;
+}
+
+int ktune__record_list(struct ktune_record *r, struct ktune_miss **out, int *n, struct ktune_err *e)
+{
+	return list(r, 0, out, n, e);
+}
+
+int ktune__record_unsaved(struct ktune_record *r, struct ktune_miss **out, int *n, struct ktune_err *e)
+{
+	return list(r, 1, out, n, e);
+}
+
+void ktune__record_saved(struct ktune_record *r, const struct ktune_miss *m, int n)
+{
+	pthread_mutex_lock(&r->lock);
+	for (int i = 0; i < n; i++)
+		for (struct ktune_recorded *x = r->bucket[bucket_of(&m[i].key)]; x; x = x->next)
+			if (ktune__key_same(&x->key, &m[i].key)) {
+				x->saved += m[i].calls;
+				break;
+			}
+	pthread_mutex_unlock(&r->lock);
 }
 
 void ktune__record_totals(struct ktune_record *r, int64_t *keys, int64_t *calls)

@@ -25,6 +25,7 @@ struct ktune_recorded {
 	struct ktune_key key;
 	const char *source; /* a static string: "nearest", "model", "cublas", "default" */
 	int64_t calls;      /* atomic */
+	int64_t saved;      /* of those, the calls a save has written (under the lock) */
 	struct ktune_recorded *next;
 };
 
@@ -65,6 +66,15 @@ static inline void ktune__record_count(struct ktune_recorded *x)
  * when empty) and its length in *n.  Thread-safe.
  */
 int ktune__record_list(struct ktune_record *r, struct ktune_miss **out, int *n, struct ktune_err *e);
+
+/*
+ * The same snapshot, less what earlier saves wrote: each key's calls since
+ * it was last saved, keys without any left out; after writing them,
+ * ktune__record_saved(r, m, n) marks them written, so that a service saving
+ * from time to time and then at close counts every call once.  Thread-safe.
+ */
+int ktune__record_unsaved(struct ktune_record *r, struct ktune_miss **out, int *n, struct ktune_err *e);
+void ktune__record_saved(struct ktune_record *r, const struct ktune_miss *m, int n);
 
 /* Keys noted and the calls counted on them so far.  Thread-safe. */
 void ktune__record_totals(struct ktune_record *r, int64_t *keys, int64_t *calls);

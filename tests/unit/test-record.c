@@ -131,6 +131,45 @@ static void test_record__threads_count_every_call(void **state)
 	ktune__record_free(&r);
 }
 
+/* A service that saves from time to time, then at close, counts each call once. */
+static void test_record__saves_count_each_call_once(void **state)
+{
+	struct ktune_record r;
+	struct ktune_miss *m;
+	struct ktune_err e;
+	struct ktune_key a = gemm_key(3, 5, 7, 0), b = gemm_key(9, 11, 13, 0);
+	int n;
+	(void)state;
+
+	ktune__record_init(&r);
+	for (int i = 0; i < 3; i++)
+		ktune__record_note(&r, &a, "default");
+	ktune__record_note(&r, &b, "model");
+	assert_int_equal(ktune__record_unsaved(&r, &m, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(m[0].calls + m[1].calls, 4);
+	ktune__record_saved(&r, m, n);
+	free(m);
+
+	assert_int_equal(ktune__record_unsaved(&r, &m, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 0); /* nothing new: nothing to add */
+	free(m);
+
+	ktune__record_note(&r, &b, "model");
+	ktune__record_note(&r, &b, "model");
+	assert_int_equal(ktune__record_unsaved(&r, &m, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 1);
+	assert_true(ktune__key_same(&m[0].key, &b));
+	assert_int_equal(m[0].calls, 2);
+	free(m);
+
+	int64_t keys, calls; /* the totals (ktune_get_stats) still count everything */
+	ktune__record_totals(&r, &keys, &calls);
+	assert_int_equal(keys, 2);
+	assert_int_equal(calls, 6);
+	ktune__record_free(&r);
+}
+
 static void test_record__file_reads_back_and_adds_up(void **state)
 {
 	struct test_scratch *t = *state;
@@ -362,7 +401,9 @@ static void test_record__saved_into_the_database(void **state)
 	for (int i = 0; i < nkeys; i++)
 		ktune__record_note(&ctx->record, &keys[i], "default");
 	assert_int_equal(ktune_save_misses(ctx, NULL), KTUNE_OK); /* creates the database */
-	/* and the same at close, asked for as KTUNE_RECORD=db asks */
+	for (int i = 0; i < nkeys; i++) /* one call more of each, saved at close */
+		ktune__record_count(ktune__record_note(&ctx->record, &keys[i], "default"));
+	/* as KTUNE_RECORD=db asks */
 	setenv("KTUNE_RECORD", "db", 1);
 	assert_int_equal(ktune__record_open(ctx, &e), KTUNE_OK);
 	unsetenv("KTUNE_RECORD");
@@ -374,7 +415,7 @@ static void test_record__saved_into_the_database(void **state)
 	ktune__db_close(db);
 	assert_int_equal(s.n, nkeys);
 	for (int i = 0; i < s.n; i++)
-		assert_int_equal(s.m[i].calls, 2); /* the save, then the close */
+		assert_int_equal(s.m[i].calls, 3); /* 1 at the save, 2 more at the close: none twice */
 }
 
 static void test_record__bad_targets_are_refused_at_once(void **state)
@@ -426,6 +467,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_record__tuned_sources_are_not_misses),
 		cmocka_unit_test(test_record__threads_count_every_call),
+		cmocka_unit_test(test_record__saves_count_each_call_once),
 		cmocka_unit_test_setup_teardown(test_record__file_reads_back_and_adds_up, setup, test_scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_record__concurrent_saves_keep_every_key, setup,
 						test_scratch_teardown),
