@@ -320,7 +320,9 @@ struct ktune_config ktune__attn_bwd_default(const struct ktune_key *key)
 {
 	static const char *const names[] = { "BLOCK_M", "BLOCK_N", "STAGES", "SWIZZLE", "SPLITS" };
 	int block_n = key->n <= 32 ? 32 : 64;
-	int block_m = ktune__attn_head_dim(key) == 128 || key->m <= 32 || block_n == 32 ? 32 : 64;
-	const long values[] = { block_m, block_n, 2, 0, ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET ? 4 : 1 };
+	/* the deterministic pass's slices of dQ cost registers: 64 rows of D = 64 spill there */
+	int det = ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET;
+	int block_m = ktune__attn_head_dim(key) == 128 || key->m <= 32 || block_n == 32 || det ? 32 : 64;
+	const long values[] = { block_m, block_n, 2, 0, det ? 4 : 1 };
 	return ktune__attn_config(KTUNE_ATTN_FAMILY_BWD, names, values, 5);
 }

@@ -45,28 +45,44 @@ void ktune__cubin_free(struct ktune_cubin *c)
 	c->size = 0;
 }
 
-/* Sums ptxas's "-v" lines for our kernel into res. */
-static void parse_resources(const char *log, struct ktune_resources *res)
+/* The number that ends just before p (ptxas puts a count before its label). */
+static int number_before(const char *log, const char *p)
+{
+	while (p > log && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return atoi(p);
+}
+
+static void keep_max(int *have, int v)
+{
+	if (v > *have)
+		*have = v;
+}
+
+/*
+ * ptxas's "-v" lines into res: for a module of several kernels (a
+ * backward's passes, a split reduction's second stage) the worst of each
+ * figure, so that a spill in any kernel of the candidate is seen.
+ */
+void ktune__ptxas_resources(const char *log, struct ktune_resources *res)
 {
 	const char *p;
 	memset(res, 0, sizeof(*res));
-	if ((p = strstr(log, "bytes stack frame, ")))
-		sscanf(p, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
-		       &res->spill_stores, &res->spill_loads);
-	/* the stack frame size precedes its label */
-	if ((p = strstr(log, " bytes stack frame"))) {
-		const char *q = p;
-		while (q > log && q[-1] >= '0' && q[-1] <= '9')
-			q--;
-		res->stack = atoi(q);
+	for (p = log; (p = strstr(p, " bytes stack frame")); p++) {
+		int stores = 0, loads = 0;
+		keep_max(&res->stack, number_before(log, p));
+		if (sscanf(p, " bytes stack frame, %d bytes spill stores, %d bytes spill loads", &stores, &loads) == 2) {
+			keep_max(&res->spill_stores, stores);
+			keep_max(&res->spill_loads, loads);
+		}
 	}
-	if ((p = strstr(log, "Used ")))
-		sscanf(p, "Used %d registers", &res->registers);
-	if ((p = strstr(log, "registers, ")) && strstr(p, " bytes smem")) {
-		const char *q = strstr(p, " bytes smem");
-		while (q > log && q[-1] >= '0' && q[-1] <= '9')
-			q--;
-		res->smem_static = atoi(q);
+	for (p = log; (p = strstr(p, "Used ")); p++) {
+		int regs = 0;
+		const char *eol = strchr(p, '\n'), *smem = strstr(p, " bytes smem");
+		if (sscanf(p, "Used %d registers", &regs) == 1)
+			keep_max(&res->registers, regs);
+		if (smem && (!eol || smem < eol))
+			keep_max(&res->smem_static, number_before(log, smem));
 	}
 }
 
@@ -244,7 +260,7 @@ int ktune__compile(const char *name, const char *source, size_t len,
 		goto out;
 	}
 	nvrtcGetCUBIN(prog, out->data);
-	parse_resources(log, &out->res);
+	ktune__ptxas_resources(log, &out->res);
 	out->seconds = ktune__now() - t0;
 	if (dir && hash[0])
 		cache_store(dir, hash, out);

@@ -49,6 +49,9 @@ int ktune__compile(const char *name, const char *source, size_t len,
 
 void ktune__cubin_free(struct ktune_cubin *c);
 
+/* ptxas's "-v" log into res: the worst figures over the module's kernels. */
+void ktune__ptxas_resources(const char *log, struct ktune_resources *res);
+
 /* NVRTC's version, "13.0".  Thread-safe. */
 const char *ktune__nvrtc_version(void);
 

@@ -484,6 +484,31 @@ static void test_compile__writable_cache_files_are_not_loaded(void **state)
 	ktune__cubin_free(&fresh);
 }
 
+/* A module of two kernels: the second's spill must show, and the larger of each figure. */
+static void test_compile__resources_of_every_kernel(void **state)
+{
+	static const char log[] =
+		"ptxas info    : 0 bytes gmem\n"
+		"ptxas info    : Compiling entry function 'fwd' for 'sm_90a'\n"
+		"ptxas info    : Function properties for fwd\n"
+		"    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+		"ptxas info    : Used 96 registers, used 1 barriers, 16384 bytes smem, 400 bytes cmem[0]\n"
+		"ptxas info    : Compiling entry function 'bwd' for 'sm_90a'\n"
+		"ptxas info    : Function properties for bwd\n"
+		"    48 bytes stack frame, 40 bytes spill stores, 44 bytes spill loads\n"
+		"ptxas info    : Used 255 registers, used 1 barriers, 8192 bytes smem, 400 bytes cmem[0]\n";
+	struct ktune_resources r;
+	(void)state;
+	ktune__ptxas_resources(log, &r);
+	assert_int_equal(r.registers, 255);
+	assert_int_equal(r.spill_stores, 40);
+	assert_int_equal(r.spill_loads, 44);
+	assert_int_equal(r.stack, 48);
+	assert_int_equal(r.smem_static, 16384);
+	ktune__ptxas_resources("", &r);
+	assert_int_equal(r.registers + r.spill_stores + r.spill_loads + r.stack + r.smem_static, 0);
+}
+
 static void test_compile__nvrtc_version(void **state)
 {
 	int major = 0, minor = -1;
@@ -499,6 +524,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compile__nvrtc_version),
+		cmocka_unit_test(test_compile__resources_of_every_kernel),
 		cmocka_unit_test(test_compile__broken_source_gives_log),
 		cmocka_unit_test(test_compile__bad_arch_fails_cleanly),
 		cmocka_unit_test(test_compile__too_many_options),
