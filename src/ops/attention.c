@@ -281,7 +281,7 @@ const struct ktune_op ktune__op_attention = {
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"
-		 "pass: [fwd, bwd]\n"
+		 "pass: [fwd, bwd, bwd_det]\n"
 		 "hdim: [128, 64]\n"
 		 "mask: [none, causal]\n"
 		 "shapes:\n"

@@ -183,9 +183,9 @@ static void test_spec__default_suite(void **state)
 	 * x 3 shapes), dropout (3 sizes), softmax (2 directions x 5 shapes),
 	 * rmsnorm (3 passes x 4 shapes), layernorm (2 passes x 4 shapes) and
 	 * cross_entropy (2 passes x 4 shapes), gemm_quant (2 bits x 4 shapes) and
-	 * attention (2 passes x 2 head dims x 2 masks x 2 shapes).
+	 * attention (3 passes x 2 head dims x 2 masks x 2 shapes).
 	 */
-	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12 + 8 + 8 + 8 + 16);
+	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12 + 8 + 8 + 8 + 24);
 	assert_int_equal(s.budget, 0);
 	assert_string_equal(fmt(&s.keys[0]), "gemm f16 nn 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[4]), "gemm f16 nn 8192x8192x8192 aligned");
@@ -210,6 +210,7 @@ static void test_spec__default_suite(void **state)
 	assert_string_equal(fmt(&s.keys[184]), "attention bf16 fwd,128,none,1 1024x1024x256 aligned");
 	assert_string_equal(fmt(&s.keys[191]), "attention bf16 fwd,64,causal,1 4096x4096x64 aligned");
 	assert_string_equal(fmt(&s.keys[199]), "attention bf16 bwd,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[207]), "attention bf16 bwd_det,64,causal,1 4096x4096x64 aligned");
 	for (i = 0; i < s.nkeys; i++) {
 		for (j = 0; j < i; j++)
 			assert_string_not_equal(fmt(&s.keys[i]), fmt(&s.keys[j]));
