@@ -17,6 +17,7 @@ from .errors import Error, LibraryNotFoundError
 c_int64, c_float, c_char, c_int, c_uint64 = ctypes.c_int64, ctypes.c_float, ctypes.c_char, ctypes.c_int, ctypes.c_uint64
 c_double, c_size_t = ctypes.c_double, ctypes.c_size_t
 vp, cvp, fp, ccp = ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
+ip, u32p = ctypes.POINTER(c_int64), ctypes.POINTER(ctypes.c_uint32)
 
 
 class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
@@ -39,6 +40,19 @@ class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
         ("warm_seconds", c_double),   # its wall time
     ]
 
+
+class ktune_quant_format(ctypes.Structure):  # noqa: N801 (the C name)
+    """ktune_quant_format (include/ktune.h): a packed weight's bits, group,
+    dequantisation mode and whether its zero is one scalar."""
+    _fields_ = [
+        ("bits", c_int),         # 8, 4, 2 or 1
+        ("group_size", c_int),   # 32, 64, 128, or 0: per channel
+        ("mode", c_int),         # QUANT_MODES
+        ("zero_scalar", c_int),  # 1: one zero for the whole weight
+    ]
+
+
+qfp = ctypes.POINTER(ktune_quant_format)
 
 # Each public function of include/ktune.h: (restype, argtypes), in header order.
 # tests/test_package.py holds this table equal to the header's prototypes.  A
@@ -78,10 +92,32 @@ SIGNATURES = {
                                 fp, c_int, vp]),
     "ktune_layernorm_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, fp, fp, cvp, c_int64,
                                          vp, c_int64, vp, vp, c_int, vp]),
+    "ktune_cross_entropy": (c_int, [vp, c_int64, c_int64, cvp, c_int64, ip, c_int64, c_float, c_float, c_int, fp,
+                                    fp, c_int, vp]),
+    "ktune_cross_entropy_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, ip, c_int64, c_float, c_float,
+                                             c_int, fp, fp, vp, c_int64, c_int, vp]),
+    "ktune_cross_entropy_fused": (c_int, [vp, c_int64, c_int64, cvp, c_int64, ip, c_int64, c_float, c_float, c_int,
+                                          c_float, fp, vp, c_int64, c_int, vp]),
+    "ktune_linear_cross_entropy": (c_int, [vp, c_int64, c_int64, c_int64, cvp, c_int64, cvp, c_int64, ip, c_int64,
+                                           c_float, c_float, c_int, c_int64, c_float, fp, vp, c_int64, vp, c_int64,
+                                           c_int64, vp, c_size_t, c_int, vp]),
+    "ktune_quant_sizes": (c_int, [qfp, c_int64, c_int64, ip, ip, ip, ccp, c_size_t]),
+    "ktune_quant_pack": (c_int, [qfp, c_int64, c_int64, cvp, c_int64, c_int, u32p, vp, vp]),
+    "ktune_quant_unpack": (c_int, [qfp, c_int64, c_int64, u32p, cvp, cvp, c_int, vp, c_int64]),
+    "ktune_gemm_quant": (c_int, [vp, qfp, c_int64, c_int64, c_int64, cvp, c_int64, u32p, cvp, cvp, cvp, vp, c_int64,
+                                 c_int, vp]),
+    "ktune_attention_fwd": (c_int, [vp, c_int64, c_int64, c_int64, c_int64, c_int64, c_int64, cvp, ip, cvp, ip, cvp,
+                                    ip, vp, ip, fp, c_float, c_int, c_int, vp]),
+    "ktune_attention_bwd": (c_int, [vp, c_int64, c_int64, c_int64, c_int64, c_int64, c_int64, cvp, ip, cvp, ip, cvp,
+                                    ip, cvp, ip, cvp, ip, fp, vp, ip, vp, ip, vp, ip, c_float, c_int, c_int, c_int,
+                                    vp]),
 }
 
 # ktune_dtype values (include/ktune.h).
 DTYPES = {"f16": 0, "bf16": 1, "f32": 2}
+# ktune_reduction and ktune_quant_mode values.
+REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
+QUANT_MODES = {"scale_shift": 0, "scale": 1, "shift": 2, "fma": 3}
 
 _lock = threading.Lock()
 _lib = None
@@ -117,7 +153,8 @@ class Library:
             except AttributeError:
                 missing.append(name)
                 continue
-            f.restype, f.argtypes = res, [vp if a is fp else a for a in args]
+            # a pointer to numbers passes as an address (an int: a tensor's data_ptr())
+            f.restype, f.argtypes = res, [vp if a in (fp, ip, u32p) else a for a in args]
             setattr(self, name[len("ktune_"):], f)
         if missing:
             raise LibraryNotFoundError(f"'{path}' is not a libktune this package can use: it lacks "

@@ -20,6 +20,8 @@ C_TYPES = {
     "ktune_glu_act": ctypes.c_int, "ktune_ctx *": ctypes.c_void_p, "ktune_ctx **": ctypes.POINTER(ctypes.c_void_p),
     "void *": ctypes.c_void_p, "char *": ctypes.c_char_p, "float *": ctypes.POINTER(ctypes.c_float),
     "ktune_stats *": ctypes.POINTER(_lib.ktune_stats), "double": ctypes.c_double,
+    "ktune_reduction": ctypes.c_int, "ktune_quant_mode": ctypes.c_int, "int64_t *": ctypes.POINTER(ctypes.c_int64),
+    "uint32_t *": ctypes.POINTER(ctypes.c_uint32), "ktune_quant_format *": ctypes.POINTER(_lib.ktune_quant_format),
 }
 
 
@@ -99,6 +101,25 @@ def test_stats_structure_has_the_c_layout():
     size = f(offsets, n)
     assert size == ctypes.sizeof(_lib.ktune_stats)
     assert list(offsets) == [getattr(_lib.ktune_stats, name).offset for name, _ in _lib.ktune_stats._fields_]
+
+
+def test_quant_format_structure_matches_the_header():
+    assert [(n, t) for n, t in _lib.ktune_quant_format._fields_] == header_struct("ktune_quant_format")
+
+
+def test_quant_sizes_through_ctypes():
+    """A host function of the library (no GPU): the packed sizes of a weight
+    and a bad format's reason, through the bindings."""
+    lib = ktune.library()
+    fmt = _lib.ktune_quant_format(bits=4, group_size=128, mode=_lib.QUANT_MODES["scale_shift"], zero_scalar=0)
+    words, scales, zeros = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+    err = ctypes.create_string_buffer(256)
+    args = [ctypes.addressof(x) for x in (words, scales, zeros)]
+    assert lib.quant_sizes(ctypes.byref(fmt), 8, 256, *args, err, 256) == 0
+    assert (words.value, scales.value, zeros.value) == (8 * 256 // 8, 8 * 2, 8 * 2)
+    fmt.group_size = 48
+    assert lib.name_of(lib.quant_sizes(ctypes.byref(fmt), 8, 256, *args, err, 256)) == "ERR_INVALID"
+    assert b"group" in err.value
 
 
 def test_status_names_come_from_the_library():

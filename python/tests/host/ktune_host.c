@@ -33,7 +33,11 @@
 #include <unistd.h>
 
 #include "ktune.h"
+#include "common.h"
+#include "ops/attention-ref.h"
 #include "ops/elementwise-ref.h"
+#include "ops/quant-ref.h"
+#include "ops/quant.h"
 #include "ops/rowwise-ref.h"
 
 #define API __attribute__((visibility("default")))
@@ -890,5 +894,326 @@ API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t 
 	if (dbias)
 		store(dbias, ob, 1, cols, cols, dt);
 	free(a), free(w), free(m), free(s), free(g), free(o), free(ow), free(ob);
+	return KTUNE_OK;
+}
+
+/* ------------------------------------------------------------ cross-entropy */
+
+static const char *const REDUCTION_NAMES[] = { "mean", "sum", "none" };
+
+static ktune_status ce_check(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits, int64_t ld,
+			     const int64_t *targets, float smoothing, float softcap, ktune_reduction red,
+			     ktune_dtype dt)
+{
+	ktune_status rc = check_dtype(ctx, dt);
+	if (rc)
+		return rc;
+	CHECK(ctx, rows >= 0 && vocab >= 0, "cross_entropy: negative sizes");
+	CHECK(ctx, vocab <= 262144, "cross_entropy: vocab %lld is more than 262144", (long long)vocab);
+	MAT(ctx, "logits", logits, ld, vocab);
+	CHECK(ctx, targets, "cross_entropy: targets is NULL");
+	CHECK(ctx, red >= KTUNE_REDUCTION_MEAN && red <= KTUNE_REDUCTION_NONE, "unknown reduction %d", (int)red);
+	CHECK(ctx, smoothing >= 0 && smoothing <= 1, "cross_entropy: label_smoothing %g is not in [0, 1]",
+	      (double)smoothing);
+	CHECK(ctx, softcap >= 0, "cross_entropy: softcap %g is negative", (double)softcap);
+	return KTUNE_OK;
+}
+
+static void ce_note(ktune_ctx *ctx, const char *pass, int64_t rows, int64_t vocab, float smoothing, float softcap,
+		    ktune_reduction red, ktune_dtype dt, const void *logits, int64_t ld)
+{
+	char variant[24];
+	snprintf(variant, sizeof(variant), "%s,%s,%s,%s", pass, REDUCTION_NAMES[red], smoothing > 0 ? "on" : "off",
+		 softcap > 0 ? "on" : "off");
+	note_rows(ctx, "cross_entropy", variant, rows, vocab, dt, (const void *[]){ logits }, (int64_t[]){ ld }, 1);
+}
+
+API ktune_status ktune_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits,
+				     int64_t ld_logits, const int64_t *targets, int64_t ignore_index,
+				     float label_smoothing, float softcap, ktune_reduction reduction, float *loss,
+				     float *lse, ktune_dtype dt, void *stream)
+{
+	(void)stream;
+	ktune_status rc = ce_check(ctx, rows, vocab, logits, ld_logits, targets, label_smoothing, softcap,
+				   reduction, dt);
+	if (rc)
+		return rc;
+	CHECK(ctx, loss && lse, "cross_entropy: loss or lse is NULL");
+	if (rows == 0 || vocab == 0)
+		return KTUNE_OK;
+	ce_note(ctx, "fwd", rows, vocab, label_smoothing, softcap, reduction, dt, logits, ld_logits);
+	double *x = load(logits, rows, vocab, ld_logits, dt);
+	double *l = malloc(sizeof(double) * (size_t)rows), *s = malloc(sizeof(double) * (size_t)rows);
+	ktune__ref_cross_entropy(x, vocab, targets, ignore_index, label_smoothing, softcap, l, s, rows, vocab);
+	store_f32(lse, s, rows);
+	if (reduction == KTUNE_REDUCTION_NONE) {
+		store_f32(loss, l, rows);
+	} else {
+		double r = ktune__ref_cross_entropy_reduce(l, targets, ignore_index, reduction, rows);
+		store_f32(loss, &r, 1);
+	}
+	free(x), free(l), free(s);
+	return KTUNE_OK;
+}
+
+API ktune_status ktune_cross_entropy_backward(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits,
+					      int64_t ld_logits, const int64_t *targets, int64_t ignore_index,
+					      float label_smoothing, float softcap, ktune_reduction reduction,
+					      const float *lse, const float *dloss, void *dlogits, int64_t ld_dlogits,
+					      ktune_dtype dt, void *stream)
+{
+	(void)stream;
+	ktune_status rc = ce_check(ctx, rows, vocab, logits, ld_logits, targets, label_smoothing, softcap,
+				   reduction, dt);
+	if (rc)
+		return rc;
+	MAT(ctx, "dlogits", dlogits, ld_dlogits, vocab);
+	CHECK(ctx, lse && dloss, "cross_entropy backward: lse or dloss is NULL");
+	if (rows == 0 || vocab == 0)
+		return KTUNE_OK;
+	ce_note(ctx, "bwd", rows, vocab, label_smoothing, softcap, reduction, dt, logits, ld_logits);
+	double *x = load(logits, rows, vocab, ld_logits, dt), *s = load_f32(lse, rows);
+	double *g = load_f32(dloss, reduction == KTUNE_REDUCTION_NONE ? rows : 1);
+	ktune__ref_cross_entropy_backward(x, vocab, targets, ignore_index, label_smoothing, softcap, s, reduction, g,
+					  x, vocab, rows, vocab);
+	store(dlogits, x, rows, vocab, ld_dlogits, dt);
+	free(x), free(s), free(g);
+	return KTUNE_OK;
+}
+
+API ktune_status ktune_cross_entropy_fused(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits,
+					   int64_t ld_logits, const int64_t *targets, int64_t ignore_index,
+					   float label_smoothing, float softcap, ktune_reduction reduction, float dloss,
+					   float *loss, void *dlogits, int64_t ld_dlogits, ktune_dtype dt, void *stream)
+{
+	(void)stream;
+	ktune_status rc = ce_check(ctx, rows, vocab, logits, ld_logits, targets, label_smoothing, softcap,
+				   reduction, dt);
+	if (rc)
+		return rc;
+	MAT(ctx, "dlogits", dlogits, ld_dlogits, vocab);
+	CHECK(ctx, loss, "cross_entropy fused: loss is NULL");
+	if (rows == 0 || vocab == 0)
+		return KTUNE_OK;
+	ce_note(ctx, "fused", rows, vocab, label_smoothing, softcap, reduction, dt, logits, ld_logits);
+	double *x = load(logits, rows, vocab, ld_logits, dt);
+	double *l = malloc(sizeof(double) * (size_t)rows), *s = malloc(sizeof(double) * (size_t)rows);
+	double *g = malloc(sizeof(double) * (size_t)rows);
+	for (int64_t r = 0; r < rows; r++) /* none: every row's loss gets dloss */
+		g[r] = dloss;
+	ktune__ref_cross_entropy(x, vocab, targets, ignore_index, label_smoothing, softcap, l, s, rows, vocab);
+	if (reduction == KTUNE_REDUCTION_NONE) {
+		store_f32(loss, l, rows);
+	} else {
+		double r = ktune__ref_cross_entropy_reduce(l, targets, ignore_index, reduction, rows);
+		store_f32(loss, &r, 1);
+	}
+	ktune__ref_cross_entropy_backward(x, vocab, targets, ignore_index, label_smoothing, softcap, s, reduction, g,
+					  x, vocab, rows, vocab);
+	store(dlogits, x, rows, vocab, ld_dlogits, dt);
+	free(x), free(l), free(s), free(g);
+	return KTUNE_OK;
+}
+
+/* The float64 reference rounds each logit and dlogit as the chunks' bf16/f16 scratch does. */
+static ktune_dtype round_dt;
+static double round_to_dt(double v)
+{
+	uint32_t h = 0; /* room for any dtype's element */
+	put(&h, 0, v, round_dt);
+	return get(&h, 0, round_dt);
+}
+
+API ktune_status ktune_linear_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t dim, int64_t vocab,
+					    const void *hidden, int64_t ld_hidden, const void *weight, int64_t ld_weight,
+					    const int64_t *targets, int64_t ignore_index, float label_smoothing,
+					    float softcap, ktune_reduction reduction, int64_t count, float dloss,
+					    float *loss_rows, void *dhidden, int64_t ld_dhidden, void *dweight,
+					    int64_t ld_dweight, int64_t chunk_rows, void *scratch, size_t scratch_bytes,
+					    ktune_dtype dt, void *stream)
+{
+	static pthread_mutex_t round_lock = PTHREAD_MUTEX_INITIALIZER;
+	(void)stream, (void)count, (void)chunk_rows, (void)scratch, (void)scratch_bytes;
+	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "linear_cross_entropy: dtype must be f16 or bf16");
+	CHECK(ctx, reduction == KTUNE_REDUCTION_MEAN || reduction == KTUNE_REDUCTION_SUM,
+	      "linear_cross_entropy: reduction must be mean or sum");
+	CHECK(ctx, rows >= 0 && dim >= 0 && vocab >= 0, "linear_cross_entropy: negative sizes");
+	CHECK(ctx, targets, "linear_cross_entropy: targets is NULL");
+	CHECK(ctx, label_smoothing >= 0 && label_smoothing <= 1, "linear_cross_entropy: label_smoothing %g is not in "
+	      "[0, 1]", (double)label_smoothing);
+	CHECK(ctx, softcap >= 0, "linear_cross_entropy: softcap %g is negative", (double)softcap);
+	MAT(ctx, "hidden", hidden, ld_hidden, dim);
+	MAT(ctx, "weight", weight, ld_weight, dim);
+	MAT(ctx, "dhidden", dhidden, ld_dhidden, dim);
+	MAT(ctx, "dweight", dweight, ld_dweight, dim);
+	CHECK(ctx, loss_rows, "linear_cross_entropy: loss_rows is NULL");
+	if (rows == 0 || vocab == 0 || dim == 0)
+		return KTUNE_OK;
+	note(ctx, "linear_ce", dt, "", pow2(rows), dim, vocab, 1);
+	double *h = load(hidden, rows, dim, ld_hidden, dt), *w = load(weight, vocab, dim, ld_weight, dt);
+	double *l = malloc(sizeof(double) * (size_t)rows), *dh = malloc(sizeof(double) * (size_t)(rows * dim));
+	double *dw = malloc(sizeof(double) * (size_t)(vocab * dim));
+	pthread_mutex_lock(&round_lock);
+	round_dt = dt;
+	int bad = ktune__ref_linear_cross_entropy(h, w, targets, ignore_index, label_smoothing, softcap, reduction,
+						  dloss, round_to_dt, l, dh, dw, rows, dim, vocab);
+	pthread_mutex_unlock(&round_lock);
+	if (!bad) {
+		store_f32(loss_rows, l, rows);
+		store(dhidden, dh, rows, dim, ld_dhidden, dt);
+		store(dweight, dw, vocab, dim, ld_dweight, dt);
+	}
+	free(h), free(w), free(l), free(dh), free(dw);
+	return bad ? fail_with(ctx, KTUNE_ERR_NOMEM, "linear_cross_entropy: out of memory") : KTUNE_OK;
+}
+
+/* ------------------------------------------------------------ the quantized GEMM */
+
+/* ktune_quant_sizes, _pack and _unpack are the library's own (src/ops/quant.c, linked in): host code. */
+
+API ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format *fmt, int64_t m, int64_t n, int64_t k,
+				  const void *a, int64_t lda, const uint32_t *wq, const void *scales, const void *zeros,
+				  const void *bias, void *c, int64_t ldc, ktune_dtype dt, void *stream)
+{
+	struct ktune_quant_shape s;
+	struct ktune_err e;
+	(void)stream;
+	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "gemm_quant: dtype must be f16 or bf16");
+	CHECK(ctx, fmt, "gemm_quant: fmt is NULL");
+	if (ktune__quant_shape(fmt, n, k, &s, &e))
+		return fail(ctx, "gemm_quant: %s", e.msg);
+	MAT(ctx, "a", a, lda, k);
+	MAT(ctx, "c", c, ldc, n);
+	CHECK(ctx, wq, "gemm_quant: wq is NULL");
+	CHECK(ctx, scales || fmt->mode == KTUNE_QUANT_SHIFT, "gemm_quant: scales is NULL");
+	CHECK(ctx, zeros || fmt->mode == KTUNE_QUANT_SCALE, "gemm_quant: zeros is NULL");
+	if (m == 0 || n == 0)
+		return KTUNE_OK;
+	note(ctx, "gemm_quant", dt, "", m, n, k, 1);
+	int64_t nw, ns, nz;
+	ktune_quant_sizes(fmt, n, k, &nw, &ns, &nz, NULL, 0);
+	double *da = load(a, m, k, lda, dt), *dc = malloc(sizeof(double) * (size_t)(m * n));
+	double *w = malloc(sizeof(double) * (size_t)(nw > 0 ? nw : 1));
+	for (int64_t i = 0; i < nw; i++)
+		w[i] = (double)wq[i];
+	double *ds = scales ? load(scales, 1, ns, ns, dt) : NULL, *dz = zeros ? load(zeros, 1, nz, nz, dt) : NULL;
+	double *db = bias ? load(bias, 1, n, n, dt) : NULL;
+	ktune__ref_gemm_quant(&s, m, da, k, w, ds, dz, db, dc, n);
+	store(c, dc, m, n, ldc, dt);
+	free(da), free(dc), free(w), free(ds), free(dz), free(db);
+	return KTUNE_OK;
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* A [B, S, H, D] tensor of dtype with the API's strides (NULL: packed BSHD), as packed doubles. */
+static double *load_bshd(const void *p, const int64_t *st, int64_t b, int64_t s, int64_t h, int64_t d,
+			 ktune_dtype dt)
+{
+	int64_t sb = st ? st[0] : s * h * d, ss = st ? st[1] : h * d, sh = st ? st[2] : d;
+	double *out = malloc(sizeof(double) * (size_t)(b * s * h * d > 0 ? b * s * h * d : 1));
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t j = 0; j < s; j++)
+			for (int64_t k = 0; k < h; k++)
+				for (int64_t x = 0; x < d; x++)
+					out[((i * s + j) * h + k) * d + x] = get(p, i * sb + j * ss + k * sh + x, dt);
+	return out;
+}
+
+static void store_bshd(void *p, const int64_t *st, const double *v, int64_t b, int64_t s, int64_t h, int64_t d,
+		       ktune_dtype dt)
+{
+	int64_t sb = st ? st[0] : s * h * d, ss = st ? st[1] : h * d, sh = st ? st[2] : d;
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t j = 0; j < s; j++)
+			for (int64_t k = 0; k < h; k++)
+				for (int64_t x = 0; x < d; x++)
+					put(p, i * sb + j * ss + k * sh + x, v[((i * s + j) * h + k) * d + x], dt);
+}
+
+static struct ktune_attn_in packed_in(const double *p, int64_t s, int64_t h, int64_t d)
+{
+	return (struct ktune_attn_in){ p, s * h * d, h * d, d };
+}
+
+static struct ktune_attn_out packed_out(double *p, int64_t s, int64_t h, int64_t d)
+{
+	return (struct ktune_attn_out){ p, s * h * d, h * d, d };
+}
+
+static ktune_status attn_check(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq, int64_t hkv,
+			       int64_t d, int bwd, float scale, ktune_dtype dt, const void *const *bufs, int nbufs)
+{
+	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "attention: dtype must be f16 or bf16");
+	CHECK(ctx, batch >= 0 && sq >= 0 && hq >= 0 && sk >= 1 && hkv >= 1, "attention: bad sizes");
+	CHECK(ctx, d == 64 || d == 128 || (d == 256 && !bwd), "attention: head_dim %lld is not supported",
+	      (long long)d);
+	CHECK(ctx, hq % hkv == 0, "attention: hq %lld is not a multiple of hkv %lld", (long long)hq, (long long)hkv);
+	CHECK(ctx, scale > 0, "attention: scale must be > 0");
+	for (int i = 0; i < nbufs; i++)
+		CHECK(ctx, bufs[i], "attention: a buffer is NULL");
+	return KTUNE_OK;
+}
+
+API ktune_status ktune_attention_fwd(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq, int64_t hkv,
+				     int64_t head_dim, const void *q, const int64_t *q_strides, const void *k,
+				     const int64_t *k_strides, const void *v, const int64_t *v_strides, void *o,
+				     const int64_t *o_strides, float *lse, float scale, int causal, ktune_dtype dt,
+				     void *stream)
+{
+	(void)stream;
+	int64_t d = head_dim;
+	ktune_status rc = attn_check(ctx, batch, sq, sk, hq, hkv, d, 0, scale, dt,
+				     (const void *[]){ q, k, v, o, lse }, 5);
+	if (rc)
+		return rc;
+	if (batch == 0 || sq == 0 || hq == 0)
+		return KTUNE_OK;
+	note(ctx, "attention", dt, causal ? "fwd,causal" : "fwd,none", pow2(sq), pow2(sk), pow2(batch * hq), 1);
+	struct ktune_attn_shape s = { batch, sq, sk, hq, hkv, d, causal, scale };
+	double *dq = load_bshd(q, q_strides, batch, sq, hq, d, dt), *dk = load_bshd(k, k_strides, batch, sk, hkv, d, dt);
+	double *dv = load_bshd(v, v_strides, batch, sk, hkv, d, dt);
+	double *dout = malloc(sizeof(double) * (size_t)(batch * sq * hq * d));
+	double *dl = malloc(sizeof(double) * (size_t)(batch * hq * sq));
+	ktune__ref_attention(&s, packed_in(dq, sq, hq, d), packed_in(dk, sk, hkv, d), packed_in(dv, sk, hkv, d),
+			     packed_out(dout, sq, hq, d), dl);
+	store_bshd(o, o_strides, dout, batch, sq, hq, d, dt);
+	store_f32(lse, dl, batch * hq * sq);
+	free(dq), free(dk), free(dv), free(dout), free(dl);
+	return KTUNE_OK;
+}
+
+API ktune_status ktune_attention_bwd(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq, int64_t hkv,
+				     int64_t head_dim, const void *q, const int64_t *q_strides, const void *k,
+				     const int64_t *k_strides, const void *v, const int64_t *v_strides, const void *o,
+				     const int64_t *o_strides, const void *dout, const int64_t *dout_strides,
+				     const float *lse, void *dq, const int64_t *dq_strides, void *dk,
+				     const int64_t *dk_strides, void *dv, const int64_t *dv_strides, float scale,
+				     int causal, int deterministic, ktune_dtype dt, void *stream)
+{
+	(void)stream, (void)o, (void)o_strides, (void)lse;
+	int64_t d = head_dim;
+	ktune_status rc = attn_check(ctx, batch, sq, sk, hq, hkv, d, 1, scale, dt,
+				     (const void *[]){ q, k, v, o, dout, lse, dq, dk, dv }, 9);
+	if (rc)
+		return rc;
+	if (batch == 0 || hq == 0)
+		return KTUNE_OK;
+	note(ctx, "attention", dt, deterministic ? "bwd_det" : "bwd", pow2(sq), pow2(sk), pow2(batch * hq), 1);
+	struct ktune_attn_shape s = { batch, sq, sk, hq, hkv, d, causal, scale };
+	double *xq = load_bshd(q, q_strides, batch, sq, hq, d, dt), *xk = load_bshd(k, k_strides, batch, sk, hkv, d, dt);
+	double *xv = load_bshd(v, v_strides, batch, sk, hkv, d, dt);
+	double *xg = load_bshd(dout, dout_strides, batch, sq, hq, d, dt);
+	double *gq = malloc(sizeof(double) * (size_t)(batch * sq * hq * d + 1));
+	double *gk = malloc(sizeof(double) * (size_t)(batch * sk * hkv * d));
+	double *gv = malloc(sizeof(double) * (size_t)(batch * sk * hkv * d));
+	/* recomputed from Q, K, V: the exact gradient (the kernels use the saved O and lse) */
+	ktune__ref_attention_backward(&s, packed_in(xq, sq, hq, d), packed_in(xk, sk, hkv, d),
+				      packed_in(xv, sk, hkv, d), packed_in(xg, sq, hq, d), packed_out(gq, sq, hq, d),
+				      packed_out(gk, sk, hkv, d), packed_out(gv, sk, hkv, d));
+	store_bshd(dq, dq_strides, gq, batch, sq, hq, d, dt);
+	store_bshd(dk, dk_strides, gk, batch, sk, hkv, d, dt);
+	store_bshd(dv, dv_strides, gv, batch, sk, hkv, d, dt);
+	free(xq), free(xk), free(xv), free(xg), free(gq), free(gk), free(gv);
 	return KTUNE_OK;
 }
