@@ -20,6 +20,8 @@ C_TYPES = {
     "ktune_glu_act": ctypes.c_int, "ktune_ctx *": ctypes.c_void_p, "ktune_ctx **": ctypes.POINTER(ctypes.c_void_p),
     "void *": ctypes.c_void_p, "char *": ctypes.c_char_p, "float *": ctypes.POINTER(ctypes.c_float),
     "ktune_stats *": ctypes.POINTER(_lib.ktune_stats), "double": ctypes.c_double,
+    "ktune_reduction": ctypes.c_int, "ktune_quant_mode": ctypes.c_int, "int64_t *": ctypes.POINTER(ctypes.c_int64),
+    "uint32_t *": ctypes.POINTER(ctypes.c_uint32), "ktune_quant_format *": ctypes.POINTER(_lib.ktune_quant_format),
 }
 
 
@@ -84,6 +86,19 @@ def test_stats_structure_matches_the_header():
     fields = header_struct("ktune_stats")
     assert len(fields) >= 13  # the parse found the fields
     assert [(n, t) for n, t in _lib.ktune_stats._fields_] == fields
+
+
+def test_quant_format_structure_matches_the_header():
+    assert [(n, t) for n, t in _lib.ktune_quant_format._fields_] == header_struct("ktune_quant_format")
+
+
+def test_enum_values_match_the_header():
+    """The reduction and quantisation-mode names the ops take, by their C values."""
+    text = open(os.path.join(REPO, "include", "ktune.h")).read()
+    for prefix, table in (("KTUNE_REDUCTION_", _lib.REDUCTIONS), ("KTUNE_QUANT_", _lib.QUANT_MODES),
+                          ("KTUNE_", _lib.DTYPES)):
+        for name, value in table.items():
+            assert re.search(rf"\b{prefix}{name.upper()} = {value},", text), (prefix, name)
 
 
 def test_stats_structure_has_the_c_layout():
