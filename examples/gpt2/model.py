@@ -2,8 +2,12 @@
 positions, 50257 tokens), randomly initialised as GPT-2 was (normal 0.02,
 residual projections scaled by 1/sqrt(2 n_layer)), from plain torch.nn
 modules so that ktune.patch finds its Linear, LayerNorm and GELU layers.
-Attention is torch's scaled_dot_product_attention (ktune has no attention op
-yet); the LM head shares the token embedding's weight."""
+Attention is torch's scaled_dot_product_attention, called through each
+block's `sdpa` attribute, and the loss the LM head's logits, then
+F.cross_entropy, unless `lm_loss` is set to a module that takes (hidden,
+weight, targets): train.py's ktune run sets them to ktune.nn's
+ScaledDotProductAttention and LinearCrossEntropy.  The LM head shares the
+token embedding's weight."""
 import math
 from dataclasses import dataclass
 
@@ -29,12 +33,13 @@ class Attention(nn.Module):
         self.c_attn = nn.Linear(c.n_embd, 3 * c.n_embd)
         self.c_proj = nn.Linear(c.n_embd, c.n_embd)
         self.dropout = c.dropout
+        self.sdpa = F.scaled_dot_product_attention  # or a module of its signature
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0)
+        y = self.sdpa(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -69,6 +74,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(c.n_embd)
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
+        self.lm_loss = None  # or a module (hidden, weight, targets) -> loss: the head and its loss in one
         self.apply(self._init)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -86,5 +92,8 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
+        if self.lm_loss is not None:
+            return self.lm_loss(x.view(-1, x.size(-1)), self.lm_head.weight, targets.view(-1))
+        logits = self.lm_head(x)
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))

@@ -2,7 +2,11 @@
 """examples/gpt2/train.py - train GPT-2 small (124M, random init) for a few
 steps, stock PyTorch and with ktune.patch, from the same seed on the same
 batches, and compare: loss per step, tokens per second, which modules ktune
-served and which stayed with torch.
+served and which stayed with torch.  Besides ktune.patch's modules, the ktune
+run's attention is ktune.nn.ScaledDotProductAttention (flash attention where
+the head dim allows, torch's otherwise) and its LM head and loss one
+ktune.nn.LinearCrossEntropy (the logits never held whole); --torch-attention
+and --torch-loss keep torch's.
 
     python3 examples/gpt2/train.py                       # both runs on cuda, 20 steps
     python3 examples/gpt2/train.py --mode ktune --compile
@@ -80,12 +84,13 @@ def run(name, args, data):
     cfg = Config(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.seq,
                  vocab_size=args.vocab)
     model = GPT(cfg).to(args.device)
-    served = None
+    served = not_run = None
     counting = contextlib.nullcontext(None)
     if name == "ktune":
         import ktune
         rep = ktune.patch(model)
         print(rep)
+        print(ktune_ops(model, args))
         if args.record:
             ktune.record_misses(args.record)  # checked now: a typo fails before the run, not at exit
         counting = ktune.count_dispatch()  # one more C call per ktune call: about a microsecond
@@ -119,16 +124,49 @@ def run(name, args, data):
             if served is None and name == "ktune" and not args.compile:
                 import ktune
                 kinds = {n: type(m).__name__ for n, m in model.named_modules()}
-                served = {n: (kinds[n], how) for n, how in ktune.nn.report(model).items()}
+                rep = ktune.nn.report(model)
+                served = {n: (kinds[n], how) for n, how in rep.items() if how != "not run"}
+                not_run = [n for n, how in rep.items() if how == "not run"]  # lm_head: fused into lm_loss
     timed = times[args.warmup:] or times
     tps = args.batch * args.seq * len(timed) / sum(timed)
     out = {"losses": losses, "tokens_per_s": tps, "served": served, "step_s": times}
+    if served is not None:
+        out["not_run"] = not_run
     if name == "ktune":
         out.update(runtime(args, dispatch))
     if args.profile:  # one more step, after the timed ones, on the next batch (the same for both runs)
         x, y = (t.to(args.device) for t in next(data_iter))
         out["profile"] = profile_step(lambda: step(x, y), args.device)
     return out
+
+
+def ktune_ops(model, args):
+    """The ktune run's attention and LM-head loss: ktune.nn's stand-ins, each
+    falling back to torch's where the shapes do not map (they say why)."""
+    import ktune
+    done = []
+    if not args.torch_attention:
+        for block in model.h:
+            block.attn.sdpa = ktune.nn.ScaledDotProductAttention()
+        done.append(f"attention: ktune.nn.ScaledDotProductAttention in {len(model.h)} blocks")
+    if not args.torch_loss:
+        model.lm_loss = ktune.nn.LinearCrossEntropy()
+        done.append("LM head and loss: ktune.nn.LinearCrossEntropy (lm_head's GEMM fused into it)")
+    return "ktune ops: " + ("; ".join(done) if done else "none (--torch-attention --torch-loss)")
+
+
+def torch_kept(res, args):
+    """What the ktune run left to torch: always the embeddings, the residual adds and AdamW;
+    attention and the loss where ktune.nn's stand-ins were not used or fell back."""
+    served = res["served"] or {}
+    kept = ["token and position embeddings"]
+    attn = [how for cls, how in served.values() if cls == "ScaledDotProductAttention"]
+    if args.torch_attention or not attn or any(how != "ktune" for how in attn):
+        kept.append("attention (scaled_dot_product_attention)")
+    loss = [how for cls, how in served.values() if cls == "LinearCrossEntropy"]
+    if args.torch_loss or not loss or any(how != "ktune" for how in loss):
+        kept.append("cross-entropy")
+    return kept + ["residual adds", "AdamW"]
 
 
 def runtime(args, dispatch):
@@ -242,6 +280,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--tol", type=float, default=0.05, help="largest |loss difference| at any step (nats)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (both runs)")
+    ap.add_argument("--torch-attention", action="store_true",
+                    help="the ktune run keeps torch's attention (default: ktune.nn.ScaledDotProductAttention)")
+    ap.add_argument("--torch-loss", action="store_true",
+                    help="the ktune run keeps torch's LM head logits and cross-entropy (default: "
+                         "ktune.nn.LinearCrossEntropy)")
     ap.add_argument("--json", help="write losses, tokens/s and the served modules here")
     ap.add_argument("--record", metavar="PATH",
                     help="save the keys the ktune run served without a tuned entry into the misses file PATH "
@@ -269,9 +312,10 @@ def main(argv=None):
     if "ktune" in res and res["ktune"]["served"] is not None:
         print("\nserved by ktune (its last eager forward):")
         for (cls, how), mods in sorted(summary(res["ktune"]["served"]).items()):
-            print(f"  {cls:10s} {len(mods):3d} by {how} (e.g. {', '.join(mods[:3])})")
-        print("  torch throughout: token and position embeddings, attention (scaled_dot_product_attention),"
-              " residual adds, cross-entropy, AdamW")
+            print(f"  {cls:25s} {len(mods):3d} by {how} (e.g. {', '.join(mods[:3])})")
+        if res["ktune"].get("not_run"):
+            print(f"  not run: {', '.join(res['ktune']['not_run'])} (lm_head's GEMM is inside LinearCrossEntropy)")
+        print("  torch throughout: " + ", ".join(torch_kept(res["ktune"], args)))
     if "ktune" in res:
         print_dispatch(res["ktune"], args.steps)
     for n in names:

@@ -4,6 +4,10 @@
     y = ktune.gemm(x, w.t())                     # x @ w.T, the nn.Linear layout
     y = ktune.swiglu(h)                          # silu(h[..., :c]) * h[..., c:]
     y = ktune.rms_norm(x, w, residual=r)         # (y, x + r)
+    o = ktune.attention(q, k, v, causal=True)    # flash attention on [B, H, S, D], GQA
+    loss = ktune.linear_cross_entropy(h, w, t)   # the LM head and its loss; the logits never whole
+    wq, s, z = ktune.quant_pack(w, fmt)          # fmt = ktune.QuantFormat(bits=4, group_size=128)
+    y = ktune.gemm_quant(x, wq, s, z, fmt)       # x @ dequant(w).T
     ktune.patch(model)                           # nn.Linear, LayerNorm, ... served by ktune
     ktune.record_misses("misses.yaml")           # untuned shapes saved at exit: ktune sweep --misses
     ktune.stats()                                # calls, misses, NVRTC compiles, cache loads
@@ -16,9 +20,10 @@ import sys
 
 from .contexts import close, context, db_path, record_misses, recording, save_misses, set_db_path
 from .errors import Error, LibraryNotFoundError
-from .functional import (add, dropout, dropout_backward, gelu, gelu_backward, geglu, gemm, glu_backward,
-                         layer_norm, layer_norm_backward, rms_norm, rms_norm_backward, softmax,
-                         softmax_backward, swiglu)
+from .functional import (add, attention, cross_entropy, cross_entropy_fused, dropout, dropout_backward, gelu,
+                         gelu_backward, geglu, gemm, gemm_quant, glu_backward, layer_norm, layer_norm_backward,
+                         linear_cross_entropy, rms_norm, rms_norm_backward, softmax, softmax_backward, swiglu)
+from .quant import QuantFormat, quant_pack, quant_unpack
 from .runtime import Stats, count_dispatch, stats, warm
 from .tuning import CommandError, last_dispatch, sweep, tune
 

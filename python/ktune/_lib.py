@@ -17,7 +17,7 @@ from .errors import Error, LibraryNotFoundError
 c_int64, c_float, c_char, c_int, c_uint64 = ctypes.c_int64, ctypes.c_float, ctypes.c_char, ctypes.c_int, ctypes.c_uint64
 c_double, c_size_t = ctypes.c_double, ctypes.c_size_t
 vp, cvp, fp, ccp = ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
-ip, u32p = ctypes.POINTER(c_int64), ctypes.POINTER(ctypes.c_uint32)
+i64p, u32p = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint32)
 
 
 class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
@@ -42,13 +42,13 @@ class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
 
 
 class ktune_quant_format(ctypes.Structure):  # noqa: N801 (the C name)
-    """ktune_quant_format (include/ktune.h): a packed weight's bits, group,
-    dequantisation mode and whether its zero is one scalar."""
+    """ktune_quant_format (include/ktune.h): a weight-quantized matrix's format
+    (tests/test_package.py holds it equal to the header)."""
     _fields_ = [
-        ("bits", c_int),         # 8, 4, 2 or 1
-        ("group_size", c_int),   # 32, 64, 128, or 0: per channel
-        ("mode", c_int),         # QUANT_MODES
-        ("zero_scalar", c_int),  # 1: one zero for the whole weight
+        ("bits", c_int),         # 8, 4, 2 or 1 bits per weight
+        ("group_size", c_int),   # 32, 64, 128, or 0: one group per row (per channel)
+        ("mode", c_int),         # ktune_quant_mode
+        ("zero_scalar", c_int),  # 1: one zero for the whole weight; 0: one per group
     ]
 
 
@@ -92,32 +92,32 @@ SIGNATURES = {
                                 fp, c_int, vp]),
     "ktune_layernorm_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, cvp, fp, fp, cvp, c_int64,
                                          vp, c_int64, vp, vp, c_int, vp]),
-    "ktune_cross_entropy": (c_int, [vp, c_int64, c_int64, cvp, c_int64, ip, c_int64, c_float, c_float, c_int, fp,
+    "ktune_cross_entropy": (c_int, [vp, c_int64, c_int64, cvp, c_int64, i64p, c_int64, c_float, c_float, c_int, fp,
                                     fp, c_int, vp]),
-    "ktune_cross_entropy_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, ip, c_int64, c_float, c_float,
+    "ktune_cross_entropy_backward": (c_int, [vp, c_int64, c_int64, cvp, c_int64, i64p, c_int64, c_float, c_float,
                                              c_int, fp, fp, vp, c_int64, c_int, vp]),
-    "ktune_cross_entropy_fused": (c_int, [vp, c_int64, c_int64, cvp, c_int64, ip, c_int64, c_float, c_float, c_int,
+    "ktune_cross_entropy_fused": (c_int, [vp, c_int64, c_int64, cvp, c_int64, i64p, c_int64, c_float, c_float, c_int,
                                           c_float, fp, vp, c_int64, c_int, vp]),
-    "ktune_linear_cross_entropy": (c_int, [vp, c_int64, c_int64, c_int64, cvp, c_int64, cvp, c_int64, ip, c_int64,
+    "ktune_linear_cross_entropy": (c_int, [vp, c_int64, c_int64, c_int64, cvp, c_int64, cvp, c_int64, i64p, c_int64,
                                            c_float, c_float, c_int, c_int64, c_float, fp, vp, c_int64, vp, c_int64,
                                            c_int64, vp, c_size_t, c_int, vp]),
-    "ktune_quant_sizes": (c_int, [qfp, c_int64, c_int64, ip, ip, ip, ccp, c_size_t]),
+    "ktune_quant_sizes": (c_int, [qfp, c_int64, c_int64, i64p, i64p, i64p, ccp, c_size_t]),
     "ktune_quant_pack": (c_int, [qfp, c_int64, c_int64, cvp, c_int64, c_int, u32p, vp, vp]),
     "ktune_quant_unpack": (c_int, [qfp, c_int64, c_int64, u32p, cvp, cvp, c_int, vp, c_int64]),
     "ktune_gemm_quant": (c_int, [vp, qfp, c_int64, c_int64, c_int64, cvp, c_int64, u32p, cvp, cvp, cvp, vp, c_int64,
                                  c_int, vp]),
-    "ktune_attention_fwd": (c_int, [vp, c_int64, c_int64, c_int64, c_int64, c_int64, c_int64, cvp, ip, cvp, ip, cvp,
-                                    ip, vp, ip, fp, c_float, c_int, c_int, vp]),
-    "ktune_attention_bwd": (c_int, [vp, c_int64, c_int64, c_int64, c_int64, c_int64, c_int64, cvp, ip, cvp, ip, cvp,
-                                    ip, cvp, ip, cvp, ip, fp, vp, ip, vp, ip, vp, ip, c_float, c_int, c_int, c_int,
-                                    vp]),
+    "ktune_attention_fwd": (c_int, [vp, c_int64, c_int64, c_int64, c_int64, c_int64, c_int64, cvp, i64p, cvp, i64p,
+                                    cvp, i64p, vp, i64p, fp, c_float, c_int, c_int, vp]),
+    "ktune_attention_bwd": (c_int, [vp, c_int64, c_int64, c_int64, c_int64, c_int64, c_int64, cvp, i64p, cvp, i64p,
+                                    cvp, i64p, cvp, i64p, cvp, i64p, fp, vp, i64p, vp, i64p, vp, i64p, c_float, c_int,
+                                    c_int, c_int, vp]),
 }
 
-# ktune_dtype values (include/ktune.h).
+# ktune_dtype, ktune_reduction and ktune_quant_mode values (include/ktune.h).
 DTYPES = {"f16": 0, "bf16": 1, "f32": 2}
-# ktune_reduction and ktune_quant_mode values.
 REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
 QUANT_MODES = {"scale_shift": 0, "scale": 1, "shift": 2, "fma": 3}
+_AS_VOID_P = (fp, i64p, u32p)
 
 _lock = threading.Lock()
 _lib = None
@@ -153,8 +153,7 @@ class Library:
             except AttributeError:
                 missing.append(name)
                 continue
-            # a pointer to numbers passes as an address (an int: a tensor's data_ptr())
-            f.restype, f.argtypes = res, [vp if a in (fp, ip, u32p) else a for a in args]
+            f.restype, f.argtypes = res, [vp if a in _AS_VOID_P else a for a in args]
             setattr(self, name[len("ktune_"):], f)
         if missing:
             raise LibraryNotFoundError(f"'{path}' is not a libktune this package can use: it lacks "

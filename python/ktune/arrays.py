@@ -15,7 +15,7 @@ class View:
         self.ptr = ptr  # int
         self.shape = shape  # tuple
         self.strides = strides  # tuple, in elements
-        self.dtype = dtype  # "f16", "bf16" or "f32"
+        self.dtype = dtype  # "f16", "bf16" or "f32"; "i64", "i32" for index and packed-word tensors
         self.device = device  # ("cuda", ordinal) or ("cpu", None)
         self.readonly = readonly
 
@@ -47,6 +47,22 @@ def of_torch(t, name):
         if dt is None:
             raise TypeError(f"{name}: dtype {t.dtype} is not supported (float32, float16, bfloat16)")
     # t.device makes a new object each time; a CUDA tensor's ordinal comes cheaper
+    dev = ("cuda", t.get_device()) if t.is_cuda else (t.device.type, t.device.index)
+    return View(t.data_ptr(), tuple(t.shape), t.stride(), dt, dev)
+
+
+_TORCH_INDEX = {}  # torch integer dtype -> "i64", "i32": class targets, packed quantized words
+
+
+def of_torch_index(t, name):
+    """The View of an int64 or int32 torch tensor (TypeError for another dtype)."""
+    dt = _TORCH_INDEX.get(t.dtype)
+    if dt is None:
+        torch = sys.modules["torch"]
+        _TORCH_INDEX.update({torch.int64: "i64", torch.int32: "i32"})
+        dt = _TORCH_INDEX.get(t.dtype)
+        if dt is None:
+            raise TypeError(f"{name}: dtype {t.dtype} is not supported (int64, int32)")
     dev = ("cuda", t.get_device()) if t.is_cuda else (t.device.type, t.device.index)
     return View(t.data_ptr(), tuple(t.shape), t.stride(), dt, dev)
 

@@ -428,3 +428,191 @@ def layer_norm_backward(x, weight, mean, rstd, dy, dweight=True, dbias=True):
     _check((mean, rstd), ("mean", "rstd"), ("torch.float32",))
     dx, dw, db = _ops().layer_norm_backward(x, weight, mean, rstd, dy, bool(dweight), bool(dbias))
     return dx, (dw if dweight else None), (db if dbias else None)
+
+
+# --- cross-entropy ---------------------------------------------------------------------------
+
+def _target(target, name, shape, like):
+    """int64 class indices of `shape` on like's device."""
+    t = _torch()
+    if not _is_tensor(target):
+        raise TypeError(f"{name}: expected a torch.Tensor, not {type(target).__name__}")
+    if target.dtype != t.int64:
+        raise TypeError(f"{name}: dtype {target.dtype} is not supported (int64 class indices)")
+    if tuple(target.shape) != tuple(shape):
+        raise ValueError(f"{name}: shape {tuple(target.shape)} where {tuple(shape)} is needed")
+    if target.device != like.device:
+        raise ValueError(f"{name}: on {target.device}, {'logits' if like.dim() == 2 else 'hidden'} on {like.device}")
+
+
+MAX_VOCAB = 262144  # the longest row cross_entropy holds (include/ktune.h)
+
+
+def _ce_args(ignore_index, reduction, label_smoothing, softcap, reductions=("mean", "sum", "none")):
+    """The scalars of a cross-entropy call, checked: (ignore_index, label_smoothing, softcap as a float, 0 for none)."""
+    if not isinstance(ignore_index, int) or isinstance(ignore_index, bool) or not -(1 << 63) <= ignore_index < 1 << 63:
+        raise TypeError(f"ignore_index must be an int64, not {ignore_index!r}")
+    if reduction not in reductions:
+        raise ValueError(f"reduction must be one of {', '.join(map(repr, reductions))}, not {reduction!r}")
+    if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
+        raise ValueError(f"label_smoothing must be a number in [0, 1], not {label_smoothing!r}")
+    if softcap is not None and (not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf):
+        raise ValueError(f"softcap must be None or a finite number > 0, not {softcap!r}")
+    return int(ignore_index), float(label_smoothing), float(softcap or 0.0)
+
+
+def _vocab(vocab, what):
+    if not 1 <= vocab <= MAX_VOCAB:
+        raise ValueError(f"{what}: vocab {vocab} is not in 1..{MAX_VOCAB}")
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None):
+    """F.cross_entropy(logits, target, ignore_index=..., reduction=...,
+    label_smoothing=...) of logits [rows, vocab] (float32, float16 or bfloat16, read
+    as they are) against int64 target [rows], in float32 math: the loss is float32
+    (0-d, or [rows] for reduction="none").  softcap > 0 caps the logits first,
+    softcap * tanh(logits / softcap) (Gemma 2's).  Unlike torch: a mean over no
+    row not ignored is 0 (torch: NaN), and a target outside [0, vocab) that is
+    not ignore_index gives a NaN loss (torch raises).  Autograd: the gradient
+    by the logits through ktune_cross_entropy_backward, from the forward's lse."""
+    ignore_index, label_smoothing, softcap = _ce_args(ignore_index, reduction, label_smoothing, softcap)
+    _check((logits,), ("logits",))
+    if logits.dim() != 2:
+        raise ValueError(f"logits: must be 2-D [rows, vocab], not {logits.dim()}-D")
+    _vocab(logits.shape[1], "cross_entropy")
+    _target(target, "target", logits.shape[:1], logits)
+    return _ops().cross_entropy(logits, target, ignore_index, reduction, label_smoothing, softcap)[0]
+
+
+def cross_entropy_fused(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None,
+                        dloss=1.0):
+    """(loss, dlogits) in one read of the logits (ktune_cross_entropy_fused): the
+    loss of cross_entropy and its gradient by the logits times dloss, a number
+    (1 for loss.backward() of a mean or sum; with reduction="none", every row's
+    loss gets dloss), for a training step that writes its own backward
+    (logits.backward(dlogits)).  No autograd."""
+    ignore_index, label_smoothing, softcap = _ce_args(ignore_index, reduction, label_smoothing, softcap)
+    if not isinstance(dloss, (int, float)) or not math.isfinite(dloss):
+        raise ValueError(f"dloss must be a finite number, not {dloss!r}")
+    _check((logits,), ("logits",))
+    if logits.dim() != 2:
+        raise ValueError(f"logits: must be 2-D [rows, vocab], not {logits.dim()}-D")
+    _vocab(logits.shape[1], "cross_entropy_fused")
+    _target(target, "target", logits.shape[:1], logits)
+    return _ops().cross_entropy_fused(logits, target, ignore_index, reduction, label_smoothing, softcap, float(dloss))
+
+
+def linear_cross_entropy(hidden, weight, target, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                         softcap=None):
+    """cross_entropy(hidden @ weight.T, target) without the logits: the LM head and its
+    loss in one (ktune_linear_cross_entropy), hidden [..., dim] and weight [vocab,
+    dim] (nn.Linear's) float16 or bfloat16, target [...] int64; reduction "mean" or
+    "sum"; a float32 0-d loss.  The logits are made a chunk of rows at a time and
+    their gradient in place of them, so the [rows, vocab] logits never exist whole.
+    Autograd as Liger's fused linear cross-entropy: the gradients by hidden and
+    weight are computed in the forward (for a loss gradient of 1) and kept until the
+    backward, which scales them by the loss's gradient; so the forward costs three
+    GEMMs, even without a backward to follow."""
+    ignore_index, label_smoothing, softcap = _ce_args(ignore_index, reduction, label_smoothing, softcap,
+                                                      ("mean", "sum"))
+    _check((hidden, weight), ("hidden", "weight"), _FLOATS[:2])
+    if hidden.dim() < 1 or weight.dim() != 2:
+        raise ValueError(f"linear_cross_entropy: hidden [..., dim] and weight [vocab, dim], not {hidden.dim()}-D "
+                         f"and {weight.dim()}-D")
+    dim = hidden.shape[-1]
+    if weight.shape[1] != dim or dim < 1:
+        raise ValueError(f"weight: shape {tuple(weight.shape)} where [vocab, {dim}] (hidden's last dimension, "
+                         "at least 1) is needed")
+    _vocab(weight.shape[0], "linear_cross_entropy")
+    _target(target, "target", hidden.shape[:-1], hidden)
+    return _ops().linear_cross_entropy(hidden.reshape(-1, dim), weight, target.reshape(-1), ignore_index, reduction,
+                                       label_smoothing, softcap)[0]
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+HEAD_DIMS = (64, 128, 256)  # the forward's; the backward's are 64 and 128
+
+
+def attention(q, k, v, causal=False, scale=None, return_lse=False):
+    """Flash attention on [batch, heads, seq, head_dim] tensors, as
+    F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True): softmax(scale q k^T + mask) v, float16 or bfloat16 with fp32
+    accumulation, scale 1/sqrt(head_dim) by default.  k and v are [batch, kv_heads,
+    seq_k, head_dim], q's heads a multiple of kv_heads (grouped-query attention).
+    Any strides with head_dim contiguous (torch's BHSD, or BSHD transposed) are read
+    as they are.  Unlike torch, causal is aligned bottom-right (FlashAttention-2's:
+    query i sees key j when j <= i + seq_k - seq_q; the same as torch's for seq_q ==
+    seq_k), and a row that sees no key gives zeros, not NaN.  head_dim 64, 128 or
+    256 (the backward: 64 and 128); the output is [batch, heads, seq, head_dim]
+    with BSHD strides (o.transpose(1, 2) is contiguous).  return_lse: (o, lse),
+    lse float32 [batch, heads, seq_q], the rows' log-sum-exp.  Autograd through
+    ktune_attention_bwd, deterministic when torch.use_deterministic_algorithms is on."""
+    _check((q, k, v), ("q", "k", "v"), _FLOATS[:2])
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"attention: q, k, v must be 4-D [batch, heads, seq, head_dim], not {q.dim()}-D, "
+                         f"{k.dim()}-D, {v.dim()}-D")
+    _same_shape(k, v, "k", "v")
+    b, hq, sq, d = q.shape
+    if k.shape[0] != b or k.shape[3] != d:
+        raise ValueError(f"k: shape {tuple(k.shape)} where [{b}, kv_heads, seq_k, {d}] (q's batch and head_dim) "
+                         "is needed")
+    hkv, sk = k.shape[1], k.shape[2]
+    if hkv < 1 or hq % hkv:
+        raise ValueError(f"attention: q's {hq} heads are not a multiple of k's {hkv}")
+    if sk < 1:
+        raise ValueError("attention: k and v have no keys (seq_k is 0)")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"attention: head_dim {d} is not 64, 128 or 256")
+    t = _torch()
+    if d == 256 and t.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise ValueError("attention: head_dim 256 has no backward (64 and 128 have): run it under torch.no_grad()")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < math.inf:
+        raise ValueError(f"scale must be a finite number > 0, not {scale!r}")
+    o, lse = _ops().attention(q, k, v, bool(causal), float(scale))
+    return (o, lse) if return_lse else o
+
+
+# --- the weight-quantized GEMM -----------------------------------------------------------------
+
+def gemm_quant(a, wq, scales, zeros, fmt, bias=None):
+    """a @ dequant(wq, scales, zeros).T (+ bias) with the weight packed by
+    ktune.quant_pack in format fmt (a ktune.QuantFormat): a [..., k] float16 or
+    bfloat16, wq int32 [n, RW], scales and zeros of a's dtype (None where fmt has
+    none), bias [n] or None; fp32 accumulation, the result [..., n] in a's dtype,
+    its rows padded to 8 elements as gemm's.  Forward only (no autograd: the
+    weight is frozen, and a's gradient would need the dequantised weight)."""
+    from .quant import _format
+    fmt = _format(fmt)
+    _check((a,), ("a",), _FLOATS[:2])
+    t = _torch()
+    if a.dim() < 1:
+        raise ValueError("a: a 0-d tensor has no rows")
+    if not _is_tensor(wq) or wq.dtype != t.int32:
+        raise TypeError(f"wq: expected an int32 torch.Tensor (quant_pack's words), not "
+                        f"{getattr(wq, 'dtype', type(wq).__name__)}")
+    if wq.dim() != 2:
+        raise ValueError(f"wq: must be 2-D [n, RW], not {wq.dim()}-D")
+    k, n = a.shape[-1], wq.shape[0]
+    wshape, sshape, zshape = fmt.shapes(n, k)
+    if tuple(wq.shape) != wshape:
+        raise ValueError(f"wq: shape {tuple(wq.shape)} where {wshape} is needed for [n, k] = [{n}, {k}]")
+    for x, shape, name in ((scales, sshape, "scales"), (zeros, zshape, "zeros")):
+        if (x is None) != (shape is None):
+            raise ValueError(f"{name}: format {fmt.mode!r} {'has none' if shape is None else 'needs them'}")
+        if x is not None:
+            _check((a, x), ("a", name), _FLOATS[:2])
+            if x.numel() != math.prod(shape):
+                raise ValueError(f"{name}: shape {tuple(x.shape)} where {shape} is needed")
+    for x, name in ((wq, "wq"), (bias, "bias")):
+        if x is not None and x.device != a.device:
+            raise ValueError(f"{name}: on {x.device}, a on {a.device}")
+    if bias is not None:
+        _check((a, bias), ("a", "bias"), _FLOATS[:2])
+        if tuple(bias.shape) != (n,):
+            raise ValueError(f"bias: shape {tuple(bias.shape)} where ({n},) is needed")
+    y = _ops().gemm_quant(a.reshape(-1, k), wq, scales, zeros, bias, fmt.bits, fmt.group_size,
+                          fmt.mode, fmt.zero_scalar)
+    return y.reshape(*a.shape[:-1], n) if a.dim() != 2 else y

@@ -13,7 +13,8 @@ from . import nn as knn
 
 
 def _table():
-    t = {torch.nn.Linear: knn.Linear, torch.nn.LayerNorm: knn.LayerNorm, torch.nn.GELU: knn.GELU}
+    t = {torch.nn.Linear: knn.Linear, torch.nn.LayerNorm: knn.LayerNorm, torch.nn.GELU: knn.GELU,
+         torch.nn.CrossEntropyLoss: knn.CrossEntropyLoss}
     if knn.RMSNorm is not None:
         t[torch.nn.RMSNorm] = knn.RMSNorm
     return t
@@ -35,10 +36,13 @@ class PatchReport:
 
 
 def patch(model):
-    """Swaps every torch.nn.Linear, LayerNorm, RMSNorm and GELU of `model` (the
-    model itself included) for its ktune.nn subclass, in place, and returns a
-    PatchReport of what was swapped and of the subclasses kept.  Calling it
-    again swaps nothing more."""
+    """Swaps every torch.nn.Linear, LayerNorm, RMSNorm, GELU and
+    CrossEntropyLoss of `model` (the model itself included) for its ktune.nn
+    subclass, in place, and returns a PatchReport of what was swapped and of
+    the subclasses kept.  Calling it again swaps nothing more.  Attention has
+    no torch module to swap (F.scaled_dot_product_attention is a function):
+    ktune.nn.ScaledDotProductAttention stands in where a model calls it
+    through an attribute, as examples/gpt2 does."""
     table = _table()
     rep = PatchReport()
     for name, m in model.named_modules():

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from . import calls
-from .arrays import of_torch, rows_of, matrix_of
+from .arrays import of_torch, of_torch_index, rows_of, matrix_of
 
 _MASK64 = (1 << 64) - 1
 
@@ -533,3 +533,250 @@ def _ln_backward(ctx, gy, gmean, grstd):
 
 
 layer_norm.register_autograd(_ln_backward, setup_context=_ln_setup)
+
+
+# --- cross-entropy: fp32 losses; the backward from the forward's lse ----------------------------------
+
+def _idx(t, name="target"):
+    return of_torch_index(t, name)
+
+
+def _ce_loss(logits, reduction):
+    rows = logits.shape[0]
+    return _new(logits, (rows,) if reduction == "none" else (), torch.float32)
+
+
+@_op("cross_entropy")
+def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
+                  softcap: float) -> tuple[Tensor, Tensor]:
+    """(loss, lse): the loss float32 (0-d, or [rows] for "none"), lse float32 [rows]."""
+    (logits, vl), target = _rowwise(logits, "logits"), _flat(target)
+    loss, lse = _ce_loss(logits, reduction), _new(logits, (logits.shape[0],), torch.float32)
+    if logits.numel():
+        calls.cross_entropy(vl, _idx(target), _v(loss, "loss"), _v(lse, "lse"), ignore_index, label_smoothing,
+                            softcap, reduction, _stream(logits))
+    else:  # libktune writes nothing: a mean or sum over no rows is 0
+        loss.zero_()
+        lse.zero_()
+    return loss, lse
+
+
+@cross_entropy.register_fake
+def _(logits, target, ignore_index, reduction, label_smoothing, softcap):
+    return _ce_loss(logits, reduction), _new(logits, (logits.shape[0],), torch.float32)
+
+
+@_op("cross_entropy_backward")
+def cross_entropy_backward(logits: Tensor, target: Tensor, lse: Tensor, dloss: Tensor, ignore_index: int,
+                           reduction: str, label_smoothing: float, softcap: float) -> Tensor:
+    """dlogits, the gradient of cross_entropy's loss times dloss (shaped as the loss)."""
+    (logits, vl), target, lse = _rowwise(logits, "logits"), _flat(target), _flat(lse)
+    dloss = _flat(dloss.to(torch.float32))
+    dlogits = _new(logits)
+    if dlogits.numel():
+        calls.cross_entropy_backward(vl, _idx(target), _v(lse, "lse"), _v(dloss, "dloss"), _v(dlogits, "dlogits"),
+                                     ignore_index, label_smoothing, softcap, reduction, _stream(logits))
+    return dlogits
+
+
+@cross_entropy_backward.register_fake
+def _(logits, target, lse, dloss, ignore_index, reduction, label_smoothing, softcap):
+    return _new(logits)
+
+
+def _ce_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
+    ctx.args = inputs[2:]
+
+
+def _ce_backward(ctx, gloss, glse):
+    logits, target, lse = ctx.saved_tensors
+    return (cross_entropy_backward(logits, target, lse, gloss, *ctx.args), None, None, None, None, None)
+
+
+cross_entropy.register_autograd(_ce_backward, setup_context=_ce_setup)
+
+
+@_op("cross_entropy_fused")
+def cross_entropy_fused(logits: Tensor, target: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
+                        softcap: float, dloss: float) -> tuple[Tensor, Tensor]:
+    """(loss, dlogits) in one read of the logits; dloss the loss's gradient, a number."""
+    (logits, vl), target = _rowwise(logits, "logits"), _flat(target)
+    loss, dlogits = _ce_loss(logits, reduction), _new(logits)
+    if logits.numel():
+        calls.cross_entropy_fused(vl, _idx(target), _v(loss, "loss"), _v(dlogits, "dlogits"), dloss, ignore_index,
+                                  label_smoothing, softcap, reduction, _stream(logits))
+    else:
+        loss.zero_()
+        dlogits.zero_()
+    return loss, dlogits
+
+
+@cross_entropy_fused.register_fake
+def _(logits, target, ignore_index, reduction, label_smoothing, softcap, dloss):
+    return _ce_loss(logits, reduction), _new(logits)
+
+
+# --- the LM head's linear cross-entropy: gradients computed in the forward (Liger's way) ------------------
+#
+# libktune computes the loss a row and the gradients of the *sum* (dloss 1) a chunk of rows at a time;
+# the op returns the loss, those gradients and the factor a mean's gradients get (1 / the rows not
+# ignored), so that the backward scales them once by the loss's gradient times that factor, and
+# nothing waits for the GPU to count the rows (ktune_linear_cross_entropy's own mean would).
+
+LCE_SCRATCH_BYTES = 256 << 20  # the most one call's chunk of logits takes (the C call's `scratch`)
+
+
+def lce_chunk_rows(rows, vocab, scratch_bytes=None):
+    """The rows of a linear_cross_entropy chunk: as many as LCE_SCRATCH_BYTES holds (a
+    multiple of 64 above 64), at least 1, at most rows."""
+    per_row = -(-vocab // ALIGN) * ALIGN * 2
+    chunk = max(1, (LCE_SCRATCH_BYTES if scratch_bytes is None else scratch_bytes) // per_row)
+    if chunk > 64:
+        chunk -= chunk % 64
+    return min(chunk, max(rows, 1)), per_row
+
+
+@_op("linear_cross_entropy")
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, ignore_index: int, reduction: str,
+                         label_smoothing: float, softcap: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(loss, dhidden, dweight, factor): dhidden and dweight the gradients of the sum of
+    the rows' losses, factor what a gradient of the loss gets (1 / count for a mean)."""
+    (hidden, vh), (weight, vw), target = _rowwise(hidden, "hidden"), _rowwise(weight, "weight"), _flat(target)
+    rows, vocab = hidden.shape[0], weight.shape[0]
+    dhidden, dweight = _new(hidden), _new(weight)
+    loss_rows = _new(hidden, (rows,), torch.float32)
+    if rows == 0:
+        dweight.zero_()
+        loss_rows.zero_()
+    else:
+        chunk, per_row = lce_chunk_rows(rows, vocab)
+        scratch = torch.empty(chunk * per_row, dtype=torch.uint8, device=hidden.device)
+        calls.linear_cross_entropy(vh, vw, _idx(target), _v(loss_rows, "loss_rows"), _v(dhidden, "dhidden"),
+                                   _v(dweight, "dweight"), scratch.data_ptr(), scratch.numel(), chunk, ignore_index,
+                                   label_smoothing, softcap, "sum", 1.0, -1, _stream(hidden))
+    if reduction == "mean":
+        factor = 1.0 / (target != ignore_index).sum().clamp(min=1).to(torch.float32)
+    else:
+        factor = torch.ones((), dtype=torch.float32, device=hidden.device)
+    return loss_rows.sum() * factor, dhidden, dweight, factor
+
+
+@linear_cross_entropy.register_fake
+def _(hidden, weight, target, ignore_index, reduction, label_smoothing, softcap):
+    scalar = _new(hidden, (), torch.float32)
+    return scalar, _new(hidden), _new(weight), _new(hidden, (), torch.float32)
+
+
+def _lce_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1], output[2], output[3])
+
+
+def _lce_backward(ctx, gloss, gdhidden, gdweight, gfactor):
+    dhidden, dweight, factor = ctx.saved_tensors
+    g = gloss * factor
+    return (dhidden * g if ctx.needs_input_grad[0] else None, dweight * g if ctx.needs_input_grad[1] else None,
+            None, None, None, None, None)
+
+
+linear_cross_entropy.register_autograd(_lce_backward, setup_context=_lce_setup)
+
+
+# --- flash attention on [B, H, S, D] tensors; outputs with BSHD strides ------------------------------------
+
+def _attn_ok(t):
+    """Whether libktune reads t [B, H, S, D] as it is: D contiguous, 16-byte aligned, the
+    strides of the dimensions longer than 1 multiples of 8 elements."""
+    if t.shape[3] > 1 and t.stride(3) != 1 or t.data_ptr() % 16:
+        return False
+    return all(st % ALIGN == 0 for size, st in zip(t.shape[:3], t.stride()[:3]) if size > 1)
+
+
+def _attn_in(t):
+    return t if _attn_ok(t) else torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+
+
+def _bshd(like, shape):
+    """An empty [B, H, S, D] tensor with BSHD strides (the transpose of a contiguous [B, S, H, D])."""
+    b, h, s, d = shape
+    return torch.empty((b, s, h, d), dtype=like.dtype, device=like.device).transpose(1, 2)
+
+
+@_op("attention")
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """(o, lse): o [B, Hq, Sq, D] with BSHD strides, lse float32 [B, Hq, Sq]."""
+    q, k, v = _attn_in(q), _attn_in(k), _attn_in(v)
+    o, lse = _bshd(q, q.shape), _new(q, q.shape[:3], torch.float32)
+    if o.numel():
+        calls.attention_fwd(_v(q, "q"), _v(k, "k"), _v(v, "v"), _v(o, "o"), _v(lse, "lse"), scale, causal,
+                            _stream(q))
+    return o, lse
+
+
+@attention.register_fake
+def _(q, k, v, causal, scale):
+    return _bshd(q, q.shape), _new(q, q.shape[:3], torch.float32)
+
+
+@_op("attention_backward")
+def attention_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, dout: Tensor, causal: bool,
+                       scale: float, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv), shaped as q, k, v with BSHD strides."""
+    q, k, v, o, dout, lse = _attn_in(q), _attn_in(k), _attn_in(v), _attn_in(o), _attn_in(dout), _flat(lse)
+    dq, dk, dv = _bshd(q, q.shape), _bshd(k, k.shape), _bshd(v, v.shape)
+    if q.shape[0] * q.shape[1] * q.shape[2] == 0:  # no query rows: nothing reaches k or v
+        dk.zero_()
+        dv.zero_()
+    elif dq.numel():
+        calls.attention_bwd(_v(q, "q"), _v(k, "k"), _v(v, "v"), _v(o, "o"), _v(dout, "dout"), _v(lse, "lse"),
+                            _v(dq, "dq"), _v(dk, "dk"), _v(dv, "dv"), scale, causal, deterministic, _stream(q))
+    return dq, dk, dv
+
+
+@attention_backward.register_fake
+def _(q, k, v, o, lse, dout, causal, scale, deterministic=False):
+    return _bshd(q, q.shape), _bshd(k, k.shape), _bshd(v, v.shape)
+
+
+def _attn_setup(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1])
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _attn_backward(ctx, go, glse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward(q, k, v, o, lse, go, ctx.causal, ctx.scale,
+                                    torch.are_deterministic_algorithms_enabled())
+    return dq, dk, dv, None, None
+
+
+attention.register_autograd(_attn_backward, setup_context=_attn_setup)
+
+
+# --- the weight-quantized GEMM (forward only) -------------------------------------------------------
+
+@_op("gemm_quant")
+def gemm_quant(a: Tensor, wq: Tensor, scales: Optional[Tensor], zeros: Optional[Tensor], bias: Optional[Tensor],
+               bits: int, group_size: int, mode: str, zero_scalar: bool) -> Tensor:
+    """a [m, k] @ dequant(wq, scales, zeros)^T (+ bias): [m, n], its rows padded to 8 elements."""
+    m, k, n = a.shape[0], a.shape[1], wq.shape[0]
+    c = _padded(m, n, a)
+    if c.numel() == 0:
+        return c
+    va = of_torch(a, "a")
+    if va.ptr % 16 or a.stride(1) != 1 or (m > 1 and a.stride(0) % ALIGN):  # a's rows 16-byte aligned, as asked
+        a = torch.empty((m, k), dtype=a.dtype, device=a.device).copy_(a)
+        va = _v(a, "a")
+    if wq.data_ptr() % 16 or not wq.is_contiguous():
+        wq = wq.clone(memory_format=torch.contiguous_format)
+    vs, vz, vb = (None if t is None else _v(_flat(t), name)
+                  for t, name in ((scales, "scales"), (zeros, "zeros"), (bias, "bias")))
+    calls.gemm_quant(calls.quant_format(bits, group_size, mode, zero_scalar), va, _idx(wq, "wq"), vs, vz, vb,
+                     _v(c, "c"), _stream(a))
+    return c
+
+
+@gemm_quant.register_fake
+def _(a, wq, scales, zeros, bias, bits, group_size, mode, zero_scalar):
+    return _padded(a.shape[0], wq.shape[0], a)

@@ -14,8 +14,9 @@ TRAIN = os.path.join(REPO, "examples", "gpt2", "train.py")
 
 def test_gpt2_short_run(torch, dev, tmp_path):
     # the data is this repository's text, so the batches change with it: the tiny model takes a
-    # learning rate at which 4 steps learn whatever the bytes (3 at 6e-4 once went up)
-    size = (["--batch", "2", "--seq", "32", "--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--vocab", "256",
+    # learning rate at which 4 steps learn whatever the bytes (3 at 6e-4 once went up); its heads
+    # are 64 wide, so that ktune's attention serves them
+    size = (["--batch", "2", "--seq", "32", "--n-layer", "2", "--n-head", "2", "--n-embd", "128", "--vocab", "256",
              "--lr", "1e-2", "--steps", "4"] if dev == "cpu" else ["--batch", "4", "--seq", "256", "--steps", "3"])
     steps = int(size[size.index("--steps") + 1])
     out, misses = tmp_path / "gpt2.json", tmp_path / "misses.yaml"
@@ -31,13 +32,25 @@ def test_gpt2_short_run(torch, dev, tmp_path):
     assert len(stock["losses"]) == len(kt["losses"]) == steps
     assert kt["losses"][-1] < kt["losses"][0]  # it learns
     served = {how for _, how in kt["served"].values()}
-    assert served == {"ktune"}, kt["served"]  # every Linear, LayerNorm and GELU ran on ktune
-    assert "served by ktune" in p.stdout
-    # what served its calls: the Python layer's count agrees with the context's own
+    assert served == {"ktune"}, kt["served"]  # every Linear, LayerNorm, GELU, attention and the loss ran on ktune
+    classes = {cls for cls, _ in kt["served"].values()}
+    assert {"ScaledDotProductAttention", "LinearCrossEntropy"} <= classes, classes
+    assert kt["not_run"] == ["lm_head"]  # its GEMM is inside LinearCrossEntropy
+    assert "served by ktune" in p.stdout and "ScaledDotProductAttention" in p.stdout
+    assert "torch throughout: token and position embeddings, residual adds, AdamW" in p.stdout
+    # what served its calls: the Python layer's count agrees with the context's own, where
+    # each linear_cross_entropy call is four inside libktune (at these sizes one chunk of
+    # rows: the logits' GEMM, the fused cross-entropy, the two gradients' GEMMs)
     dispatch, stats = kt["dispatch"], kt["stats"]
-    assert {op for op, _, _ in dispatch} >= {"gemm", "layernorm", "layernorm_backward", "gelu", "gelu_backward"}
-    assert sum(n for _, _, n in dispatch) == stats["calls"]
-    assert sum(n for _, src, n in dispatch if src not in ("exact", "arch", "shipped")) == stats["missed_calls"]
+    assert {op for op, _, _ in dispatch} >= {"gemm", "layernorm", "layernorm_backward", "gelu", "gelu_backward",
+                                             "attention_fwd", "attention_bwd", "linear_cross_entropy"}
+    lce = sum(n for op, _, n in dispatch if op == "linear_cross_entropy")
+    assert lce == steps
+    outer = sum(n for op, _, n in dispatch if op != "linear_cross_entropy")
+    assert outer + 4 * lce == stats["calls"]
+    missed = sum(n for op, src, n in dispatch if src not in ("exact", "arch", "shipped")
+                 and op != "linear_cross_entropy")
+    assert missed <= stats["missed_calls"] <= missed + 4 * lce
     assert "served by tuned entries" in p.stdout
     # --record: the missed keys saved once (not again at exit), ready for ktune sweep --misses
     if stats["missed_keys"]:

@@ -209,3 +209,122 @@ print("breaks", e.graph_break_count, [r.reason[:200] for r in e.break_reasons])
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=os.environ)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "breaks 0 []" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cross_entropy_loss_matches_torch_and_is_patched(torch, dev, dtype):
+    kw = dict(ignore_index=3, label_smoothing=0.1)
+    k, t = ktune.nn.CrossEntropyLoss(**kw), torch.nn.CrossEntropyLoss(**kw)
+    x = rand(torch, dev, (7, 50), dtype, 20, True)
+    y = torch.randint(0, 50, (7,), generator=torch.Generator().manual_seed(21)).to(dev)
+    y[2] = 3
+    xk = x.detach().clone().requires_grad_()
+    lk, lt = k(xk, y), t(x.float(), y)
+    assert k.ktune_served == "ktune" and lk.dtype == x.dtype
+    close(torch, lk.float(), lt, dtype, "CrossEntropyLoss")
+    lk.backward()
+    lt.backward()
+    close(torch, xk.grad, x.grad, dtype, "CrossEntropyLoss dx", 2)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.CrossEntropyLoss())
+    rep = ktune.patch(m)
+    assert sorted(c for _, c in rep.swapped) == ["CrossEntropyLoss", "Linear"]
+    k, t = ktune.nn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()
+    probs = torch.softmax(torch.randn(7, 50), -1).to(dev)  # class probabilities: torch's own
+    assert torch.equal(k(x.detach().float(), probs), t(x.detach().float(), probs))
+    assert k.ktune_served.startswith("torch: target dtype")
+
+
+def test_linear_cross_entropy_module_matches_torch_under_autocast(torch, dev):
+    """The fused head under autocast (float32 hidden and weight, bfloat16 GEMMs) against
+    torch's head and loss; float32 without autocast falls back to torch's."""
+    F = torch.nn.functional
+    m = ktune.nn.LinearCrossEntropy(label_smoothing=0.05)
+    h = rand(torch, dev, (2, 9, 64), "float32", 22, True, scale=1.0)
+    w = rand(torch, dev, (77, 64), "float32", 23, True, scale=0.125)
+    y = torch.randint(0, 77, (2, 9), generator=torch.Generator().manual_seed(24)).to(dev)
+    hk, wk = (a.detach().clone().requires_grad_() for a in (h, w))
+    with torch.autocast(dev, dtype=torch.bfloat16):
+        lk = m(hk, wk, y)
+        lt = F.cross_entropy(F.linear(h, w).float().view(-1, 77), y.view(-1), label_smoothing=0.05)
+    assert m.ktune_served == "ktune" and lk.dtype == torch.float32
+    close(torch, lk, lt, "bfloat16", "LinearCrossEntropy", 0.25)
+    lk.backward()
+    lt.backward()
+    for a, b, what in ((hk.grad, h.grad, "dhidden"), (wk.grad, w.grad, "dweight")):
+        assert a.dtype == torch.float32
+        s = b.abs().max().item()
+        close(torch, a / s, b / s, "bfloat16", what)
+    lf = m(h.detach(), w.detach(), y)  # float32, no autocast: torch's head, logits and all
+    assert m.ktune_served.startswith("torch: dtype")
+    close(torch, lf, F.cross_entropy(h.detach().view(-1, 64) @ w.detach().t(), y.view(-1), label_smoothing=0.05),
+          "float32", "fallback")
+
+
+def test_scaled_dot_product_attention_module(torch, dev):
+    F = torch.nn.functional
+    sdpa = ktune.nn.ScaledDotProductAttention()
+    q = rand(torch, dev, (2, 4, 12, 64), "bfloat16", 25, True, scale=1.0)
+    kv = rand(torch, dev, (2, 4, 12, 64), "bfloat16", 26, True, scale=1.0)
+    qk, kvk = (a.detach().clone().requires_grad_() for a in (q, kv))
+    yk = sdpa(qk, kvk, kvk, is_causal=True)
+    yt = F.scaled_dot_product_attention(q.float(), kv.float(), kv.float(), is_causal=True)
+    assert sdpa.ktune_served == "ktune"
+    close(torch, yk, yt.to(yk.dtype), "bfloat16", "ScaledDotProductAttention", 2)
+    dy = rand(torch, dev, yk.shape, "bfloat16", 27, scale=1.0)
+    yk.backward(dy)
+    yt.backward(dy.float())
+    close(torch, qk.grad, q.grad, "bfloat16", "dq", 4)
+    close(torch, kvk.grad, kv.grad, "bfloat16", "dkv", 4)
+    # where ktune's would differ from torch's, torch's own, and the reason
+    falls = [
+        (dict(attn_mask=torch.ones(12, 12, dtype=torch.bool, device=dev)), "an attention mask"),
+        (dict(dropout_p=0.1), "dropout_p"),
+        (dict(q=q[:, :, :5], is_causal=True), "top-left"),
+        (dict(q=q.float()), "dtype torch.float32"),
+        (dict(q=q[..., :32], k=kv[..., :32], v=kv[..., :32]), "head_dim 32"),
+    ]
+    for kw, why in falls:
+        args = dict(q=q.detach(), k=kv.detach(), v=kv.detach())
+        args.update(kw)
+        qq, kk, vv = args.pop("q").detach(), args.pop("k").detach(), args.pop("v").detach()
+        if kk.dtype != qq.dtype:
+            kk, vv = kk.to(qq.dtype), vv.to(qq.dtype)
+        with torch.random.fork_rng():
+            got = sdpa(qq, kk, vv, **args)
+        assert why in sdpa.ktune_served, (why, sdpa.ktune_served)
+        if "dropout_p" not in args:
+            assert torch.equal(got, F.scaled_dot_product_attention(qq, kk, vv, **args))
+    with pytest.raises(RuntimeError):  # torch's own error: GQA without enable_gqa
+        sdpa(q.detach(), kv[:, :2].detach(), kv[:, :2].detach())
+    assert "without enable_gqa" in sdpa.ktune_served
+    got = sdpa(q.detach(), kv[:, :2].detach(), kv[:, :2].detach(), enable_gqa=True)  # GQA when asked
+    assert sdpa.ktune_served == "ktune" and got.shape == q.shape
+
+
+def test_torch_compile_traces_attention_and_the_losses_whole(torch, dev):
+    """Attention, the fused LM head and cross-entropy under torch.compile (fullgraph),
+    forward and backward, against the same eager; the quantized GEMM too (forward)."""
+    torch._dynamo.reset()
+
+    def step(x, w, t):
+        b, s, d = x.shape
+        q, k, v = (x.view(b, s, 2, 64).transpose(1, 2) for _ in range(3))
+        y = ktune.attention(q, k, v, causal=True).transpose(1, 2).reshape(b, s, d)
+        return ktune.linear_cross_entropy(y, w, t) + ktune.cross_entropy(ktune.gemm(y.reshape(b * s, d), w.t()),
+                                                                         t.reshape(-1), label_smoothing=0.1)
+    backend = "inductor" if dev == "cuda" else "aot_eager"
+    x = rand(torch, dev, (2, 16, 128), "bfloat16", 30, True, scale=1.0)
+    w = rand(torch, dev, (40, 128), "bfloat16", 31, True, scale=0.1)
+    t = torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(32)).to(dev)
+    xe, we = (a.detach().clone().requires_grad_() for a in (x, w))
+    le, lc = step(xe, we, t), torch.compile(step, backend=backend, fullgraph=True)(x, w, t)
+    close(torch, lc, le, "float32", "compiled loss")
+    ge, gc = torch.autograd.grad(le, [xe, we]), torch.autograd.grad(lc, [x, w])
+    for a, b in zip(gc, ge):
+        close(torch, a, b, "bfloat16", "compiled gradients")
+    assert torch._dynamo.explain(step)(x.detach(), w.detach(), t).graph_break_count == 0
+    fmt = ktune.QuantFormat(4, 32)
+    wq, scales, zeros = ktune.quant_pack(w.detach()[:, :128], fmt)
+    f = torch.compile(lambda a: ktune.gemm_quant(a, wq, scales, zeros, fmt), backend=backend, fullgraph=True)
+    a = x.detach()[0]
+    assert torch.equal(f(a), ktune.gemm_quant(a, wq, scales, zeros, fmt))

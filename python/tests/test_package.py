@@ -88,6 +88,19 @@ def test_stats_structure_matches_the_header():
     assert [(n, t) for n, t in _lib.ktune_stats._fields_] == fields
 
 
+def test_quant_format_structure_matches_the_header():
+    assert [(n, t) for n, t in _lib.ktune_quant_format._fields_] == header_struct("ktune_quant_format")
+
+
+def test_enum_values_match_the_header():
+    """The reduction and quantisation-mode names the ops take, by their C values."""
+    text = open(os.path.join(REPO, "include", "ktune.h")).read()
+    for prefix, table in (("KTUNE_REDUCTION_", _lib.REDUCTIONS), ("KTUNE_QUANT_", _lib.QUANT_MODES),
+                          ("KTUNE_", _lib.DTYPES)):
+        for name, value in table.items():
+            assert re.search(rf"\b{prefix}{name.upper()} = {value},", text), (prefix, name)
+
+
 def test_stats_structure_has_the_c_layout():
     """Offsets and size as the C compiler lays the struct out (the host double
     was built against include/ktune.h and tells them)."""
@@ -101,10 +114,6 @@ def test_stats_structure_has_the_c_layout():
     size = f(offsets, n)
     assert size == ctypes.sizeof(_lib.ktune_stats)
     assert list(offsets) == [getattr(_lib.ktune_stats, name).offset for name, _ in _lib.ktune_stats._fields_]
-
-
-def test_quant_format_structure_matches_the_header():
-    assert [(n, t) for n, t in _lib.ktune_quant_format._fields_] == header_struct("ktune_quant_format")
 
 
 def test_quant_sizes_through_ctypes():

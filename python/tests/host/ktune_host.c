@@ -7,11 +7,13 @@
  * ktune_test_host_memory and takes "cpu" tensors instead of "cuda" ones.
  *
  * Every op is the float64 reference the tuner checks kernels against
- * (src/ops/elementwise-ref.c, rowwise-ref.c), with inputs read and outputs
- * rounded in the call's dtype, and the argument checks of include/ktune.h
- * (row strides, NULL pointers, sizes), so that the Python layer's marshalling
- * is held to what the real library accepts.  It proves nothing about the
- * GPU kernels.
+ * (src/ops/elementwise-ref.c, rowwise-ref.c, attention-ref.c, quant.h's
+ * dequantisation), with inputs read and outputs rounded in the call's dtype,
+ * and the argument checks of include/ktune.h (row strides, NULL pointers,
+ * sizes, alignment where the real library asks it), so that the Python
+ * layer's marshalling is held to what the real library accepts.  The host
+ * functions of the quantized format (ktune_quant_sizes, _pack, _unpack) are
+ * the real ones (src/ops/quant.c).  It proves nothing about the GPU kernels.
  *
  * The runtime's bookkeeping is honest but simple.  There is no tuning, so
  * every key is served by its one implementation, "default", and is a miss:
@@ -33,10 +35,8 @@
 #include <unistd.h>
 
 #include "ktune.h"
-#include "common.h"
 #include "ops/attention-ref.h"
 #include "ops/elementwise-ref.h"
-#include "ops/quant-ref.h"
 #include "ops/quant.h"
 #include "ops/rowwise-ref.h"
 
@@ -257,11 +257,15 @@ static void key_text(const struct hkey *k, char *buf, size_t len)
 	int two = strcmp(k->op, "add") && strcmp(k->op, "gelu") && strcmp(k->op, "dropout");
 	int n = snprintf(buf, len, "  - {op: %s, dtype: %s, variant: \"%s\", ", k->op, dtype_name(k->dtype),
 			 k->variant);
-	if (!strcmp(k->op, "gemm"))
+	if (!strcmp(k->op, "gemm") || !strcmp(k->op, "gemm_quant"))
 		n += snprintf(buf + n, len - (size_t)n, "m: %lld, n: %lld, k: %lld", (long long)k->m, (long long)k->n,
 			      (long long)k->k);
+	else if (!strcmp(k->op, "attention"))
+		n += snprintf(buf + n, len - (size_t)n, "sq: %lld, sk: %lld, bh: %lld", (long long)k->m, (long long)k->n,
+			      (long long)k->k);
 	else if (two)
-		n += snprintf(buf + n, len - (size_t)n, "rows: %lld, cols: %lld", (long long)k->m, (long long)k->n);
+		n += snprintf(buf + n, len - (size_t)n, "rows: %lld, %s: %lld", (long long)k->m,
+			      strcmp(k->op, "cross_entropy") ? "cols" : "vocab", (long long)k->n);
 	else
 		n += snprintf(buf + n, len - (size_t)n, "n: %lld", (long long)k->m);
 	snprintf(buf + n, len - (size_t)n, ", aligned: %s", k->aligned ? "true" : "false");
@@ -897,62 +901,108 @@ API ktune_status ktune_layernorm_backward(ktune_ctx *ctx, int64_t rows, int64_t 
 	return KTUNE_OK;
 }
 
-/* ------------------------------------------------------------ cross-entropy */
+/* --- cross-entropy (src/ops/cross_entropy.c, src/runtime/lce_api.c) ---------------------------- */
 
-static const char *const REDUCTION_NAMES[] = { "mean", "sum", "none" };
+#define CE_MAX_VOCAB 262144
 
-static ktune_status ce_check(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits, int64_t ld,
-			     const int64_t *targets, float smoothing, float softcap, ktune_reduction red,
-			     ktune_dtype dt)
+static const char *const reduction_names[] = { "mean", "sum", "none" };
+
+/* What each cross-entropy call checks first (cross_entropy.c's prepare). */
+static ktune_status ce_prepare(ktune_ctx *ctx, const char *what, float eps, float cap, ktune_reduction red)
 {
-	ktune_status rc = check_dtype(ctx, dt);
-	if (rc)
-		return rc;
-	CHECK(ctx, rows >= 0 && vocab >= 0, "cross_entropy: negative sizes");
-	CHECK(ctx, vocab <= 262144, "cross_entropy: vocab %lld is more than 262144", (long long)vocab);
-	MAT(ctx, "logits", logits, ld, vocab);
-	CHECK(ctx, targets, "cross_entropy: targets is NULL");
-	CHECK(ctx, red >= KTUNE_REDUCTION_MEAN && red <= KTUNE_REDUCTION_NONE, "unknown reduction %d", (int)red);
-	CHECK(ctx, smoothing >= 0 && smoothing <= 1, "cross_entropy: label_smoothing %g is not in [0, 1]",
-	      (double)smoothing);
-	CHECK(ctx, softcap >= 0, "cross_entropy: softcap %g is negative", (double)softcap);
+	CHECK(ctx, eps >= 0 && eps <= 1, "%s: label_smoothing %g is not in [0, 1]", what, (double)eps);
+	CHECK(ctx, cap >= 0 && cap <= 3.4e38f, "%s: softcap %g is not a finite value >= 0 (0: none)", what,
+	      (double)cap);
+	CHECK(ctx, red == KTUNE_REDUCTION_MEAN || red == KTUNE_REDUCTION_SUM || red == KTUNE_REDUCTION_NONE,
+	      "%s: reduction %d is not mean (0), sum (1) or none (2)", what, (int)red);
 	return KTUNE_OK;
 }
 
-static void ce_note(ktune_ctx *ctx, const char *pass, int64_t rows, int64_t vocab, float smoothing, float softcap,
-		    ktune_reduction red, ktune_dtype dt, const void *logits, int64_t ld)
+/*
+ * What ktune__op_run checks of a cross-entropy call: sizes, nothing to do for
+ * an empty matrix (*skip), the longest row, the buffers, the dtype.
+ */
+static ktune_status ce_run_checks(ktune_ctx *ctx, int64_t rows, int64_t vocab, ktune_dtype dt, const void *const *bufs,
+				  const char *const *names, int n, int *skip)
 {
-	char variant[24];
-	snprintf(variant, sizeof(variant), "%s,%s,%s,%s", pass, REDUCTION_NAMES[red], smoothing > 0 ? "on" : "off",
-		 softcap > 0 ? "on" : "off");
-	note_rows(ctx, "cross_entropy", variant, rows, vocab, dt, (const void *[]){ logits }, (int64_t[]){ ld }, 1);
+	*skip = 0;
+	CHECK(ctx, rows >= 0 && vocab >= 0, "cross_entropy: size %lld is negative", (long long)(rows < 0 ? rows : vocab));
+	if (rows == 0 || vocab == 0) {
+		*skip = 1;
+		return KTUNE_OK;
+	}
+	CHECK(ctx, vocab <= CE_MAX_VOCAB, "cross_entropy: vocab %lld is over %d, the longest row it holds",
+	      (long long)vocab, CE_MAX_VOCAB);
+	for (int i = 0; i < n; i++)
+		CHECK(ctx, bufs[i], "cross_entropy: %s is NULL", names[i]);
+	return check_dtype(ctx, dt);
 }
 
-API ktune_status ktune_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits,
-				     int64_t ld_logits, const int64_t *targets, int64_t ignore_index,
-				     float label_smoothing, float softcap, ktune_reduction reduction, float *loss,
-				     float *lse, ktune_dtype dt, void *stream)
+/* dlogits may be logits itself (the same row stride), and must not overlap it otherwise. */
+static ktune_status ce_in_place(ktune_ctx *ctx, const char *what, int64_t rows, int64_t vocab, const void *logits,
+				int64_t ld_logits, const void *dlogits, int64_t ld_dlogits, ktune_dtype dt)
 {
-	(void)stream;
-	ktune_status rc = ce_check(ctx, rows, vocab, logits, ld_logits, targets, label_smoothing, softcap,
-				   reduction, dt);
-	if (rc)
-		return rc;
-	CHECK(ctx, loss && lse, "cross_entropy: loss or lse is NULL");
-	if (rows == 0 || vocab == 0)
+	uintptr_t a = (uintptr_t)logits, b = (uintptr_t)dlogits, size = dtype_size(dt);
+	if (!a || !b || rows <= 0 || vocab <= 0)
 		return KTUNE_OK;
-	ce_note(ctx, "fwd", rows, vocab, label_smoothing, softcap, reduction, dt, logits, ld_logits);
-	double *x = load(logits, rows, vocab, ld_logits, dt);
-	double *l = malloc(sizeof(double) * (size_t)rows), *s = malloc(sizeof(double) * (size_t)rows);
-	ktune__ref_cross_entropy(x, vocab, targets, ignore_index, label_smoothing, softcap, l, s, rows, vocab);
-	store_f32(lse, s, rows);
-	if (reduction == KTUNE_REDUCTION_NONE) {
-		store_f32(loss, l, rows);
-	} else {
-		double r = ktune__ref_cross_entropy_reduce(l, targets, ignore_index, reduction, rows);
-		store_f32(loss, &r, 1);
+	if (a == b) {
+		CHECK(ctx, ld_logits == ld_dlogits, "%s: dlogits is logits with another row stride (%lld, not %lld)", what,
+		      (long long)ld_dlogits, (long long)ld_logits);
+		return KTUNE_OK;
 	}
-	free(x), free(l), free(s);
+	uintptr_t a_end = a + (uintptr_t)((rows - 1) * ld_logits + vocab) * size;
+	uintptr_t b_end = b + (uintptr_t)((rows - 1) * ld_dlogits + vocab) * size;
+	CHECK(ctx, !(a < b_end && b < a_end), "%s: dlogits overlaps logits without being it", what);
+	return KTUNE_OK;
+}
+
+static void note_ce(ktune_ctx *ctx, const char *pass, ktune_reduction red, float eps, float cap, int64_t rows,
+		    int64_t vocab, ktune_dtype dt, const void *logits, int64_t ld, const void *dlogits, int64_t ldd)
+{
+	char variant[24];
+	snprintf(variant, sizeof(variant), "%s,%s,%s,%s", pass, reduction_names[red], eps > 0 ? "on" : "off",
+		 cap > 0 ? "on" : "off");
+	note(ctx, "cross_entropy", dt, variant, pow2(rows), rowwise_cols(vocab), 0,
+	     rows_aligned((const void *[]){ logits, dlogits }, (int64_t[]){ ld, dlogits ? ldd : 0 }, 2, dt));
+}
+
+/* The rows' losses (and lse) of logits; loss gets them, or their reduction (one float). */
+static double *ce_forward(const void *logits, int64_t ld, const int64_t *targets, int64_t ignore_index, float eps,
+			  float cap, ktune_reduction red, float *loss, double *lse, int64_t rows, int64_t vocab,
+			  ktune_dtype dt)
+{
+	double *x = load(logits, rows, vocab, ld, dt), *l = load_vec(NULL, rows, dt, 0);
+	ktune__ref_cross_entropy(x, vocab, targets, ignore_index, eps, cap, l, lse, rows, vocab);
+	if (red == KTUNE_REDUCTION_NONE)
+		store_f32(loss, l, rows);
+	else
+		loss[0] = (float)ktune__ref_cross_entropy_reduce(l, targets, ignore_index, red, rows);
+	free(l);
+	return x;
+}
+
+API ktune_status ktune_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t vocab, const void *logits, int64_t ld_logits,
+				     const int64_t *targets, int64_t ignore_index, float label_smoothing, float softcap,
+				     ktune_reduction reduction, float *loss, float *lse, ktune_dtype dt, void *stream)
+{
+	ktune_status rc;
+	int skip;
+	(void)stream;
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	if ((rc = ce_prepare(ctx, "cross_entropy", label_smoothing, softcap, reduction)))
+		return rc;
+	CHECK(ctx, ld_logits >= vocab, "cross_entropy: a row stride (%lld) is less than cols = %lld",
+	      (long long)ld_logits, (long long)vocab);
+	if ((rc = ce_run_checks(ctx, rows, vocab, dt, (const void *[]){ logits, targets, loss, lse },
+				(const char *[]){ "logits", "targets", "loss", "lse" }, 4, &skip)) || skip)
+		return rc;
+	note_ce(ctx, "fwd", reduction, label_smoothing, softcap, rows, vocab, dt, logits, ld_logits, NULL, 0);
+	double *s = load_vec(NULL, rows, dt, 0);
+	free(ce_forward(logits, ld_logits, targets, ignore_index, label_smoothing, softcap, reduction, loss, s, rows,
+			vocab, dt));
+	store_f32(lse, s, rows);
+	free(s);
 	return KTUNE_OK;
 }
 
@@ -962,20 +1012,25 @@ API ktune_status ktune_cross_entropy_backward(ktune_ctx *ctx, int64_t rows, int6
 					      const float *lse, const float *dloss, void *dlogits, int64_t ld_dlogits,
 					      ktune_dtype dt, void *stream)
 {
+	const char *what = "cross_entropy backward";
+	ktune_status rc;
+	int skip;
 	(void)stream;
-	ktune_status rc = ce_check(ctx, rows, vocab, logits, ld_logits, targets, label_smoothing, softcap,
-				   reduction, dt);
-	if (rc)
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	if ((rc = ce_prepare(ctx, what, label_smoothing, softcap, reduction)))
 		return rc;
-	MAT(ctx, "dlogits", dlogits, ld_dlogits, vocab);
-	CHECK(ctx, lse && dloss, "cross_entropy backward: lse or dloss is NULL");
-	if (rows == 0 || vocab == 0)
-		return KTUNE_OK;
-	ce_note(ctx, "bwd", rows, vocab, label_smoothing, softcap, reduction, dt, logits, ld_logits);
+	CHECK(ctx, ld_logits >= vocab && ld_dlogits >= vocab, "%s: a row stride (%lld) is less than cols = %lld", what,
+	      (long long)(ld_logits < vocab ? ld_logits : ld_dlogits), (long long)vocab);
+	if ((rc = ce_in_place(ctx, what, rows, vocab, logits, ld_logits, dlogits, ld_dlogits, dt)) ||
+	    (rc = ce_run_checks(ctx, rows, vocab, dt, (const void *[]){ logits, targets, lse, dloss, dlogits },
+				(const char *[]){ "logits", "targets", "lse", "dloss", "dlogits" }, 5, &skip)) || skip)
+		return rc;
+	note_ce(ctx, "bwd", reduction, label_smoothing, softcap, rows, vocab, dt, logits, ld_logits, dlogits, ld_dlogits);
 	double *x = load(logits, rows, vocab, ld_logits, dt), *s = load_f32(lse, rows);
 	double *g = load_f32(dloss, reduction == KTUNE_REDUCTION_NONE ? rows : 1);
-	ktune__ref_cross_entropy_backward(x, vocab, targets, ignore_index, label_smoothing, softcap, s, reduction, g,
-					  x, vocab, rows, vocab);
+	ktune__ref_cross_entropy_backward(x, vocab, targets, ignore_index, label_smoothing, softcap, s, reduction, g, x,
+					  vocab, rows, vocab);
 	store(dlogits, x, rows, vocab, ld_dlogits, dt);
 	free(x), free(s), free(g);
 	return KTUNE_OK;
@@ -986,90 +1041,131 @@ API ktune_status ktune_cross_entropy_fused(ktune_ctx *ctx, int64_t rows, int64_t
 					   float label_smoothing, float softcap, ktune_reduction reduction, float dloss,
 					   float *loss, void *dlogits, int64_t ld_dlogits, ktune_dtype dt, void *stream)
 {
+	const char *what = "cross_entropy fused";
+	ktune_status rc;
+	int skip;
 	(void)stream;
-	ktune_status rc = ce_check(ctx, rows, vocab, logits, ld_logits, targets, label_smoothing, softcap,
-				   reduction, dt);
-	if (rc)
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	CHECK(ctx, dloss > -3.4e38f && dloss < 3.4e38f, "%s: dloss %g is not finite", what, (double)dloss);
+	if ((rc = ce_prepare(ctx, what, label_smoothing, softcap, reduction)))
 		return rc;
-	MAT(ctx, "dlogits", dlogits, ld_dlogits, vocab);
-	CHECK(ctx, loss, "cross_entropy fused: loss is NULL");
-	if (rows == 0 || vocab == 0)
-		return KTUNE_OK;
-	ce_note(ctx, "fused", rows, vocab, label_smoothing, softcap, reduction, dt, logits, ld_logits);
-	double *x = load(logits, rows, vocab, ld_logits, dt);
-	double *l = malloc(sizeof(double) * (size_t)rows), *s = malloc(sizeof(double) * (size_t)rows);
-	double *g = malloc(sizeof(double) * (size_t)rows);
-	for (int64_t r = 0; r < rows; r++) /* none: every row's loss gets dloss */
-		g[r] = dloss;
-	ktune__ref_cross_entropy(x, vocab, targets, ignore_index, label_smoothing, softcap, l, s, rows, vocab);
-	if (reduction == KTUNE_REDUCTION_NONE) {
-		store_f32(loss, l, rows);
-	} else {
-		double r = ktune__ref_cross_entropy_reduce(l, targets, ignore_index, reduction, rows);
-		store_f32(loss, &r, 1);
-	}
-	ktune__ref_cross_entropy_backward(x, vocab, targets, ignore_index, label_smoothing, softcap, s, reduction, g,
-					  x, vocab, rows, vocab);
+	CHECK(ctx, ld_logits >= vocab && ld_dlogits >= vocab, "%s: a row stride (%lld) is less than cols = %lld", what,
+	      (long long)(ld_logits < vocab ? ld_logits : ld_dlogits), (long long)vocab);
+	if ((rc = ce_in_place(ctx, what, rows, vocab, logits, ld_logits, dlogits, ld_dlogits, dt)) ||
+	    (rc = ce_run_checks(ctx, rows, vocab, dt, (const void *[]){ logits, targets, loss, dlogits },
+				(const char *[]){ "logits", "targets", "loss", "dlogits" }, 4, &skip)) || skip)
+		return rc;
+	note_ce(ctx, "fused", reduction, label_smoothing, softcap, rows, vocab, dt, logits, ld_logits, dlogits, ld_dlogits);
+	double *s = load_vec(NULL, rows, dt, 0);
+	double *x = ce_forward(logits, ld_logits, targets, ignore_index, label_smoothing, softcap, reduction, loss, s,
+			       rows, vocab, dt);
+	/* with none, every row's loss gets dloss: the gradient of dloss times their sum */
+	double *g = load_vec(NULL, reduction == KTUNE_REDUCTION_NONE ? rows : 1, dt, dloss);
+	ktune__ref_cross_entropy_backward(x, vocab, targets, ignore_index, label_smoothing, softcap, s, reduction, g, x,
+					  vocab, rows, vocab);
 	store(dlogits, x, rows, vocab, ld_dlogits, dt);
-	free(x), free(l), free(s), free(g);
+	free(x), free(s), free(g);
 	return KTUNE_OK;
 }
 
-/* The float64 reference rounds each logit and dlogit as the chunks' bf16/f16 scratch does. */
-static ktune_dtype round_dt;
-static double round_to_dt(double v)
+static double round_f16(double v)
 {
-	uint32_t h = 0; /* room for any dtype's element */
-	put(&h, 0, v, round_dt);
-	return get(&h, 0, round_dt);
+	return (double)(_Float16)(float)v;
 }
 
-API ktune_status ktune_linear_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t dim, int64_t vocab,
-					    const void *hidden, int64_t ld_hidden, const void *weight, int64_t ld_weight,
-					    const int64_t *targets, int64_t ignore_index, float label_smoothing,
-					    float softcap, ktune_reduction reduction, int64_t count, float dloss,
-					    float *loss_rows, void *dhidden, int64_t ld_dhidden, void *dweight,
-					    int64_t ld_dweight, int64_t chunk_rows, void *scratch, size_t scratch_bytes,
-					    ktune_dtype dt, void *stream)
+static double round_bf16(double v)
 {
-	static pthread_mutex_t round_lock = PTHREAD_MUTEX_INITIALIZER;
-	(void)stream, (void)count, (void)chunk_rows, (void)scratch, (void)scratch_bytes;
-	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "linear_cross_entropy: dtype must be f16 or bf16");
+	uint16_t b;
+	put(&b, 0, v, KTUNE_BF16);
+	return get(&b, 0, KTUNE_BF16);
+}
+
+/* The real one's chunks: a GEMM for the logits, the fused cross-entropy in place, two GEMMs for the gradients. */
+static void note_lce_chunk(ktune_ctx *ctx, int64_t c, int64_t dim, int64_t vocab, ktune_reduction red, float eps,
+			   float cap, ktune_dtype dt)
+{
+	note(ctx, "gemm", dt, "nt", c, vocab, dim, 0);
+	note_ce(ctx, "fused", KTUNE_REDUCTION_NONE, eps, cap, c, vocab, dt, NULL, 0, NULL, 0);
+	note(ctx, "gemm", dt, "nn", c, dim, vocab, 0);
+	note(ctx, "gemm", dt, "tn", vocab, dim, c, 0);
+	(void)red;
+}
+
+API ktune_status ktune_linear_cross_entropy(ktune_ctx *ctx, int64_t rows, int64_t dim, int64_t vocab, const void *hidden,
+					    int64_t ld_hidden, const void *weight, int64_t ld_weight, const int64_t *targets,
+					    int64_t ignore_index, float label_smoothing, float softcap,
+					    ktune_reduction reduction, int64_t count, float dloss, float *loss_rows,
+					    void *dhidden, int64_t ld_dhidden, void *dweight, int64_t ld_dweight,
+					    int64_t chunk_rows, void *scratch, size_t scratch_bytes, ktune_dtype dt,
+					    void *stream)
+{
+	const char *what = "linear_cross_entropy";
+	int64_t ld_s = (vocab + 7) / 8 * 8;
+	(void)stream;
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	CHECK(ctx, rows >= 0 && dim >= 0 && vocab >= 0, "%s: a size is negative (rows %lld, dim %lld, vocab %lld)", what,
+	      (long long)rows, (long long)dim, (long long)vocab);
+	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "%s: dtype %d: the GEMMs take f16 and bf16", what, (int)dt);
 	CHECK(ctx, reduction == KTUNE_REDUCTION_MEAN || reduction == KTUNE_REDUCTION_SUM,
-	      "linear_cross_entropy: reduction must be mean or sum");
-	CHECK(ctx, rows >= 0 && dim >= 0 && vocab >= 0, "linear_cross_entropy: negative sizes");
-	CHECK(ctx, targets, "linear_cross_entropy: targets is NULL");
-	CHECK(ctx, label_smoothing >= 0 && label_smoothing <= 1, "linear_cross_entropy: label_smoothing %g is not in "
-	      "[0, 1]", (double)label_smoothing);
-	CHECK(ctx, softcap >= 0, "linear_cross_entropy: softcap %g is negative", (double)softcap);
-	MAT(ctx, "hidden", hidden, ld_hidden, dim);
-	MAT(ctx, "weight", weight, ld_weight, dim);
-	MAT(ctx, "dhidden", dhidden, ld_dhidden, dim);
-	MAT(ctx, "dweight", dweight, ld_dweight, dim);
-	CHECK(ctx, loss_rows, "linear_cross_entropy: loss_rows is NULL");
-	if (rows == 0 || vocab == 0 || dim == 0)
+	      "%s: reduction %d is not mean (0) or sum (1): the gradients are of one loss", what, (int)reduction);
+	CHECK(ctx, label_smoothing >= 0 && label_smoothing <= 1, "%s: label_smoothing %g is not in [0, 1]", what,
+	      (double)label_smoothing);
+	CHECK(ctx, softcap >= 0 && softcap <= 3.4e38f, "%s: softcap %g is not a finite value >= 0 (0: none)", what,
+	      (double)softcap);
+	CHECK(ctx, dloss > -3.4e38f && dloss < 3.4e38f, "%s: dloss %g is not finite", what, (double)dloss);
+	CHECK(ctx, ld_hidden >= dim && ld_weight >= dim && ld_dhidden >= dim && ld_dweight >= dim,
+	      "%s: a row stride (hidden %lld, weight %lld, dhidden %lld, dweight %lld) is less than dim = %lld", what,
+	      (long long)ld_hidden, (long long)ld_weight, (long long)ld_dhidden, (long long)ld_dweight, (long long)dim);
+	CHECK(ctx, hidden && weight && targets && loss_rows && dhidden && dweight && scratch, "%s: %s is NULL", what,
+	      !hidden ? "hidden" : !weight ? "weight" : !targets ? "targets" : !loss_rows ? "loss_rows"
+	      : !dhidden ? "dhidden" : !dweight ? "dweight" : "scratch");
+	CHECK(ctx, vocab <= CE_MAX_VOCAB, "%s: vocab %lld is over 262144, the longest row cross_entropy holds", what,
+	      (long long)vocab);
+	CHECK(ctx, chunk_rows >= 0, "%s: chunk_rows %lld is negative", what, (long long)chunk_rows);
+	if (rows == 0 || dim == 0 || vocab == 0)
 		return KTUNE_OK;
-	note(ctx, "linear_ce", dt, "", pow2(rows), dim, vocab, 1);
+	size_t per_row = (size_t)ld_s * dtype_size(dt);
+	if (chunk_rows == 0) {
+		chunk_rows = (int64_t)(scratch_bytes / per_row);
+		if (chunk_rows > 64)
+			chunk_rows -= chunk_rows % 64;
+	}
+	if (chunk_rows > rows)
+		chunk_rows = rows;
+	CHECK(ctx, chunk_rows >= 1 && (size_t)chunk_rows * per_row <= scratch_bytes,
+	      "%s: scratch of %zu bytes holds %zu rows of logits (%zu bytes each), not %lld", what, scratch_bytes,
+	      scratch_bytes / per_row, per_row, (long long)(chunk_rows ? chunk_rows : 1));
+
+	double g = dloss;
+	if (reduction == KTUNE_REDUCTION_MEAN) {
+		if (count < 0) /* the real one synchronizes the stream and copies the targets to the host */
+			for (int64_t r = count = 0; r < rows; r++)
+				count += targets[r] != ignore_index;
+		g = count > 0 ? (float)((double)dloss / (double)count) : 0.0f;
+	}
+	for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows)
+		note_lce_chunk(ctx, rows - r0 < chunk_rows ? rows - r0 : chunk_rows, dim, vocab, reduction, label_smoothing,
+			       softcap, dt);
 	double *h = load(hidden, rows, dim, ld_hidden, dt), *w = load(weight, vocab, dim, ld_weight, dt);
-	double *l = malloc(sizeof(double) * (size_t)rows), *dh = malloc(sizeof(double) * (size_t)(rows * dim));
+	double *l = load_vec(NULL, rows, dt, 0), *dh = malloc(sizeof(double) * (size_t)(rows * dim));
 	double *dw = malloc(sizeof(double) * (size_t)(vocab * dim));
-	pthread_mutex_lock(&round_lock);
-	round_dt = dt;
-	int bad = ktune__ref_linear_cross_entropy(h, w, targets, ignore_index, label_smoothing, softcap, reduction,
-						  dloss, round_to_dt, l, dh, dw, rows, dim, vocab);
-	pthread_mutex_unlock(&round_lock);
-	if (!bad) {
+	ktune_status rc = KTUNE_ERR_NOMEM;
+	/* the sum's gradient times g: what the real one's chunks compute with every row's dloss = g */
+	if (dh && dw &&
+	    !ktune__ref_linear_cross_entropy(h, w, targets, ignore_index, label_smoothing, softcap, KTUNE_REDUCTION_SUM,
+					     g, dt == KTUNE_F16 ? round_f16 : round_bf16, l, dh, dw, rows, dim, vocab)) {
 		store_f32(loss_rows, l, rows);
 		store(dhidden, dh, rows, dim, ld_dhidden, dt);
 		store(dweight, dw, vocab, dim, ld_dweight, dt);
+		rc = KTUNE_OK;
 	}
 	free(h), free(w), free(l), free(dh), free(dw);
-	return bad ? fail_with(ctx, KTUNE_ERR_NOMEM, "linear_cross_entropy: out of memory") : KTUNE_OK;
+	return rc == KTUNE_OK ? rc : fail_with(ctx, rc, "%s: out of memory", what);
 }
 
-/* ------------------------------------------------------------ the quantized GEMM */
-
-/* ktune_quant_sizes, _pack and _unpack are the library's own (src/ops/quant.c, linked in): host code. */
+/* --- the weight-quantized GEMM (src/ops/gemm_quant.c; the format: src/ops/quant.c) -------------- */
 
 API ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format *fmt, int64_t m, int64_t n, int64_t k,
 				  const void *a, int64_t lda, const uint32_t *wq, const void *scales, const void *zeros,
@@ -1078,81 +1174,150 @@ API ktune_status ktune_gemm_quant(ktune_ctx *ctx, const ktune_quant_format *fmt,
 	struct ktune_quant_shape s;
 	struct ktune_err e;
 	(void)stream;
-	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "gemm_quant: dtype must be f16 or bf16");
-	CHECK(ctx, fmt, "gemm_quant: fmt is NULL");
-	if (ktune__quant_shape(fmt, n, k, &s, &e))
-		return fail(ctx, "gemm_quant: %s", e.msg);
-	MAT(ctx, "a", a, lda, k);
-	MAT(ctx, "c", c, ldc, n);
-	CHECK(ctx, wq, "gemm_quant: wq is NULL");
-	CHECK(ctx, scales || fmt->mode == KTUNE_QUANT_SHIFT, "gemm_quant: scales is NULL");
-	CHECK(ctx, zeros || fmt->mode == KTUNE_QUANT_SCALE, "gemm_quant: zeros is NULL");
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	CHECK(ctx, m >= 0 && n >= 0 && k >= 0, "gemm_quant: [m, n, k] = [%lld, %lld, %lld] has a negative size",
+	      (long long)m, (long long)n, (long long)k);
 	if (m == 0 || n == 0)
 		return KTUNE_OK;
-	note(ctx, "gemm_quant", dt, "", m, n, k, 1);
-	int64_t nw, ns, nz;
-	ktune_quant_sizes(fmt, n, k, &nw, &ns, &nz, NULL, 0);
-	double *da = load(a, m, k, lda, dt), *dc = malloc(sizeof(double) * (size_t)(m * n));
-	double *w = malloc(sizeof(double) * (size_t)(nw > 0 ? nw : 1));
-	for (int64_t i = 0; i < nw; i++)
-		w[i] = (double)wq[i];
-	double *ds = scales ? load(scales, 1, ns, ns, dt) : NULL, *dz = zeros ? load(zeros, 1, nz, nz, dt) : NULL;
-	double *db = bias ? load(bias, 1, n, n, dt) : NULL;
-	ktune__ref_gemm_quant(&s, m, da, k, w, ds, dz, db, dc, n);
-	store(c, dc, m, n, ldc, dt);
-	free(da), free(dc), free(w), free(ds), free(dz), free(db);
+	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "gemm_quant: dtype %d is not f16 or bf16", (int)dt);
+	CHECK(ctx, !ktune__quant_shape(fmt, n, k, &s, &e), "gemm_%s", e.msg);
+	CHECK(ctx, a && wq && c && (!s.has_scale || scales) && (!s.has_zero || zeros), "gemm_quant: %s is NULL",
+	      !a ? "a" : !wq ? "wq" : !c ? "c" : s.has_scale && !scales ? "scales" : "zeros");
+	CHECK(ctx, lda >= k && ldc >= n, "gemm_quant: lda = %lld or ldc = %lld is less than k = %lld, n = %lld",
+	      (long long)lda, (long long)ldc, (long long)k, (long long)n);
+	CHECK(ctx, aligned16(a), "gemm_quant: a (%p) is not 16-byte aligned", a);
+	CHECK(ctx, lda % 8 == 0, "gemm_quant: lda = %lld is not a multiple of 8 (rows of a 16-byte aligned)",
+	      (long long)lda);
+	CHECK(ctx, aligned16(wq), "gemm_quant: wq (%p) is not 16-byte aligned", (const void *)wq);
+	CHECK(ctx, !((uintptr_t)scales % 2 || (uintptr_t)zeros % 2 || (uintptr_t)bias % 2 || (uintptr_t)c % 2),
+	      "gemm_quant: scales, zeros, bias or c is not 2-byte aligned");
+	char variant[24];
+	snprintf(variant, sizeof(variant), "%s,%s,%s,v1", ktune__quant_bits_name(s.bits),
+		 ktune__quant_group_name(s.channel ? 0 : (int)s.group), ktune__quant_mode_name(s.mode));
+	note(ctx, "gemm_quant", dt, variant, pow2(m), n, k, 1);
+	double *w = malloc(sizeof(double) * (size_t)k), *x = load(a, m, k, lda, dt), *out = load_vec(NULL, m * n, dt, 0);
+	for (int64_t j = 0; w && j < n; j++) {
+		for (int64_t l = 0; l < k; l++) {
+			int64_t g = j * s.groups + l / s.group;
+			double scale = s.has_scale ? get(scales, g, dt) : 1;
+			double zero = !s.has_zero ? 0 : get(zeros, s.zero_scalar ? 0 : g, dt);
+			w[l] = ktune__quant_dequant(s.mode, ktune__quant_get(&s, wq, j, l), scale, zero);
+		}
+		for (int64_t i = 0; i < m; i++) {
+			double sum = bias ? get(bias, j, dt) : 0;
+			for (int64_t l = 0; l < k; l++)
+				sum += x[i * k + l] * w[l];
+			out[i * n + j] = sum;
+		}
+	}
+	if (w)
+		store(c, out, m, n, ldc, dt);
+	free(x), free(out);
+	if (!w)
+		return fail_with(ctx, KTUNE_ERR_NOMEM, "gemm_quant: out of memory");
+	free(w);
 	return KTUNE_OK;
 }
 
-/* ------------------------------------------------------------ attention */
+/* --- attention (src/ops/attention.c; the reference: src/ops/attention-ref.c) ------------------ */
 
-/* A [B, S, H, D] tensor of dtype with the API's strides (NULL: packed BSHD), as packed doubles. */
-static double *load_bshd(const void *p, const int64_t *st, int64_t b, int64_t s, int64_t h, int64_t d,
-			 ktune_dtype dt)
+#define ATTN_MAX_LEN (INT64_C(1) << 30)
+
+struct attn {
+	struct ktune_attn_shape s;
+	ktune_dtype dt;
+};
+
+/* A tensor [b, s, h, D]: its strides as given, or packed BSHD for NULL. */
+static void attn_strides(const int64_t *given, int64_t s, int64_t h, int64_t d, int64_t out[3])
 {
-	int64_t sb = st ? st[0] : s * h * d, ss = st ? st[1] : h * d, sh = st ? st[2] : d;
-	double *out = malloc(sizeof(double) * (size_t)(b * s * h * d > 0 ? b * s * h * d : 1));
-	for (int64_t i = 0; i < b; i++)
-		for (int64_t j = 0; j < s; j++)
-			for (int64_t k = 0; k < h; k++)
-				for (int64_t x = 0; x < d; x++)
-					out[((i * s + j) * h + k) * d + x] = get(p, i * sb + j * ss + k * sh + x, dt);
-	return out;
+	if (given) {
+		memcpy(out, given, 3 * sizeof(int64_t));
+		return;
+	}
+	out[0] = s * h * d;
+	out[1] = h * d;
+	out[2] = d;
 }
 
-static void store_bshd(void *p, const int64_t *st, const double *v, int64_t b, int64_t s, int64_t h, int64_t d,
-		       ktune_dtype dt)
+static ktune_status attn_common(ktune_ctx *ctx, const struct attn *a, const float *lse)
 {
-	int64_t sb = st ? st[0] : s * h * d, ss = st ? st[1] : h * d, sh = st ? st[2] : d;
-	for (int64_t i = 0; i < b; i++)
-		for (int64_t j = 0; j < s; j++)
-			for (int64_t k = 0; k < h; k++)
-				for (int64_t x = 0; x < d; x++)
-					put(p, i * sb + j * ss + k * sh + x, v[((i * s + j) * h + k) * d + x], dt);
-}
-
-static struct ktune_attn_in packed_in(const double *p, int64_t s, int64_t h, int64_t d)
-{
-	return (struct ktune_attn_in){ p, s * h * d, h * d, d };
-}
-
-static struct ktune_attn_out packed_out(double *p, int64_t s, int64_t h, int64_t d)
-{
-	return (struct ktune_attn_out){ p, s * h * d, h * d, d };
-}
-
-static ktune_status attn_check(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq, int64_t hkv,
-			       int64_t d, int bwd, float scale, ktune_dtype dt, const void *const *bufs, int nbufs)
-{
-	CHECK(ctx, dt == KTUNE_F16 || dt == KTUNE_BF16, "attention: dtype must be f16 or bf16");
-	CHECK(ctx, batch >= 0 && sq >= 0 && hq >= 0 && sk >= 1 && hkv >= 1, "attention: bad sizes");
-	CHECK(ctx, d == 64 || d == 128 || (d == 256 && !bwd), "attention: head_dim %lld is not supported",
-	      (long long)d);
-	CHECK(ctx, hq % hkv == 0, "attention: hq %lld is not a multiple of hkv %lld", (long long)hq, (long long)hkv);
-	CHECK(ctx, scale > 0, "attention: scale must be > 0");
-	for (int i = 0; i < nbufs; i++)
-		CHECK(ctx, bufs[i], "attention: a buffer is NULL");
+	const struct ktune_attn_shape *s = &a->s;
+	CHECK(ctx, s->batch >= 0 && s->sq >= 0 && s->hq >= 0, "attention: batch = %lld, sq = %lld, hq = %lld: negative",
+	      (long long)s->batch, (long long)s->sq, (long long)s->hq);
+	CHECK(ctx, s->sk >= 1 && s->hkv >= 1, "attention: sk = %lld, hkv = %lld: there must be keys", (long long)s->sk,
+	      (long long)s->hkv);
+	CHECK(ctx, s->hq % s->hkv == 0, "attention: hq = %lld is not a multiple of hkv = %lld", (long long)s->hq,
+	      (long long)s->hkv);
+	CHECK(ctx, s->d == 64 || s->d == 128 || s->d == 256, "attention: head_dim %lld is not 64, 128 or 256",
+	      (long long)s->d);
+	CHECK(ctx, s->scale > 0 && s->scale <= 3.4e38, "attention: scale %g is not positive and finite", s->scale);
+	CHECK(ctx, s->batch <= 65535 && s->hq <= 65535, "attention: batch = %lld, hq = %lld: at most 65535 each",
+	      (long long)s->batch, (long long)s->hq);
+	CHECK(ctx, s->sq <= ATTN_MAX_LEN && s->sk <= ATTN_MAX_LEN, "attention: sq = %lld, sk = %lld: at most %lld",
+	      (long long)s->sq, (long long)s->sk, (long long)ATTN_MAX_LEN);
+	CHECK(ctx, (uintptr_t)lse % 4 == 0, "attention: lse is not 4-byte aligned");
+	CHECK(ctx, a->dt == KTUNE_F16 || a->dt == KTUNE_BF16, "attention: dtype %d is not f16 or bf16", (int)a->dt);
 	return KTUNE_OK;
+}
+
+/* A tensor of the call: rows 16-byte aligned (its pointer, each stride of a dimension longer than 1). */
+static ktune_status attn_tensor(ktune_ctx *ctx, const struct attn *a, const char *name, const void *p,
+				const int64_t *given, int q_side, int64_t st[3])
+{
+	int64_t s = q_side ? a->s.sq : a->s.sk, h = q_side ? a->s.hq : a->s.hkv;
+	attn_strides(given, s, h, a->s.d, st);
+	CHECK(ctx, aligned16(p) && (a->s.batch < 2 || st[0] % 8 == 0) && (s < 2 || st[1] % 8 == 0) &&
+		   (h < 2 || st[2] % 8 == 0),
+	      "attention: %s must be 16-byte aligned, and its strides multiples of 8 elements", name);
+	return KTUNE_OK;
+}
+
+/* A tensor as packed float64 [b, s, h, D], and its reference view. */
+static double *attn_load(const struct attn *a, const void *p, const int64_t st[3], int q_side)
+{
+	int64_t b = a->s.batch, s = q_side ? a->s.sq : a->s.sk, h = q_side ? a->s.hq : a->s.hkv, d = a->s.d;
+	double *x = malloc(sizeof(double) * (size_t)(b * s * h * d > 0 ? b * s * h * d : 1));
+	for (int64_t i = 0; x && i < b; i++)
+		for (int64_t j = 0; j < s; j++)
+			for (int64_t l = 0; l < h; l++)
+				for (int64_t e = 0; e < d; e++)
+					x[((i * s + j) * h + l) * d + e] = get(p, i * st[0] + j * st[1] + l * st[2] + e, a->dt);
+	return x;
+}
+
+static void attn_store(const struct attn *a, void *p, const int64_t st[3], const double *x, int q_side)
+{
+	int64_t b = a->s.batch, s = q_side ? a->s.sq : a->s.sk, h = q_side ? a->s.hq : a->s.hkv, d = a->s.d;
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t j = 0; j < s; j++)
+			for (int64_t l = 0; l < h; l++)
+				for (int64_t e = 0; e < d; e++)
+					put(p, i * st[0] + j * st[1] + l * st[2] + e, x[((i * s + j) * h + l) * d + e], a->dt);
+}
+
+static struct ktune_attn_in attn_in(const struct attn *a, const double *x, int q_side)
+{
+	int64_t s = q_side ? a->s.sq : a->s.sk, h = q_side ? a->s.hq : a->s.hkv;
+	return (struct ktune_attn_in){ x, s * h * a->s.d, h * a->s.d, a->s.d };
+}
+
+static struct ktune_attn_out attn_out(const struct attn *a, double *x, int q_side)
+{
+	int64_t s = q_side ? a->s.sq : a->s.sk, h = q_side ? a->s.hq : a->s.hkv;
+	return (struct ktune_attn_out){ x, s * h * a->s.d, h * a->s.d, a->s.d };
+}
+
+static void note_attn(ktune_ctx *ctx, const struct attn *a, const char *pass)
+{
+	char variant[48];
+	int64_t ratio = a->s.hq / a->s.hkv, bucket = 1;
+	while (bucket * 2 <= ratio && bucket < 16)
+		bucket *= 2;
+	snprintf(variant, sizeof(variant), "%s,%lld,%s,%lld", pass, (long long)a->s.d, a->s.causal ? "causal" : "none",
+		 (long long)bucket);
+	note(ctx, "attention", a->dt, variant, pow2(a->s.sq), pow2(a->s.sk), pow2(a->s.batch * a->s.hq), 1);
 }
 
 API ktune_status ktune_attention_fwd(ktune_ctx *ctx, int64_t batch, int64_t sq, int64_t sk, int64_t hq, int64_t hkv,
@@ -1161,25 +1326,27 @@ API ktune_status ktune_attention_fwd(ktune_ctx *ctx, int64_t batch, int64_t sq, 
 				     const int64_t *o_strides, float *lse, float scale, int causal, ktune_dtype dt,
 				     void *stream)
 {
+	struct attn a = { { batch, sq, sk, hq, hkv, head_dim, causal != 0, scale }, dt };
+	int64_t sq_[3], sk_[3], sv_[3], so_[3];
+	ktune_status rc;
 	(void)stream;
-	int64_t d = head_dim;
-	ktune_status rc = attn_check(ctx, batch, sq, sk, hq, hkv, d, 0, scale, dt,
-				     (const void *[]){ q, k, v, o, lse }, 5);
-	if (rc)
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	if ((rc = attn_common(ctx, &a, lse)) || (rc = attn_tensor(ctx, &a, "q", q, q_strides, 1, sq_)) ||
+	    (rc = attn_tensor(ctx, &a, "k", k, k_strides, 0, sk_)) ||
+	    (rc = attn_tensor(ctx, &a, "v", v, v_strides, 0, sv_)) ||
+	    (rc = attn_tensor(ctx, &a, "o", o, o_strides, 1, so_)))
 		return rc;
 	if (batch == 0 || sq == 0 || hq == 0)
-		return KTUNE_OK;
-	note(ctx, "attention", dt, causal ? "fwd,causal" : "fwd,none", pow2(sq), pow2(sk), pow2(batch * hq), 1);
-	struct ktune_attn_shape s = { batch, sq, sk, hq, hkv, d, causal, scale };
-	double *dq = load_bshd(q, q_strides, batch, sq, hq, d, dt), *dk = load_bshd(k, k_strides, batch, sk, hkv, d, dt);
-	double *dv = load_bshd(v, v_strides, batch, sk, hkv, d, dt);
-	double *dout = malloc(sizeof(double) * (size_t)(batch * sq * hq * d));
-	double *dl = malloc(sizeof(double) * (size_t)(batch * hq * sq));
-	ktune__ref_attention(&s, packed_in(dq, sq, hq, d), packed_in(dk, sk, hkv, d), packed_in(dv, sk, hkv, d),
-			     packed_out(dout, sq, hq, d), dl);
-	store_bshd(o, o_strides, dout, batch, sq, hq, d, dt);
-	store_f32(lse, dl, batch * hq * sq);
-	free(dq), free(dk), free(dv), free(dout), free(dl);
+		return KTUNE_OK; /* no rows */
+	CHECK(ctx, q && k && v && o && lse, "attention: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : "lse");
+	note_attn(ctx, &a, "fwd");
+	double *xq = attn_load(&a, q, sq_, 1), *xk = attn_load(&a, k, sk_, 0), *xv = attn_load(&a, v, sv_, 0);
+	double *xo = attn_load(&a, o, so_, 1), *l = load_vec(NULL, batch * hq * sq, dt, 0);
+	ktune__ref_attention(&a.s, attn_in(&a, xq, 1), attn_in(&a, xk, 0), attn_in(&a, xv, 0), attn_out(&a, xo, 1), l);
+	attn_store(&a, o, so_, xo, 1);
+	store_f32(lse, l, batch * hq * sq);
+	free(xq), free(xk), free(xv), free(xo), free(l);
 	return KTUNE_OK;
 }
 
@@ -1191,29 +1358,48 @@ API ktune_status ktune_attention_bwd(ktune_ctx *ctx, int64_t batch, int64_t sq, 
 				     const int64_t *dk_strides, void *dv, const int64_t *dv_strides, float scale,
 				     int causal, int deterministic, ktune_dtype dt, void *stream)
 {
-	(void)stream, (void)o, (void)o_strides, (void)lse;
-	int64_t d = head_dim;
-	ktune_status rc = attn_check(ctx, batch, sq, sk, hq, hkv, d, 1, scale, dt,
-				     (const void *[]){ q, k, v, o, dout, lse, dq, dk, dv }, 9);
-	if (rc)
+	struct attn a = { { batch, sq, sk, hq, hkv, head_dim, causal != 0, scale }, dt };
+	int64_t st[8][3];
+	ktune_status rc;
+	(void)stream;
+	if (!ctx)
+		return KTUNE_ERR_INVALID;
+	CHECK(ctx, head_dim != 256, "attention: the backward takes head dims 64 and 128, not 256");
+	CHECK(ctx, sq != 0, "attention: the backward needs sq >= 1 (dk and dv are its sums)");
+	if ((rc = attn_common(ctx, &a, lse)) || (rc = attn_tensor(ctx, &a, "q", q, q_strides, 1, st[0])) ||
+	    (rc = attn_tensor(ctx, &a, "k", k, k_strides, 0, st[1])) ||
+	    (rc = attn_tensor(ctx, &a, "v", v, v_strides, 0, st[2])) ||
+	    (rc = attn_tensor(ctx, &a, "o", o, o_strides, 1, st[3])) ||
+	    (rc = attn_tensor(ctx, &a, "dout", dout, dout_strides, 1, st[4])) ||
+	    (rc = attn_tensor(ctx, &a, "dq", dq, dq_strides, 1, st[5])) ||
+	    (rc = attn_tensor(ctx, &a, "dk", dk, dk_strides, 0, st[6])) ||
+	    (rc = attn_tensor(ctx, &a, "dv", dv, dv_strides, 0, st[7])))
 		return rc;
 	if (batch == 0 || hq == 0)
-		return KTUNE_OK;
-	note(ctx, "attention", dt, deterministic ? "bwd_det" : "bwd", pow2(sq), pow2(sk), pow2(batch * hq), 1);
-	struct ktune_attn_shape s = { batch, sq, sk, hq, hkv, d, causal, scale };
-	double *xq = load_bshd(q, q_strides, batch, sq, hq, d, dt), *xk = load_bshd(k, k_strides, batch, sk, hkv, d, dt);
-	double *xv = load_bshd(v, v_strides, batch, sk, hkv, d, dt);
-	double *xg = load_bshd(dout, dout_strides, batch, sq, hq, d, dt);
-	double *gq = malloc(sizeof(double) * (size_t)(batch * sq * hq * d + 1));
-	double *gk = malloc(sizeof(double) * (size_t)(batch * sk * hkv * d));
-	double *gv = malloc(sizeof(double) * (size_t)(batch * sk * hkv * d));
-	/* recomputed from Q, K, V: the exact gradient (the kernels use the saved O and lse) */
-	ktune__ref_attention_backward(&s, packed_in(xq, sq, hq, d), packed_in(xk, sk, hkv, d),
-				      packed_in(xv, sk, hkv, d), packed_in(xg, sq, hq, d), packed_out(gq, sq, hq, d),
-				      packed_out(gk, sk, hkv, d), packed_out(gv, sk, hkv, d));
-	store_bshd(dq, dq_strides, gq, batch, sq, hq, d, dt);
-	store_bshd(dk, dk_strides, gk, batch, sk, hkv, d, dt);
-	store_bshd(dv, dv_strides, gv, batch, sk, hkv, d, dt);
-	free(xq), free(xk), free(xv), free(xg), free(gq), free(gk), free(gv);
+		return KTUNE_OK; /* no heads */
+	CHECK(ctx, q && k && v && o && dout && lse && dq && dk && dv, "attention: a buffer is NULL");
+	note_attn(ctx, &a, deterministic ? "bwd_det" : "bwd");
+	double *xq = attn_load(&a, q, st[0], 1), *xk = attn_load(&a, k, st[1], 0), *xv = attn_load(&a, v, st[2], 0);
+	double *xo = attn_load(&a, o, st[3], 1), *xd = attn_load(&a, dout, st[4], 1);
+	double *gq = attn_load(&a, dq, st[5], 1), *gk = attn_load(&a, dk, st[6], 0), *gv = attn_load(&a, dv, st[7], 0);
+	double *l = load_f32(lse, batch * hq * sq), *delta = load_vec(NULL, batch * hq * sq, dt, 0);
+	struct ktune_attn_in iq = attn_in(&a, xq, 1), ik = attn_in(&a, xk, 0), iv = attn_in(&a, xv, 0);
+	struct ktune_attn_in id = attn_in(&a, xd, 1);
+	/* as FlashAttention computes it: from the forward's (rounded) O and lse */
+	ktune__ref_attention_delta(&a.s, attn_in(&a, xo, 1), id, delta);
+	for (int64_t b = 0; b < batch; b++) {
+		for (int64_t h = 0; h < hq; h++)
+			for (int64_t i = 0; i < sq; i++)
+				ktune__ref_attention_dq_row(&a.s, iq, ik, iv, id, l, hq * sq, sq, delta, attn_out(&a, gq, 1), b,
+							    h, i);
+		for (int64_t h = 0; h < hkv; h++)
+			for (int64_t j = 0; j < sk; j++)
+				ktune__ref_attention_dkv_row(&a.s, iq, ik, iv, id, l, hq * sq, sq, delta, attn_out(&a, gk, 0),
+							     attn_out(&a, gv, 0), b, h, j);
+	}
+	attn_store(&a, dq, st[5], gq, 1);
+	attn_store(&a, dk, st[6], gk, 0);
+	attn_store(&a, dv, st[7], gv, 0);
+	free(xq), free(xk), free(xv), free(xo), free(xd), free(gq), free(gk), free(gv), free(l), free(delta);
 	return KTUNE_OK;
 }
