@@ -236,8 +236,11 @@ static void test_compile_elementwise__every_kernel(void **state)
 		ktune__space_free(&spaces[fi]);
 	free(js.v);
 	assert_int_equal(failures, 0);
-	/* well under a second per config; the slowest one's margin is for a loaded machine */
-	assert_true(cpu < 0.5 * js.n);
+	/*
+	 * About 0.3 s a compile alone, 0.7 under load (CI beside other builds):
+	 * the bound catches a template gone pathological, not a busy machine.
+	 */
+	assert_true(cpu < 2.0 * js.n);
 	assert_true(worst < 5.0);
 }
 
