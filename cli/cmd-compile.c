@@ -49,7 +49,7 @@ static int compile_op(const struct ktune_op *op, const char *arch, const ktune_d
 			struct ktune_config *cfgs;
 			int n, npruned;
 			key.aligned = a;
-			if (ktune__op_candidates(op, &key, COMPILE_SM_COUNT, 0, 1, &cfgs, &n, &npruned, &e)) {
+			if (ktune__op_candidates(op, &key, arch, COMPILE_SM_COUNT, 0, 1, &cfgs, &n, &npruned, &e)) {
 				rc = cli_error(EXIT_FAIL, "%s", e.msg);
 				goto out;
 			}

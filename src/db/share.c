@@ -298,6 +298,14 @@ int ktune__share_check(struct ktune_result *r, const char **field, struct ktune_
 			*field = "family";
 		return ktune__fail(e, KTUNE_ERR_PARSE, "'%s' is not a family of %s", r->family, op->name);
 	}
+	/* a family of one arch (sm_90a) only from a device it runs on */
+	int f = ktune__op_family_index(op, r->family);
+	if (!ktune__op_is_gemm(op) && !ktune__op_family_runs(op, f, r->device.arch)) {
+		if (field)
+			*field = "family";
+		return ktune__fail(e, KTUNE_ERR_PARSE, "family '%s' runs on %s only, not '%s'", r->family,
+				   op->families[f].arch, r->device.arch);
+	}
 	struct ktune_config c;
 	if (ktune__op_is_gemm(op) && ktune__gemm_config_parse(r->config, &c, NULL) == KTUNE_OK) {
 		if (ktune__gemm_family_from_name(r->family) != c.family) {

@@ -1,7 +1,8 @@
 /*
  * attention-fwd.c - the forward pass of the op "attention" (attention.h):
- * its problem in the tuner, prune, defines and launch of
- * kernels/templates/attention.cu, and its default config.
+ * its problem in the tuner, prune, defines and launch of its two families,
+ * kernels/templates/attention.cu (mma.sync) and attention_wgmma.cu (wgmma,
+ * sm_90a), and its default config (attention.cu's).
  *
  * The tuner's problem: q [sq, D], k and v [sk, D], one head's, read by
  * every head (their batch and head strides are 0, so that the float64
@@ -80,13 +81,29 @@ void ktune__attn_fwd_reference(const struct ktune_key *key, double *const *b)
 
 /* ------------------------------------------------------------ configs */
 
+/* A forward config of either family: attention.cu's tunables, or attention_wgmma.cu's. */
 struct shape {
-	int block_m, block_n, warps, stages, q_regs, swizzle;
+	int wgmma; /* the family: 0 attention.cu (mma.sync), 1 attention_wgmma.cu */
+	int block_m, block_n, stages;
+	int warps, q_regs, swizzle; /* mma.sync */
+	int consumers, overlap;     /* wgmma: BLOCK_M = 64 CONSUMERS, a producer warpgroup beside them */
 };
 
 static struct shape shape_of(const struct ktune_config *c)
 {
 	const struct ktune_op *op = &ktune__op_attention;
+	if (c->family == KTUNE_ATTN_FAMILY_WGMMA) {
+		int consumers = (int)ktune__op_param(op, c, "CONSUMERS", 2);
+		return (struct shape){
+			.wgmma = 1,
+			.block_m = 64 * consumers,
+			.block_n = (int)ktune__op_param(op, c, "BLOCK_N", 128),
+			.stages = (int)ktune__op_param(op, c, "STAGES", 2),
+			.warps = 4 * (consumers + 1),
+			.consumers = consumers,
+			.overlap = (int)ktune__op_param(op, c, "OVERLAP", 1),
+		};
+	}
 	return (struct shape){
 		.block_m = (int)ktune__op_param(op, c, "BLOCK_M", 128),
 		.block_n = (int)ktune__op_param(op, c, "BLOCK_N", 64),
@@ -97,10 +114,13 @@ static struct shape shape_of(const struct ktune_config *c)
 	};
 }
 
-/* SMEM_BYTES of attention.cu. */
+/* SMEM_BYTES of attention.cu, or of attention_wgmma.cu (1024 for aligning the tiles, and the mbarriers). */
 static unsigned smem_bytes(const struct ktune_key *key, const struct shape *s)
 {
-	int row = ktune__attn_head_dim(key) + (s->swizzle ? 0 : 8);
+	int d = ktune__attn_head_dim(key);
+	if (s->wgmma)
+		return (unsigned)(1024 + (s->block_m + 2 * s->stages * s->block_n) * d * 2 + (1 + 4 * s->stages) * 8);
+	int row = d + (s->swizzle ? 0 : 8);
 	return (unsigned)((s->block_m + 2 * s->stages * s->block_n) * row * 2);
 }
 
@@ -119,9 +139,65 @@ static int registers(const struct ktune_key *key, const struct shape *s)
 	return mma_m * (d / 2 + s->block_n / 2 + (s->q_regs ? d / 4 : 0)) + 70 + d / 8;
 }
 
+/*
+ * The wgmma family's consumer threads: O's accumulators (D / 2) and S's
+ * (BLOCK_N / 2), and with OVERLAP P's 16-bit pairs (BLOCK_N / 4) beside
+ * them (S of the next tile and P V of this one are in flight together;
+ * without it P replaces S as it is packed), plus the softmax state,
+ * descriptors and addresses (32), against what setmaxnreg gives a consumer
+ * (CONSUMER_REGS of attention_wgmma.cu).  Fitted to ptxas's spills for
+ * sm_90a over the whole space (bf16, both masks, STAGES=2): only three
+ * consumers (160 registers) come near the cap, and there the estimate
+ * admits exactly the configs that do not spill (D = 64: every BLOCK_N but
+ * 176 with OVERLAP; D = 128: up to 80 with OVERLAP, 128 without).
+ */
+static int wgmma_registers(const struct ktune_key *key, const struct shape *s)
+{
+	return ktune__attn_head_dim(key) / 2 + s->block_n / 2 + (s->overlap ? s->block_n / 4 : 0) + 32;
+}
+
+/* CONSUMER_REGS of attention_wgmma.cu. */
+static int wgmma_register_cap(const struct shape *s)
+{
+	return s->consumers == 1 ? 240 : s->consumers == 2 ? 232 : 160;
+}
+
+/* Tiles over twice the lengths: idle rows or keys that a smaller tile would not compute. */
+static int oversized(const struct ktune_key *key, const struct shape *s, int smallest_m, int smallest_n, char *why,
+		     size_t len)
+{
+	if (s->block_m > smallest_m && s->block_m >= 2 * key->m) {
+		snprintf(why, len, "BLOCK_M = %d for %lld query rows", s->block_m, (long long)key->m);
+		return 1;
+	}
+	if (s->block_n > smallest_n && s->block_n >= 2 * key->n) {
+		snprintf(why, len, "BLOCK_N = %d for %lld keys", s->block_n, (long long)key->n);
+		return 1;
+	}
+	return 0;
+}
+
+static int prune_wgmma(const struct ktune_key *key, const struct shape *s, char *why, size_t len)
+{
+	unsigned smem = smem_bytes(key, s);
+	int regs = wgmma_registers(key, s), cap = wgmma_register_cap(s);
+	if (smem > KTUNE_ATTN_SMEM_LIMIT) {
+		snprintf(why, len, "needs %u bytes of shared memory, over %d", smem, KTUNE_ATTN_SMEM_LIMIT);
+		return 1;
+	}
+	if (regs > cap) {
+		snprintf(why, len, "about %d registers a consumer thread, over the %d that setmaxnreg gives each of %d",
+			 regs, cap, s->consumers);
+		return 1;
+	}
+	return oversized(key, s, 64, 64, why, len);
+}
+
 int ktune__attn_fwd_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
 {
 	struct shape s = shape_of(c);
+	if (s.wgmma)
+		return prune_wgmma(key, &s, why, len);
 	unsigned smem = smem_bytes(key, &s);
 	int regs = registers(key, &s), d = ktune__attn_head_dim(key);
 	if (d / 8 > s.warps * 32 || (s.warps * 32) % (d / 8)) {
@@ -136,16 +212,7 @@ int ktune__attn_fwd_prune(const struct ktune_key *key, const struct ktune_config
 		snprintf(why, len, "about %d registers a thread, over 255", regs);
 		return 1;
 	}
-	/* tiles over twice the lengths: idle rows or keys that a smaller tile would not compute */
-	if (s.block_m > 32 && s.block_m >= 2 * key->m) {
-		snprintf(why, len, "BLOCK_M = %d for %lld query rows", s.block_m, (long long)key->m);
-		return 1;
-	}
-	if (s.block_n > 32 && s.block_n >= 2 * key->n) {
-		snprintf(why, len, "BLOCK_N = %d for %lld keys", s.block_n, (long long)key->n);
-		return 1;
-	}
-	return 0;
+	return oversized(key, &s, 32, 32, why, len);
 }
 
 int ktune__attn_fwd_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
@@ -156,6 +223,13 @@ int ktune__attn_fwd_defines(const struct ktune_key *key, const struct ktune_conf
 	snprintf(opts[0], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
 	snprintf(opts[1], 48, "-DHEAD_DIM=%d", ktune__attn_head_dim(key));
 	snprintf(opts[2], 48, "-DCAUSAL=%d", ktune__attn_causal(key));
+	if (s.wgmma) {
+		snprintf(opts[3], 48, "-DBLOCK_N=%d", s.block_n);
+		snprintf(opts[4], 48, "-DSTAGES=%d", s.stages);
+		snprintf(opts[5], 48, "-DCONSUMERS=%d", s.consumers);
+		snprintf(opts[6], 48, "-DOVERLAP=%d", s.overlap);
+		return 7;
+	}
 	snprintf(opts[3], 48, "-DBLOCK_M=%d", s.block_m);
 	snprintf(opts[4], 48, "-DBLOCK_N=%d", s.block_n);
 	snprintf(opts[5], 48, "-DWARPS=%d", s.warps);

@@ -1,10 +1,11 @@
 /*
  * attention.c - the op "attention": flash attention, O = softmax(scale Q
  * K^T + mask) V with the log-sum-exp of every row (FlashAttention-2's
- * forward, kernels/templates/attention.cu), and its gradients dQ, dK, dV
- * (the backward, attention_bwd.cu; atomic or deterministic): the key, the
- * table entry and the public functions.  Each pass's problem, prune and
- * launch are attention-fwd.c's and attention-bwd.c's.
+ * forward, kernels/templates/attention.cu, and on sm_90 FlashAttention-3's,
+ * attention_wgmma.cu), and its gradients dQ, dK, dV (the backward,
+ * attention_bwd.cu; atomic or deterministic): the key, the table entry and
+ * the public functions.  Each pass's problem, prune and launch are
+ * attention-fwd.c's and attention-bwd.c's.
  *
  * Key: dtype, pass (fwd, bwd, bwd_det), head dim, mask (none, causal) and
  * the GQA ratio's power-of-two bucket (compiled in, or for the ratio only
@@ -46,6 +47,9 @@ static const struct ktune_family families[] = {
 	[KTUNE_ATTN_FAMILY_FWD] = { "attention", "attention.cu", "attention.yaml", { "attention_fwd_kernel" } },
 	[KTUNE_ATTN_FAMILY_BWD] = { "attention_bwd", "attention_bwd.cu", "attention_bwd.yaml",
 				    { "attention_bwd_pre_kernel", "attention_bwd_kernel", "attention_bwd_dq_kernel" } },
+	/* the forward on Hopper: wgmma, producer and consumer warpgroups, setmaxnreg */
+	[KTUNE_ATTN_FAMILY_WGMMA] = { "attention_wgmma", "attention_wgmma.cu", "attention_wgmma.yaml",
+				      { "attention_wgmma_fwd_kernel" }, "sm_90a" },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -234,10 +238,17 @@ static double tolerance(const struct ktune_key *key, int buf)
 	return key->dtype == KTUNE_BF16 ? 3e-2 : 6e-3;
 }
 
+/* Whether a family computes the key's pass: the backward's one, or either of the forward's. */
+static int family_of_pass(const struct ktune_key *key, int family)
+{
+	return backward(key) ? family == KTUNE_ATTN_FAMILY_BWD
+			     : family == KTUNE_ATTN_FAMILY_FWD || family == KTUNE_ATTN_FAMILY_WGMMA;
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why, size_t len)
 {
 	(void)sm_count;
-	if (c->family != (backward(key) ? KTUNE_ATTN_FAMILY_BWD : KTUNE_ATTN_FAMILY_FWD)) {
+	if (!family_of_pass(key, c->family)) {
 		snprintf(why, len, "family %s is not the %s pass's", families[c->family].name,
 			 backward(key) ? "backward" : "forward");
 		return 1;
@@ -247,7 +258,7 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
 {
-	if (c->family != (backward(key) ? KTUNE_ATTN_FAMILY_BWD : KTUNE_ATTN_FAMILY_FWD))
+	if (!family_of_pass(key, c->family))
 		return -1;
 	return backward(key) ? ktune__attn_bwd_defines(key, c, opts, max) : ktune__attn_fwd_defines(key, c, opts, max);
 }
@@ -277,7 +288,7 @@ const struct ktune_op ktune__op_attention = {
 	.fields = fields,
 	.nfields = 7,
 	.families = families,
-	.nfamilies = 2,
+	.nfamilies = 3,
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"

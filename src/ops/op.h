@@ -57,6 +57,13 @@ struct ktune_family {
 	const char *space;  /* "add.yaml" */
 	/* its kernels' extern "C" names; the first is the one a single-kernel op launches */
 	const char *entries[KTUNE_OP_MAX_KERNELS];
+	/*
+	 * NULL: compiled for the device's own arch, runs on any.  Else the one
+	 * arch its kernels compile for, and they run only on the devices of
+	 * that arch less its suffix ("sm_90a": wgmma and setmaxnreg, on sm_90
+	 * alone); ktune__op_family_runs says which.
+	 */
+	const char *arch;
 };
 
 #define KTUNE_OP_MAX_BUFS 10
@@ -273,6 +280,14 @@ int ktune__op_variant_set(const struct ktune_op *op, struct ktune_key *key, cons
 const struct ktune_space *ktune__op_space(const struct ktune_op *op, int family, struct ktune_err *e);
 /* The family called `name` among the op's, or -1. */
 int ktune__op_family_index(const struct ktune_op *op, const char *name);
+/*
+ * 1 if the op's family runs on a device of `arch` ("sm_90"): a family
+ * without an arch of its own runs on any; one with "sm_90a" on "sm_90" and
+ * "sm_90a" only.  NULL arch: 1 (any device: listings, the tests' spaces).
+ */
+int ktune__op_family_runs(const struct ktune_op *op, int family, const char *arch);
+/* The arch to compile the family's kernels for on a device of `arch`: the family's own, or `arch`. */
+const char *ktune__op_compile_arch(const struct ktune_op *op, int family, const char *arch);
 /* sha256 of a family's source (and the prelude it includes): its results' template hash. */
 const char *ktune__op_family_hash(const struct ktune_op *op, int family);
 /*
@@ -304,10 +319,13 @@ long ktune__op_param(const struct ktune_op *op, const struct ktune_config *c, co
 		     long otherwise);
 
 /*
- * Every admitted config of the op's families that prune keeps for the key;
- * with budget > 0, a seeded random sample of that many.  malloc'd.
+ * Every admitted config of the op's families that run on a device of
+ * `arch` (ktune__op_family_runs; NULL: every family) and that prune keeps
+ * for the key; with budget > 0, a seeded random sample of that many.
+ * malloc'd.  The configs of a family that does not run there are not
+ * counted in npruned: they were never candidates.
  */
-int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key, int sm_count,
+int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key, const char *arch, int sm_count,
 			 int budget, unsigned seed, struct ktune_config **out, int *n, int *npruned,
 			 struct ktune_err *e);
 

@@ -300,6 +300,25 @@ int ktune__op_family_index(const struct ktune_op *op, const char *name)
 	return -1;
 }
 
+int ktune__op_family_runs(const struct ktune_op *op, int family, const char *arch)
+{
+	if (family < 0 || family >= op->nfamilies)
+		return 0;
+	const char *own = op->families[family].arch;
+	if (!own || !arch || !strcmp(own, arch))
+		return 1;
+	/* "sm_90a" runs on "sm_90": the arch-specific features of that arch alone */
+	size_t n = strlen(arch);
+	return strlen(own) == n + 1 && !strncmp(own, arch, n) && own[n] == 'a';
+}
+
+const char *ktune__op_compile_arch(const struct ktune_op *op, int family, const char *arch)
+{
+	if (family >= 0 && family < op->nfamilies && op->families[family].arch)
+		return op->families[family].arch;
+	return arch;
+}
+
 /*
  * The families' hashes, computed once: sha256 of the source's hash and
  * those of the embedded headers it includes ("<source> <prelude>" for a
@@ -469,12 +488,14 @@ static int collect_config(const long *values, void *arg)
 	return 0;
 }
 
-int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key, int sm_count,
+int ktune__op_candidates(const struct ktune_op *op, const struct ktune_key *key, const char *arch, int sm_count,
 			 int budget, unsigned seed, struct ktune_config **out, int *n, int *npruned,
 			 struct ktune_err *e)
 {
 	struct collect c = { .op = op, .key = key, .sm_count = sm_count };
 	for (int f = 0; f < op->nfamilies; f++) {
+		if (!ktune__op_family_runs(op, f, arch))
+			continue; /* never a candidate on this device (a family of sm_90a on another arch) */
 		const struct ktune_space *s = ktune__op_space(op, f, e);
 		if (!s) {
 			free(c.cfgs);

@@ -65,6 +65,8 @@ static int add_entry_from(struct load_state *st, const struct ktune_result *r, i
 		if (!ktune__op_result_fresh(op, r->family, r->template_hash) ||
 		    ktune__op_config_parse(op, r->family, r->config, &ent.cfg, NULL))
 			return 0;
+		if (!ktune__op_family_runs(op, ent.cfg.family, ctx->id.arch))
+			return 0; /* a family of another arch (sm_90a): never usable here */
 	} else {
 		if (!ktune__gemm_result_fresh(r->family, r->template_hash))
 			return 0;

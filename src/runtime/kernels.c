@@ -10,7 +10,11 @@
 #include "runtime/context.h"
 #include "templates.h"
 
-/* An op's kernel: its family's template with the op's defines, for the device's own arch. */
+/*
+ * An op's kernel: its family's template with the op's defines, for the
+ * device's own arch, or for the family's (sm_90a) where it has one and runs
+ * on the device.
+ */
 static int op_compile(const struct ktune_op *op, const struct ktune_key *key,
 		      const struct ktune_config *cfg, const char *arch, const char *cache_dir,
 		      struct ktune_cubin *out, struct ktune_err *e)
@@ -21,6 +25,9 @@ static int op_compile(const struct ktune_op *op, const struct ktune_key *key,
 		return ktune__fail(e, KTUNE_ERR_INVALID, "%s has no family %d", op->name, cfg->family);
 	const char *name = op->families[cfg->family].source;
 	const struct ktune_template_file *src = ktune__template_file(name);
+	if (!ktune__op_family_runs(op, cfg->family, arch))
+		return ktune__fail(e, KTUNE_ERR_UNSUPPORTED, "the %s family compiles for %s only, not '%s'",
+				   op->families[cfg->family].name, op->families[cfg->family].arch, arch);
 	if (!src)
 		return ktune__fail(e, KTUNE_ERR_NOT_FOUND, "no embedded template '%s'", name);
 	int n = op->defines(key, cfg, defines, KTUNE_MAX_OPTIONS);
@@ -28,7 +35,8 @@ static int op_compile(const struct ktune_op *op, const struct ktune_key *key,
 		return ktune__fail(e, KTUNE_ERR_INVALID, "%s: no defines for this config", op->name);
 	for (int i = 0; i < n; i++)
 		opts[i] = defines[i];
-	return ktune__compile(src->name, src->text, src->len, opts, n, arch, cache_dir, out, e);
+	return ktune__compile(src->name, src->text, src->len, opts, n, ktune__op_compile_arch(op, cfg->family, arch),
+			      cache_dir, out, e);
 }
 
 int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config *cfg,

@@ -119,7 +119,8 @@ static int recompute_pruning(struct ktune_explain *x, struct ktune_err *e)
 
 	for (int f = 0; f < nfam; f++) {
 		struct prune_walk w = { x, gemm ? NULL : op, NULL, f, 0 };
-		if (gemm && !ktune__gemm_family_runs(f, x->device.id.arch, x->key.aligned))
+		if (gemm ? !ktune__gemm_family_runs(f, x->device.id.arch, x->key.aligned)
+			 : !ktune__op_family_runs(op, f, x->device.id.arch))
 			continue; /* the tuner does not offer it here (wgmma: aligned keys on sm_90) */
 		w.space = gemm ? ktune__gemm_family_space(f, e) : ktune__op_space(op, f, e);
 		if (!w.space)

@@ -489,8 +489,8 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 	}
 
 	if (ktune__other_op(key))
-		rc = ktune__op_candidates(ktune__other_op(key), key, dev->id.sm_count, o->budget, o->seed, &cfgs, &n,
-					  &r->pruned, e);
+		rc = ktune__op_candidates(ktune__other_op(key), key, dev->id.arch, dev->id.sm_count, o->budget, o->seed,
+					  &cfgs, &n, &r->pruned, e);
 	else
 		rc = ktune__gemm_candidates(key, dev->id.arch, dev->id.sm_count, dev->smem_optin, o->budget,
 					    o->seed, &cfgs, &n, &r->pruned, e);

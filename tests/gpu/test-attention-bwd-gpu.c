@@ -252,7 +252,7 @@ static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic)
 	assert_int_equal(ktune__attention_bwd_call(&a0, &rep, &call, &e), 0);
 	rep.m = rep.n = 4096;
 	rep.k = 64;
-	assert_int_equal(ktune__op_candidates(op, &rep, sm_count, 0, 1, &cfgs, &n, NULL, &e), 0);
+	assert_int_equal(ktune__op_candidates(op, &rep, ctx->id.arch, sm_count, 0, 1, &cfgs, &n, NULL, &e), 0);
 	struct job *jobs = calloc((size_t)(n + NCASES), sizeof(*jobs));
 	assert_non_null(jobs);
 	for (int i = 0; i < n; i++)
@@ -477,7 +477,7 @@ static void test_attention_bwd_gpu__tuner_problem(void **state)
 			assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
 			if (ktune__op_problem_open(ctx, &key, 1, 0, &pr, &e))
 				fail_msg("%s", e.msg);
-			assert_int_equal(ktune__op_candidates(op, &pr->key, sm_count, 4, 3, &cfgs, &n, NULL, &e), 0);
+			assert_int_equal(ktune__op_candidates(op, &pr->key, ctx->id.arch, sm_count, 4, 3, &cfgs, &n, NULL, &e), 0);
 			for (int i = -1; i < n; i++) {
 				struct ktune_config cfg = i < 0 ? op->default_config(&pr->key, sm_count) : cfgs[i];
 				struct ktune_kernel *k;

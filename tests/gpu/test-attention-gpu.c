@@ -4,8 +4,9 @@
  * where no GPU is present.
  *
  * Every config: for each variant (f16 and bf16, head dim 64, 128 and 256,
- * causal and not), every candidate the prune keeps for a long key, and each
- * case's default, on six cases: GQA 4 with sq < sk; GQA 8 with sq > sk
+ * causal and not), every candidate the prune keeps for a long key (both
+ * forward families on sm_90: the mma.sync one and attention_wgmma, which
+ * runs nowhere else), and each case's default, on six cases: GQA 4 with sq < sk; GQA 8 with sq > sk
  * (causal rows that see no key) in [B, H, S, D] with padded rows; one query
  * row; one key; a square 1000 x 1000 with another scale, in an interleaved
  * (non-contiguous) layout; sq - sk = 63, which puts the causal edge on the
@@ -15,7 +16,8 @@
  *
  * Through the public API: lengths of 4097 (and 4097 x 1000, 1000 x 4097),
  * checked on a sample of rows (the first, the last, those at the causal
- * edge and 48 random ones); packed tensors (NULL strides); rows that see no
+ * edge and 48 random ones), and on sm_90 the same through two wgmma
+ * configs of each head dim; packed tensors (NULL strides); rows that see no
  * key (zeros, lse -inf, no NaN); bad arguments.  And the tuner's own
  * problem (src/tuner/worker-op.c: its layout, reference and on-GPU check),
  * with a causal key of sq > sk, whose lse of -inf the check accepts.
@@ -56,7 +58,15 @@ static int run_variant(ktune_dtype dtype, int d, int causal)
 	struct ktune_key rep = key_of(&p[0]);
 	rep.m = rep.n = 4096;
 	rep.k = 64;
-	assert_int_equal(ktune__op_candidates(op, &rep, sm_count, 0, 1, &cfgs, &n, NULL, &e), 0);
+	assert_int_equal(ktune__op_candidates(op, &rep, ctx->id.arch, sm_count, 0, 1, &cfgs, &n, NULL, &e), 0);
+	int wgmma = 0;
+	for (int i = 0; i < n; i++)
+		wgmma += cfgs[i].family == KTUNE_ATTN_FAMILY_WGMMA;
+	/* the wgmma family on sm_90, and only there */
+	if (ktune__op_family_runs(op, KTUNE_ATTN_FAMILY_WGMMA, ctx->id.arch))
+		assert_true(wgmma > 0);
+	else
+		assert_int_equal(wgmma, 0);
 	struct job *jobs = calloc((size_t)(n + NCASES), sizeof(*jobs));
 	assert_non_null(jobs);
 	for (int i = 0; i < n; i++)
@@ -87,6 +97,12 @@ static int run_variant(ktune_dtype dtype, int d, int causal)
 			failures++;
 			continue;
 		}
+		/* a new family's kernel that hangs is named by the last line before the timeout */
+		if (j->cfg.family == KTUNE_ATTN_FAMILY_WGMMA) {
+			fprintf(stderr, "attention_wgmma %s d%d%s %s\n", dtype == KTUNE_BF16 ? "bf16" : "f16", d,
+				causal ? " causal" : "", cfg);
+			fflush(stderr);
+		}
 		for (int c = 0; c < NCASES; c++) {
 			struct ktune_attention_args a = args_of(&p[c]);
 			struct ktune_key key;
@@ -103,8 +119,8 @@ static int run_variant(ktune_dtype dtype, int d, int causal)
 			failures += problem_check(&p[c], what) > 0;
 		}
 	}
-	printf("attention %s d%d%s: %d configs x %d cases, %d failed\n", dtype == KTUNE_BF16 ? "bf16" : "f16", d,
-	       causal ? " causal" : "", n + NCASES, NCASES, failures);
+	printf("attention %s d%d%s: %d configs (%d of them wgmma) x %d cases, %d failed\n",
+	       dtype == KTUNE_BF16 ? "bf16" : "f16", d, causal ? " causal" : "", n + NCASES, wgmma, NCASES, failures);
 	for (int c = 0; c < NCASES; c++)
 		problem_free(&p[c]);
 	free(jobs);
@@ -170,6 +186,72 @@ static void test_attention_gpu__long_sampled(void **state)
 				problem_free(&p);
 				free(sample);
 			}
+	assert_int_equal(failures, 0);
+}
+
+/*
+ * The long cases again through a wgmma config of each head dim (sm_90
+ * only): thousands of keys go round the shared-memory ring many times, and
+ * many blocks of query rows.  The configs are the ones FlashAttention-3
+ * runs (two consumers, 128 keys a tile; 80 at D = 256), both overlaps.
+ */
+static void test_attention_gpu__long_sampled_wgmma(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("attention");
+	if (!ktune__op_family_runs(op, KTUNE_ATTN_FAMILY_WGMMA, ctx->id.arch)) {
+		printf("no wgmma on %s: skipped\n", ctx->id.arch);
+		return;
+	}
+	static const struct gcase longs[] = {
+		{ 1, 4097, 4097, 4, 2, BSHD, 0 },
+		{ 2, 4097, 1000, 2, 1, BHSD_PADDED, 0 },
+		{ 1, 1000, 4097, 2, 2, INTERLEAVED, 0 },
+	};
+	static const int dims[] = { 64, 128, 256 };
+	static const char *const cfgs[][2] = { { "BLOCK_N=128,STAGES=2,CONSUMERS=2,OVERLAP=1",
+						 "BLOCK_N=128,STAGES=3,CONSUMERS=2,OVERLAP=0" },
+					       { "BLOCK_N=128,STAGES=2,CONSUMERS=2,OVERLAP=1",
+						 "BLOCK_N=176,STAGES=2,CONSUMERS=2,OVERLAP=0" },
+					       { "BLOCK_N=80,STAGES=2,CONSUMERS=2,OVERLAP=1",
+						 "BLOCK_N=64,STAGES=2,CONSUMERS=1,OVERLAP=0" } };
+	int failures = 0;
+	for (size_t c = 0; c < sizeof(longs) / sizeof(longs[0]); c++)
+		for (int d = 0; d < 3; d++)
+			for (int causal = 0; causal <= 1; causal++)
+				for (int v = 0; v < 2; v++) {
+					ktune_dtype dtype = (c + (size_t)d + (size_t)v) % 2 ? KTUNE_F16 : KTUNE_BF16;
+					struct problem p;
+					struct ktune_config cfg;
+					struct ktune_kernel *kernel;
+					struct ktune_key key;
+					struct ktune_op_call call;
+					struct ktune_err e;
+					char what[300], name[200];
+					uint64_t seed = c * 12 + (size_t)d * 4 + (size_t)causal * 2 + (size_t)v + 1;
+					unsigned char *sample = sample_rows(&longs[c], seed);
+					problem_make(&p, &longs[c], dims[d], causal, dtype, sample, c + 21);
+					case_name(&p, name, sizeof(name));
+					snprintf(what, sizeof(what), "attention_wgmma %s: %s", cfgs[d][v], name);
+					assert_int_equal(ktune__op_config_parse(op, "attention_wgmma", cfgs[d][v], &cfg, &e), 0);
+					struct ktune_attention_args a = args_of(&p);
+					assert_int_equal(ktune__attention_fwd_call(&a, &key, &call, &e), 0);
+					pthread_mutex_lock(&ctx->lock);
+					int rc = ktune__kernel_get(ctx, &key, &cfg, NULL, &kernel, &e);
+					pthread_mutex_unlock(&ctx->lock);
+					if (rc)
+						fail_msg("%s: %s", what, e.msg);
+					problem_poison(&p);
+					fprintf(stderr, "%s\n", what);
+					fflush(stderr);
+					if (ktune__op_launch(ctx, kernel, &key, &cfg, &call, NULL, &e) ||
+					    ktune_cu.cuCtxSynchronize() != CUDA_SUCCESS)
+						fail_msg("%s: the launch failed (%s); the GPU may be in an error state", what,
+							 e.msg);
+					failures += problem_check(&p, what) > 0;
+					problem_free(&p);
+					free(sample);
+				}
 	assert_int_equal(failures, 0);
 }
 
@@ -254,7 +336,7 @@ static void test_attention_gpu__tuner_problem(void **state)
 		assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
 		if (ktune__op_problem_open(ctx, &key, 1, 0, &p, &e))
 			fail_msg("%s", e.msg);
-		assert_int_equal(ktune__op_candidates(op, &p->key, sm_count, 4, 3, &cfgs, &n, NULL, &e), 0);
+		assert_int_equal(ktune__op_candidates(op, &p->key, ctx->id.arch, sm_count, 4, 3, &cfgs, &n, NULL, &e), 0);
 		for (int i = -1; i < n; i++) {
 			struct ktune_config cfg = i < 0 ? op->default_config(&p->key, sm_count) : cfgs[i];
 			struct ktune_kernel *k;
@@ -286,6 +368,7 @@ int main(void)
 		cmocka_unit_test(test_attention_gpu__packed_and_rows_without_keys),
 		cmocka_unit_test(test_attention_gpu__tuner_problem),
 		cmocka_unit_test(test_attention_gpu__long_sampled),
+		cmocka_unit_test(test_attention_gpu__long_sampled_wgmma),
 		cmocka_unit_test(test_attention_gpu__every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -75,7 +75,7 @@ static void run_key(struct ktune_key key, int budget)
 	if (ktune__op_problem_open(ctx, &key, 1, 0, &p, &e))
 		fail_msg("%s: %s", what, e.msg);
 	key = p->key;
-	assert_int_equal(ktune__op_candidates(op, &key, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
+	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
 	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	assert_non_null(jobs);
 	jobs[0] = (struct job){ .key = key, .cfg = op->default_config(&key, sm_count) };

@@ -84,7 +84,7 @@ static void run_key(struct ktune_key key, int offset, int budget)
 		fail_msg("%s: %s", what, e.msg);
 	key = p->key; /* its alignment class, as allocated */
 	ktune__key_format(&key, what, sizeof(what));
-	assert_int_equal(ktune__op_candidates(op, &key, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
+	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
 	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	assert_non_null(jobs);
 	jobs[0] = (struct job){ .key = key, .cfg = op->default_config(&key, sm_count) };

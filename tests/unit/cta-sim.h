@@ -95,6 +95,7 @@ struct block {
 	ucontext_t sched;
 	copy_mode mode = COPY_EAGER;
 	uint64_t rng = 1;
+	unsigned serial = 0; /* which run_block this is: extensions keep per-block state by it (wgmma-sim.h) */
 	const std::function<void()> *body = nullptr;
 	/* ASan's view of the scheduler's stack, and its fake stack while a fiber runs */
 	const void *sched_bottom = nullptr;
@@ -103,6 +104,7 @@ struct block {
 };
 
 static block *g;                     /* the block being run */
+static unsigned blocks_run;         /* run_block calls so far: the next block's serial */
 static std::vector<region> regions; /* global memory a kernel may touch */
 static int failures;                /* bounds and alignment faults seen */
 
@@ -196,6 +198,7 @@ static void run_block(dim idx, dim grid, int threads, size_t smem_bytes, copy_mo
 	b.mode = mode;
 	b.rng = seed * 2654435761u + (idx.x + 1) * 40503u + (idx.y + 1) * 977u + idx.z + 1;
 	b.body = &body;
+	b.serial = ++blocks_run;
 	g = &b;
 	for (int t = 0; t < threads; t++) {
 		fiber &f = b.fibers[(size_t)t];

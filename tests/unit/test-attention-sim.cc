@@ -21,6 +21,7 @@ extern "C" {
 }
 
 #include "cta-sim.h"
+#include "wgmma-sim.h"
 
 extern "C" {
 #include "ops/attention-ref.h"
@@ -243,11 +244,84 @@ struct bwd_config {
 #define SWIZZLE 0
 #include "attention-sim-bwd.inc"
 
+/* The wgmma family (attention_wgmma.cu, sm_90a), on wgmma-sim.h: a spread over consumers, tiles, stages and overlap. */
+#define SIM_NS w0
+#define DTYPE_BF16 0
+#define HEAD_DIM 64
+#define CAUSAL 0
+#define BLOCK_N 64
+#define STAGES 2
+#define CONSUMERS 1
+#define OVERLAP 1
+#include "attention-sim-wgmma.inc"
+
+#define SIM_NS w1
+#define DTYPE_BF16 1
+#define HEAD_DIM 64
+#define CAUSAL 1
+#define BLOCK_N 80
+#define STAGES 3
+#define CONSUMERS 3
+#define OVERLAP 0
+#include "attention-sim-wgmma.inc"
+
+#define SIM_NS w2
+#define DTYPE_BF16 0
+#define HEAD_DIM 128
+#define CAUSAL 1
+#define BLOCK_N 128
+#define STAGES 2
+#define CONSUMERS 2
+#define OVERLAP 1
+#include "attention-sim-wgmma.inc"
+
+#define SIM_NS w3
+#define DTYPE_BF16 1
+#define HEAD_DIM 128
+#define CAUSAL 0
+#define BLOCK_N 176
+#define STAGES 2
+#define CONSUMERS 2
+#define OVERLAP 1
+#include "attention-sim-wgmma.inc"
+
+#define SIM_NS w4
+#define DTYPE_BF16 1
+#define HEAD_DIM 256
+#define CAUSAL 1
+#define BLOCK_N 64
+#define STAGES 2
+#define CONSUMERS 1
+#define OVERLAP 1
+#include "attention-sim-wgmma.inc"
+
+#define SIM_NS w5
+#define DTYPE_BF16 0
+#define HEAD_DIM 128
+#define CAUSAL 1
+#define BLOCK_N 80
+#define STAGES 3
+#define CONSUMERS 2
+#define OVERLAP 0
+#include "attention-sim-wgmma.inc"
+
+#define SIM_NS w6
+#define DTYPE_BF16 1
+#define HEAD_DIM 64
+#define CAUSAL 1
+#define BLOCK_N 64
+#define STAGES 2
+#define CONSUMERS 3
+#define OVERLAP 1
+#include "attention-sim-wgmma.inc"
+
 static const struct bwd_config *const bwd_configs[] = { &b0::config, &b1::config, &b2::config, &b3::config,
 							 &b4::config };
 
 static const struct fwd_config *const fwd_configs[] = { &c0::config, &c1::config, &c2::config, &c3::config,
 							 &c4::config, &c5::config, &c6::config, &c7::config };
+static const struct fwd_config *const wgmma_configs[] = { &w0::config, &w1::config, &w2::config, &w3::config,
+							   &w4::config, &w5::config, &w6::config };
 
 /* ------------------------------------------------------------ the cases */
 
@@ -264,6 +338,7 @@ static const struct fwd_case fwd_cases[] = {
 	{ 1, 127, 40, 8, 1, false, 0 },   /* GQA 8, sq > sk: causal rows 0..86 see nothing */
 	{ 1, 70, 200, 2, 2, true, 0 },    /* sk > sq: causal rows see 131 keys and more */
 	{ 1, 159, 96, 2, 1, false, 0 },   /* sq - sk = 63: the causal edge falls on the last row of a block */
+	{ 1, 200, 700, 1, 1, false, 0 },  /* many K/V tiles: the rings go round several times */
 };
 
 static uint64_t next(uint64_t *s)
@@ -553,6 +628,8 @@ static void test_attention_sim__forward_every_case(void **state)
 			/* head dim 256 on the two smallest cases and the causal edge only: the host runs it slowly */
 			if (cfg->d == 256 && c >= 2 && c != 5)
 				continue;
+			if (c == 6) /* the long case is for the wgmma family's rings */
+				continue;
 			if (subset && ((cfg != fwd_configs[0] && cfg != fwd_configs[1]) || c >= 3))
 				continue;
 			for (int mode = 0; mode < 2; mode++) {
@@ -563,6 +640,34 @@ static void test_attention_sim__forward_every_case(void **state)
 		}
 	printf("%d simulated runs, %d wrong values; worst error of O %.3g (f16), %.3g (bf16)\n", runs, bad, worst[0][0],
 	       worst[0][1]);
+	assert_int_equal(bad, 0);
+}
+
+/*
+ * The wgmma family on every case (head dim 256 on the smallest three and the
+ * causal edge), copies landing at once and held back: its producer and
+ * consumer warpgroups, mbarrier phases through several rounds of the ring,
+ * the descriptors' swizzled layouts, S's accumulators as P V's A fragment,
+ * the overlapped loop, causal tiles a warpgroup skips, and the epilogue.
+ */
+static void test_attention_sim__wgmma_forward_every_case(void **state)
+{
+	(void)state;
+	int bad = 0, runs = 0;
+	for (const struct fwd_config *cfg : wgmma_configs)
+		for (size_t c = 0; c < sizeof(fwd_cases) / sizeof(fwd_cases[0]); c++) {
+			if (cfg->d == 256 && c >= 2 && c != 5)
+				continue;
+			if (subset && ((cfg != wgmma_configs[0] && cfg != wgmma_configs[1]) || c >= 3))
+				continue;
+			for (int mode = 0; mode < 2; mode++) {
+				bad += run_case(cfg, &fwd_cases[c], mode ? sim::COPY_LAZY : sim::COPY_EAGER,
+						(uint64_t)(runs + 1));
+				runs++;
+			}
+		}
+	printf("%d simulated wgmma runs, %d wrong values; worst error of O %.3g (f16), %.3g (bf16)\n", runs, bad,
+	       worst[0][0], worst[0][1]);
 	assert_int_equal(bad, 0);
 }
 
@@ -616,12 +721,76 @@ static void test_attention_sim__mma_and_ldmatrix_layouts(void **state)
 	assert_int_equal(sim::failures, before);
 }
 
+/*
+ * The wgmma simulation on a product worked out here: A (64 x 16) K-major
+ * and B (16 x 64) both ways, written as TMA's 128-byte swizzle writes a box
+ * (row r at r * 128, 16-byte chunk c at chunk c ^ (r % 8)), read through
+ * descriptors; D checked by the accumulator layout, and again with A from
+ * registers in the fragment layout.  Small integers: every sum is exact.
+ */
+static void test_attention_sim__wgmma_layouts(void **state)
+{
+	(void)state;
+	static float d[128][32], d2[128][32];
+	static u32 a_regs[128][4];
+	auto a_at = [](int m, int k) { return (float)((m + 2 * k) % 7 - 3); };
+	auto b_at = [](int k, int n) { return (float)((3 * k + n) % 5 - 2); };
+	auto swz = [](u32 off) { return off ^ (((off >> 7) & 7) << 4); };
+	std::function<void()> body = [&] {
+		const int t = (int)threadIdx.x;
+		unsigned char *smem = dynamic_smem();
+		if (t == 0) {
+			/* A at 0 (K-major: rows m of 16 k); B MN-major at 8192 (rows k of 64 n), K-major at 16384 (rows n) */
+			for (int m = 0; m < 64; m++)
+				for (int k = 0; k < 16; k++) {
+					unsigned short h = sim::from_float(a_at(m, k), false);
+					memcpy(smem + swz((u32)(m * 128 + 2 * k)), &h, 2);
+				}
+			for (int k = 0; k < 16; k++)
+				for (int n = 0; n < 64; n++) {
+					unsigned short h = sim::from_float(b_at(k, n), false);
+					memcpy(smem + 8192 + swz((u32)(k * 128 + 2 * n)), &h, 2);
+					memcpy(smem + 16384 + swz((u32)(n * 128 + 2 * k)), &h, 2);
+				}
+		}
+		__syncthreads();
+		for (int i = 0; i < 4; i++) {
+			const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * (i % 2), col = 2 * (t % 4) + 8 * (i / 2);
+			a_regs[t][i] = sim::pack(a_at(row, col), a_at(row, col + 1), false);
+		}
+		for (int i = 0; i < 32; i++)
+			d[t][i] = d2[t][i] = 1.0f; /* scale_d 1: added */
+		sim::wgmma_issue(d[t], 64, nullptr, w0::smem_desc(0, 16, 1024), w0::smem_desc(16384, 16, 1024), 1, false,
+				 false);
+		sim::wgmma_issue(d2[t], 64, a_regs[t], 0, w0::smem_desc(8192, 64 * 128, 1024), 1, true, false);
+		wgmma_commit();
+		wgmma_wait<0>();
+		for (int j = 0; j < 8; j++)
+			for (int e = 0; e < 4; e++) {
+				const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * (e / 2), col = 8 * j + 2 * (t % 4) + e % 2;
+				float want = 1.0f;
+				for (int k = 0; k < 16; k++)
+					want += a_at(row, k) * b_at(k, col);
+				if (d[t][4 * j + e] != want || d2[t][4 * j + e] != want)
+					sim::fault("wgmma: wrong product", row, col);
+			}
+	};
+	int before = sim::failures;
+	sim::launch({ 1, 1, 1 }, 128, 32768, sim::COPY_EAGER, 1, body);
+	assert_int_equal(sim::failures, before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_attention_sim__mma_and_ldmatrix_layouts),
+		cmocka_unit_test(test_attention_sim__wgmma_layouts),
 		cmocka_unit_test(test_attention_sim__forward_every_case),
+		cmocka_unit_test(test_attention_sim__wgmma_forward_every_case),
 		cmocka_unit_test(test_attention_sim__backward_every_case),
 	};
+	/* KTUNE_SIM_FILTER=*wgmma*: the tests whose names match, as cmocka matches them */
+	if (getenv("KTUNE_SIM_FILTER"))
+		cmocka_set_test_filter(getenv("KTUNE_SIM_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,16 +1,21 @@
 /*
- * test-compile-attention.c - NVRTC compiles of the flash attention template
- * (no GPU needed) for sm_90, through the registry, with ptxas's registers
- * and spills reported.
+ * test-compile-attention.c - NVRTC compiles of the flash attention templates
+ * (no GPU needed) for an sm_90 device, through the registry (the wgmma
+ * family for sm_90a), with ptxas's registers and spills reported.
  *
  * For every variant the op compiles (pass x dtype x head dim x mask): the default
  * config of a long key (sq = sk = 4096) and of a short one (sq = 1, sk =
  * 17), and a seeded sample of the candidates the prune keeps; every one
  * compiles, holds the kernel its call launches, and the defaults do not
- * spill.  KTUNE_TEST_FULL=1 compiles the whole space of every variant,
- * admitted or not, and prints one line per config (registers, spills, what
- * the prune said): the data the prune's register estimates are fitted to
- * (the GPU check's job; about 2,900 compiles).
+ * spill.  The forward's wgmma family (attention_wgmma.cu), which has not run
+ * on a GPU yet: a seeded sample of WGMMA_SAMPLE of its admitted configs per
+ * forward variant, every one printed with its registers (ptxas reports the
+ * launch's count, 65536 / threads; setmaxnreg moves them between the
+ * warpgroups) and none may spill.  KTUNE_TEST_FULL=1 compiles the whole
+ * space of every variant, both forward families', admitted or not, and
+ * prints one line per config (registers, spills, what the prune said): the
+ * data the prune's register estimates are fitted to (the GPU check's job;
+ * about 3,500 compiles).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,12 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention.h"
 #include "ops/op.h"
 #include "runtime/context.h"
 
 #define ARCH "sm_90"
 #define SM_COUNT 132
 #define SAMPLE 2
+#define WGMMA_SAMPLE 4
 
 struct job {
 	struct ktune_key key;
@@ -72,12 +79,12 @@ static void compile_one(int i, void *arg)
 struct collect {
 	const struct ktune_op *op;
 	struct ktune_key key;
-	int family;
+	int family, admitted_only;
 	struct job *jobs;
 	int n, cap;
 };
 
-/* A config of the whole space, with what the prune says of it. */
+/* A config of the whole space, with what the prune says of it (admitted_only: the others are left out). */
 static int add_config(const long *values, void *arg)
 {
 	struct collect *c = arg;
@@ -90,8 +97,36 @@ static int add_config(const long *values, void *arg)
 	j->cfg.family = c->family;
 	memcpy(j->cfg.v, values, (size_t)s->nparams * sizeof(long));
 	j->admitted = !c->op->prune(&j->key, &j->cfg, SM_COUNT, j->why, sizeof(j->why));
+	if (c->admitted_only && !j->admitted)
+		return 0;
 	c->n++;
 	return 0;
+}
+
+/*
+ * The wgmma family's admitted configs for a forward key: all of them, or a
+ * seeded sample of WGMMA_SAMPLE (a partial shuffle of those just added).
+ */
+static void add_wgmma(struct collect *c, const struct ktune_key *key, int all, unsigned seed)
+{
+	struct ktune_err e;
+	int first = c->n;
+	c->key = *key;
+	c->family = KTUNE_ATTN_FAMILY_WGMMA;
+	c->admitted_only = !all;
+	ktune__space_enumerate(ktune__op_space(c->op, c->family, &e), add_config, c);
+	c->admitted_only = 0;
+	if (all || c->n - first <= WGMMA_SAMPLE)
+		return;
+	struct ktune_config *cfgs = calloc((size_t)(c->n - first), sizeof(*cfgs));
+	assert_non_null(cfgs);
+	for (int i = first; i < c->n; i++)
+		cfgs[i - first] = c->jobs[i].cfg;
+	ktune__sample_configs(cfgs, c->n - first, WGMMA_SAMPLE, seed);
+	for (int i = 0; i < WGMMA_SAMPLE; i++)
+		c->jobs[first + i].cfg = cfgs[i];
+	c->n = first + WGMMA_SAMPLE;
+	free(cfgs);
 }
 
 /* The op's variants: every pass, dtype, head dim (the backward: 64 and 128) and mask. */
@@ -140,17 +175,20 @@ static void test_compile_attention__variants(void **state)
 			if (!j->admitted)
 				fail_msg("the default of key %d (%s) is pruned: %s", k, b ? "short" : "long", j->why);
 		}
+		char pass[8];
+		assert_int_equal(ktune__op_variant_get(op, &keys[k], "pass", pass, sizeof(pass)), 0);
+		int forward = !strcmp(pass, "fwd");
+		if (forward)
+			add_wgmma(&c, &keys[k], full, (unsigned)(k * 13 + 5));
 		if (full) {
-			char pass[8];
 			c.key = keys[k];
-			assert_int_equal(ktune__op_variant_get(op, &keys[k], "pass", pass, sizeof(pass)), 0);
-			c.family = strcmp(pass, "fwd") ? 1 : 0;
+			c.family = forward ? KTUNE_ATTN_FAMILY_FWD : KTUNE_ATTN_FAMILY_BWD;
 			ktune__space_enumerate(ktune__op_space(op, c.family, &e), add_config, &c);
 			continue;
 		}
 		struct ktune_config *cfgs = NULL;
 		int n = 0, npruned = 0;
-		assert_int_equal(ktune__op_candidates(op, &keys[k], SM_COUNT, SAMPLE, (unsigned)(k * 7 + 1), &cfgs, &n,
+		assert_int_equal(ktune__op_candidates(op, &keys[k], ARCH, SM_COUNT, SAMPLE, (unsigned)(k * 7 + 1), &cfgs, &n,
 						      &npruned, &e), 0);
 		assert_true(n >= 1);
 		for (int i = 0; i < n; i++)
@@ -161,25 +199,34 @@ static void test_compile_attention__variants(void **state)
 	ktune__parallel_for(c.n, 0, compile_one, c.jobs);
 
 	int failed = 0, default_spills = 0, admitted_spill = 0, pruned_fit = 0, admitted = 0;
+	int wgmma = 0, wgmma_admitted = 0, wgmma_spill = 0;
 	for (int i = 0; i < c.n; i++) {
 		struct job *j = &c.jobs[i];
+		int is_wgmma = j->cfg.family == KTUNE_ATTN_FAMILY_WGMMA;
 		failed += j->failed;
 		admitted += j->admitted;
 		admitted_spill += j->admitted && j->spills;
 		pruned_fit += !j->admitted && !j->spills && !j->failed;
+		wgmma += is_wgmma;
+		wgmma_admitted += is_wgmma && j->admitted;
+		if (is_wgmma && j->admitted && j->spills) {
+			fprintf(stderr, "FAIL %s: an admitted wgmma config spills %d bytes\n", j->what, j->spills);
+			wgmma_spill++;
+		}
 		if (j->is_default && j->spills) {
 			fprintf(stderr, "FAIL %s: the default config spills %d bytes\n", j->what, j->spills);
 			default_spills++;
 		}
-		if (full || j->spills)
+		if (full || j->spills || is_wgmma)
 			printf("%-110s %3d registers, %5d bytes spilled%s%s\n", j->what, j->registers, j->spills,
 			       j->admitted ? "" : ", pruned: ", j->admitted ? "" : j->why);
 	}
 	printf("compiled %d attention kernels: %d failed, %d admitted, %d of them spill (the tuner drops those), "
-	       "%d pruned that fit, %d defaults spill\n",
-	       c.n, failed, admitted, admitted_spill, pruned_fit, default_spills);
+	       "%d pruned that fit, %d defaults spill; wgmma (sm_90a): %d compiled, %d admitted, %d of them spill\n",
+	       c.n, failed, admitted, admitted_spill, pruned_fit, default_spills, wgmma, wgmma_admitted, wgmma_spill);
 	assert_int_equal(failed, 0);
 	assert_int_equal(default_spills, 0);
+	assert_int_equal(wgmma_spill, 0);
 	free(c.jobs);
 }
 

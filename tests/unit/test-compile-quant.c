@@ -185,7 +185,7 @@ static void test_compile_quant__formats_and_suite(void **state)
 		int n = 0, npruned = 0;
 		if (strcmp(suite.keys[i].op, "gemm_quant"))
 			continue;
-		assert_int_equal(ktune__op_candidates(op, &suite.keys[i], SM_COUNT, full ? 0 : SAMPLE, (unsigned)(i * 7 + 1),
+		assert_int_equal(ktune__op_candidates(op, &suite.keys[i], ARCH, SM_COUNT, full ? 0 : SAMPLE, (unsigned)(i * 7 + 1),
 						      &cfgs, &n, &npruned, &e), KTUNE_OK);
 		assert_true(n >= 1);
 		for (int c = 0; c < n && njobs < cap; c++)

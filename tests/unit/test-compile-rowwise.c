@@ -124,7 +124,7 @@ static void test_compile_rowwise__suite_and_awkward_rows(void **state)
 			struct ktune_config *cfgs = NULL;
 			int n = 0, npruned = 0;
 			assert_int_equal(ktune__op_key_check(&keys[k], &e), 0);
-			assert_int_equal(ktune__op_candidates(op, &keys[k], SM_COUNT, full ? 0 : SAMPLE,
+			assert_int_equal(ktune__op_candidates(op, &keys[k], ARCH, SM_COUNT, full ? 0 : SAMPLE,
 							      (unsigned)(k * 7 + 1), &cfgs, &n, &npruned, &e), 0);
 			/* unaligned rows over 64K go element by element: no config holds them; the default runs */
 			if (keys[k].aligned || keys[k].n <= 65536)

@@ -2,8 +2,9 @@
  * test-ops.c - the op registry without a GPU: the table, every op's key
  * through check, the database, export and import and back; bad keys and
  * bad spec sections refused with clear messages and nothing written;
- * config texts; candidates and defaults; a key of an op tuned end to end
- * through the fake worker.
+ * config texts; candidates and defaults; a family of one arch (sm_90a)
+ * kept from the others; a key of an op tuned end to end through the fake
+ * worker.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 
 #include "db/share.h"
 #include "ops/op.h"
+#include "runtime/context.h"
 #include "search/spec.h"
 #include "templates.h"
 #include "test_util.h"
@@ -405,7 +407,7 @@ static void test_ops__candidates_and_defaults(void **state)
 		int n, pruned;
 		if (ktune__op_is_gemm(op))
 			continue;
-		assert_int_equal(ktune__op_candidates(op, &s.keys[i], 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
+		assert_int_equal(ktune__op_candidates(op, &s.keys[i], "sm_90", 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
 		ktune__key_format(&s.keys[i], text, sizeof(text));
 		if (n < 4) /* a search, not a formality */
 			fail_msg("%s: %d candidates", text, n);
@@ -424,19 +426,104 @@ static void test_ops__candidates_and_defaults(void **state)
 	struct ktune_key key = { .op = "add", .dtype = KTUNE_F32, .m = 1 << 20, .aligned = 1 };
 	struct ktune_config *a, *b;
 	int na, nb, pruned;
-	assert_int_equal(ktune__op_candidates(add, &key, 132, 16, 7, &a, &na, &pruned, &e), KTUNE_OK);
-	assert_int_equal(ktune__op_candidates(add, &key, 132, 16, 7, &b, &nb, &pruned, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_candidates(add, &key, "sm_90", 132, 16, 7, &a, &na, &pruned, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_candidates(add, &key, "sm_90", 132, 16, 7, &b, &nb, &pruned, &e), KTUNE_OK);
 	assert_int_equal(na, 16);
 	assert_memory_equal(a, b, sizeof(*a) * 16);
 	free(a);
 	free(b);
 	/* the unaligned class takes the scalar path: no wider vectors */
 	key.aligned = 0;
-	assert_int_equal(ktune__op_candidates(add, &key, 132, 0, 7, &a, &na, &pruned, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_candidates(add, &key, "sm_90", 132, 0, 7, &a, &na, &pruned, &e), KTUNE_OK);
 	for (int j = 0; j < na; j++)
 		assert_int_equal(ktune__op_param(add, &a[j], "VEC", 0), 1);
 	free(a);
 	ktune__spec_free(&s);
+}
+
+/*
+ * A family of one arch (attention_wgmma: sm_90a) is offered, compiled and
+ * imported only for devices of that arch: the others never see it.
+ */
+static void test_ops__family_of_one_arch(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("attention");
+	int wg = ktune__op_family_index(op, "attention_wgmma");
+	struct ktune_key fwd = sample_key(op), bwd;
+	const char *fwd_values[] = { "fwd", "128", "causal", "1", NULL, NULL, NULL };
+	const char *bwd_values[] = { "bwd", "128", "causal", "1", NULL, NULL, NULL };
+	struct ktune_config *cfgs;
+	struct ktune_err e;
+	int n, with[2] = { 0, 0 };
+	(void)state;
+	assert_true(wg >= 0);
+	assert_int_equal(ktune__op_variant_set(op, &fwd, fwd_values, NULL), KTUNE_OK);
+	bwd = fwd;
+	assert_int_equal(ktune__op_variant_set(op, &bwd, bwd_values, NULL), KTUNE_OK);
+
+	assert_true(ktune__op_family_runs(op, wg, "sm_90"));
+	assert_true(ktune__op_family_runs(op, wg, "sm_90a"));
+	assert_true(ktune__op_family_runs(op, wg, NULL));
+	assert_false(ktune__op_family_runs(op, wg, "sm_80"));
+	assert_false(ktune__op_family_runs(op, wg, "sm_100"));
+	assert_false(ktune__op_family_runs(op, wg, "sm_9"));
+	assert_true(ktune__op_family_runs(op, 0, "sm_80"));
+	assert_string_equal(ktune__op_compile_arch(op, wg, "sm_90"), "sm_90a");
+	assert_string_equal(ktune__op_compile_arch(op, 0, "sm_90"), "sm_90");
+
+	/* candidates: the forward on sm_90 has both families, on sm_80 the mma.sync one; the backward never has it */
+	static const char *const archs[] = { "sm_90", "sm_80" };
+	for (int a = 0; a < 2; a++) {
+		assert_int_equal(ktune__op_candidates(op, &fwd, archs[a], 132, 0, 1, &cfgs, &n, NULL, &e), KTUNE_OK);
+		for (int i = 0; i < n; i++)
+			with[a] += cfgs[i].family == wg;
+		free(cfgs);
+	}
+	assert_true(with[0] >= 10);
+	assert_int_equal(with[1], 0);
+	assert_int_equal(ktune__op_candidates(op, &bwd, "sm_90", 132, 0, 1, &cfgs, &n, NULL, &e), KTUNE_OK);
+	for (int i = 0; i < n; i++)
+		assert_int_not_equal(cfgs[i].family, wg);
+	free(cfgs);
+
+	/* its config text round trip; its defines; no compile for another arch (refused before NVRTC) */
+	struct ktune_config c, back;
+	char text[256], defines[KTUNE_OP_MAX_DEFINES][48];
+	assert_int_equal(ktune__op_config_parse(op, "attention_wgmma", "BLOCK_N=128,STAGES=2,CONSUMERS=2,OVERLAP=1", &c,
+						&e), KTUNE_OK);
+	assert_int_equal(c.family, wg);
+	assert_int_equal(ktune__op_config_format(op, &c, text, sizeof(text)), 0);
+	assert_string_equal(text, "BLOCK_N=128,STAGES=2,CONSUMERS=2,OVERLAP=1");
+	assert_int_equal(ktune__op_config_parse(op, "attention_wgmma", text, &back, &e), KTUNE_OK);
+	assert_memory_equal(&c, &back, sizeof(c));
+	assert_int_equal(op->defines(&fwd, &c, defines, KTUNE_OP_MAX_DEFINES), 7);
+	assert_string_equal(defines[5], "-DCONSUMERS=2");
+	assert_int_equal(op->defines(&bwd, &c, defines, KTUNE_OP_MAX_DEFINES), -1);
+	char why[160];
+	assert_int_equal(op->prune(&fwd, &c, 132, why, sizeof(why)), 0);
+	assert_int_equal(op->prune(&bwd, &c, 132, why, sizeof(why)), 1);
+	struct ktune_cubin cubin;
+	assert_int_equal(ktune__kernel_compile(&fwd, &c, "sm_80", "", &cubin, &e), KTUNE_ERR_UNSUPPORTED);
+	assert_non_null(strstr(e.msg, "sm_90a only"));
+
+	/* an export entry of it tuned on another arch is refused */
+	struct ktune_result r = sample_result(op, &fwd);
+	struct ktune_share share;
+	char *yaml;
+	size_t len;
+	snprintf(r.family, sizeof(r.family), "attention_wgmma");
+	snprintf(r.config, sizeof(r.config), "%s", text);
+	snprintf(r.template_hash, sizeof(r.template_hash), "%s", ktune__op_family_hash(op, wg));
+	assert_int_equal(ktune__share_write(&r, 1, &yaml, &len, &e), KTUNE_OK);
+	assert_int_equal(ktune__share_parse(yaml, len, "t.yaml", &share, &e), KTUNE_OK);
+	ktune__share_free(&share);
+	free(yaml);
+	snprintf(r.device.arch, sizeof(r.device.arch), "sm_80");
+	assert_int_equal(ktune__share_write(&r, 1, &yaml, &len, &e), KTUNE_OK);
+	assert_int_not_equal(ktune__share_parse(yaml, len, "t.yaml", &share, &e), KTUNE_OK);
+	if (!strstr(e.msg, "family 'attention_wgmma' runs on sm_90a only, not 'sm_80'"))
+		fail_msg("message '%s'", e.msg);
+	free(yaml);
 }
 
 /* The generic tune loop, through the fake worker: a result of the op's family, with the copy as baseline. */
@@ -544,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_ops__spec_sections),
 		cmocka_unit_test(test_ops__config_texts),
 		cmocka_unit_test(test_ops__candidates_and_defaults),
+		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
 		cmocka_unit_test_setup_teardown(test_ops__tuned_through_the_worker, setup, test_scratch_teardown),

@@ -632,7 +632,7 @@ static void test_quant__steps_and_workspace(void **state)
 		int n, pruned;
 		assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
 		op->key_bucket(&key);
-		assert_int_equal(ktune__op_candidates(op, &key, 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
+		assert_int_equal(ktune__op_candidates(op, &key, "sm_90", 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
 		assert_true(n > 0);
 		struct ktune_config d = op->default_config(&key, 132);
 		cfgs[0] = d; /* the default too, admitted or not */
@@ -671,7 +671,7 @@ static void test_quant__prune(void **state)
 		struct ktune_config *cfgs;
 		int n, pruned, gemv = 0;
 		assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
-		assert_int_equal(ktune__op_candidates(op, &key, 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
+		assert_int_equal(ktune__op_candidates(op, &key, "sm_90", 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
 		for (int c = 0; c < n; c++)
 			gemv += cfgs[c].family == 0;
 		if (m <= 16)
