@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/driver.h"
@@ -15,7 +16,12 @@
 /* CTest's SKIP_RETURN_CODE: the test reports itself as skipped. */
 #define GPU_TEST_SKIP 77
 
-/* Returns 0 if a GPU can be used, else prints why and returns GPU_TEST_SKIP. */
+/*
+ * Returns 0 if a GPU can be used, else prints why and returns GPU_TEST_SKIP.
+ * KTUNE_TEST_FILTER=PATTERN runs only the tests whose names match (cmocka's
+ * wildcards): a GPU session is short, and one test of a program may be all
+ * that needs running.
+ */
 static inline int gpu_test_available(const char *prog)
 {
 	struct ktune_err e;
@@ -23,6 +29,11 @@ static inline int gpu_test_available(const char *prog)
 		printf("%s: skipped: no GPU: %s\n", prog, e.msg);
 		return GPU_TEST_SKIP;
 	}
+#ifdef CMOCKA_H_
+	const char *filter = getenv("KTUNE_TEST_FILTER");
+	if (filter && *filter)
+		cmocka_set_test_filter(filter);
+#endif
 	return 0;
 }
 
