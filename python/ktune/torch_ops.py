@@ -80,10 +80,90 @@ def _vec(w, name):
     return w, of_torch(w, name)
 
 
+# --- the ops: torch.library custom ops, and a fast path for eager calls ---------------------------
+#
+# A call through torch.library's dispatcher (the custom op, then its generated autograd.Function,
+# then a redispatch to the implementation) costs about 100 us of Python a call, 170 with
+# gradients: several times libktune's own 10-20 us, and for a model of small kernels (GPT-2's
+# hundreds of calls a step) the whole step's wall time.  So a plain eager call, one torch.compile
+# does not trace and no tensor subclass or functorch transform sees, goes straight to the same
+# implementation, through an autograd.Function built from the same setup_context and backward as
+# the custom op's (which is what torch.library itself builds); everything else (torch.compile,
+# FakeTensor, opcheck, torch.ops.ktune.*) takes the custom op.  The two compute the same: one
+# implementation, one autograd formula.
+
+def _plain(args):
+    """Whether the arguments are plain tensors (or nn.Parameters) and other values, nothing a
+    tensor subclass (FakeTensor, FunctionalTensor, ...) would have to see."""
+    for a in args:
+        if isinstance(a, Tensor) and type(a) is not Tensor and type(a) is not torch.nn.Parameter:
+            return False
+    return True
+
+
+def _eager(args):
+    return (not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active()
+            and _plain(args))
+
+
+class _Op:
+    """A ktune op: `op` the torch.library custom op (torch.ops.ktune.NAME), `impl` its
+    implementation; calling it takes the fast path when _eager() allows."""
+
+    def __init__(self, name, impl):
+        import inspect
+        # device_types=None: every device reaches the implementation, whose checks say
+        # "ktune runs on 'cuda' tensors" in a ValueError rather than a dispatcher error.
+        self.op = torch.library.custom_op(f"ktune::{name}", mutates_args=())(impl)
+        self.impl = impl
+        self.name = name
+        params = list(inspect.signature(impl).parameters.values())
+        self._names = [p.name for p in params]
+        self._defaults = [p.default for p in params]
+        self._function = None
+
+    def register_fake(self, fn):
+        return self.op.register_fake(fn)
+
+    def register_autograd(self, backward, *, setup_context):
+        self.op.register_autograd(backward, setup_context=setup_context)
+        impl = self.impl
+
+        # forward with ctx, as torch.library's own: a separate setup_context makes
+        # Function.apply bind the arguments through inspect.signature, 30 us a call
+        def forward(ctx, *args):
+            output = impl(*args)
+            setup_context(ctx, args, output)
+            return output
+
+        self._function = type(f"ktune_{self.name}_eager", (torch.autograd.Function,), {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward),
+        })
+
+    def _inputs(self, args, kwargs):
+        """Every argument positionally, defaults filled in, as setup_context sees them."""
+        if kwargs:
+            args = list(args) + [kwargs.pop(n, d) for n, d in zip(self._names[len(args):],
+                                                                   self._defaults[len(args):])]
+            if kwargs:
+                raise TypeError(f"ktune.{self.name}: unexpected arguments {sorted(kwargs)}")
+            return tuple(args)
+        if len(args) < len(self._names):
+            return tuple(args) + tuple(self._defaults[len(args):])
+        return args
+
+    def __call__(self, *args, **kwargs):
+        if not _eager(args) or not _plain(kwargs.values()):
+            return self.op(*args, **kwargs)
+        args = self._inputs(args, kwargs)
+        if self._function is not None and torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return self._function.apply(*args)
+        return self.impl(*args)
+
+
 def _op(name):
-    # device_types=None: every device reaches the implementation, whose checks say
-    # "ktune runs on 'cuda' tensors" in a ValueError rather than a dispatcher error.
-    return torch.library.custom_op(f"ktune::{name}", mutates_args=())
+    return lambda impl: _Op(name, impl)
 
 
 # --- gemm ---------------------------------------------------------------------------------
