@@ -282,3 +282,35 @@ struct ktune_config ktune__attn_fwd_default(const struct ktune_key *key)
 	const long values[] = { block_m, block_n, block_m / 16, 2, d != 256, 1 };
 	return ktune__attn_config(KTUNE_ATTN_FAMILY_FWD, names, values, 6);
 }
+
+/*
+ * The wgmma family's default, for sm_90: what the H100's sweep of the suite
+ * chose (bench/results/h100-attention.md: three consumer warpgroups, BLOCK_N
+ * 128, for every key of head dim 128, and for d64 but its shortest causal
+ * one), then smaller tiles; for D = 256, whose tiles fill shared memory
+ * sooner, two consumers and 64 keys.  The first the prune keeps for the
+ * key; 0 below 128 queries or keys, which the sweep did not measure and
+ * the mma.sync default's 32-row tiles waste less on, or where the prune
+ * keeps none.
+ */
+int ktune__attn_fwd_wgmma_default(const struct ktune_key *key, struct ktune_config *out)
+{
+	static const char *const names[] = { "BLOCK_N", "STAGES", "CONSUMERS", "OVERLAP" };
+	static const long d64[][4] = { { 128, 3, 3, 0 }, { 64, 2, 3, 0 }, { 64, 2, 2, 0 }, { 64, 2, 1, 0 } };
+	static const long d128[][4] = { { 128, 2, 3, 0 }, { 128, 2, 2, 0 }, { 64, 2, 2, 0 }, { 64, 2, 1, 0 } };
+	static const long d256[][4] = { { 64, 2, 2, 0 }, { 64, 2, 1, 0 } };
+	int d = ktune__attn_head_dim(key);
+	const long(*prefs)[4] = d == 64 ? d64 : d == 128 ? d128 : d256;
+	int n = d == 64 ? 4 : d == 128 ? 4 : 2;
+	char why[160];
+	if (key->m < 128 || key->n < 128)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		struct ktune_config c = ktune__attn_config(KTUNE_ATTN_FAMILY_WGMMA, names, prefs[i], 4);
+		if (!ktune__attn_fwd_prune(key, &c, why, sizeof(why))) {
+			*out = c;
+			return 1;
+		}
+	}
+	return 0;
+}

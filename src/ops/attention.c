@@ -282,6 +282,15 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 	return backward(key) ? ktune__attn_bwd_default(key) : ktune__attn_fwd_default(key);
 }
 
+/* On sm_90 the forward's default is the wgmma family's, where its prune keeps one for the key. */
+static int arch_default(const struct ktune_key *key, int sm_count, const char *arch, struct ktune_config *out)
+{
+	(void)sm_count;
+	if (backward(key) || !ktune__op_family_runs(&ktune__op_attention, KTUNE_ATTN_FAMILY_WGMMA, arch))
+		return 0;
+	return ktune__attn_fwd_wgmma_default(key, out);
+}
+
 const struct ktune_op ktune__op_attention = {
 	.name = "attention",
 	.summary = "flash attention: softmax(scale Q K^T + mask) V and the log-sum-exp, and the gradients",
@@ -311,6 +320,7 @@ const struct ktune_op ktune__op_attention = {
 	.steps = steps,
 	.workspace = workspace,
 	.default_config = default_config,
+	.arch_default = arch_default,
 	.distance = distance,
 };
 

@@ -106,6 +106,7 @@ int ktune__attn_fwd_defines(const struct ktune_key *key, const struct ktune_conf
 int ktune__attn_fwd_steps(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
 			  struct ktune_op_step *out);
 struct ktune_config ktune__attn_fwd_default(const struct ktune_key *key);
+int ktune__attn_fwd_wgmma_default(const struct ktune_key *key, struct ktune_config *out);
 
 void ktune__attn_bwd_layout(const struct ktune_key *key, struct ktune_op_layout *out);
 void ktune__attn_bwd_input_range(const struct ktune_key *key, int buf, double *lo, double *hi);

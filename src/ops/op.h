@@ -235,6 +235,13 @@ struct ktune_op {
 			    const struct ktune_op_call *call, int sm_count);
 	/* The config for a key nobody tuned, from what is known of the device. */
 	struct ktune_config (*default_config)(const struct ktune_key *key, int sm_count);
+	/*
+	 * Optional: a better default on a device of this arch, from a family
+	 * that runs only there (attention's wgmma forward on sm_90): 1 with
+	 * *out set, or 0 where default_config's serves.  Dispatch asks it
+	 * first for a key with no tuned entry and no neighbour.
+	 */
+	int (*arch_default)(const struct ktune_key *key, int sm_count, const char *arch, struct ktune_config *out);
 	/* How far apart two keys of the same op, dtype and variant are, for "nearest". */
 	double (*distance)(const struct ktune_key *a, const struct ktune_key *b);
 };

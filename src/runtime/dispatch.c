@@ -26,7 +26,8 @@
  *
  * The other ops' keys (bucketed by their op) go the same way without
  * cuBLAS: their own entry, a neighbour by the op's distance that the op's
- * prune keeps for the key, or the op's analytic default (choose_op).
+ * prune keeps for the key, or the op's analytic default for the device's
+ * arch (choose_op).
  *
  * The choice is a pure function of the key, the entries, the device's
  * figures and the policy; loading cuBLAS (resolve.c) is the only GPU work,
@@ -358,11 +359,10 @@ static void choose_op(ktune_ctx *ctx, const struct ktune_op *op, const struct kt
 	const struct ktune_entry *pick = exact ? exact : arch ? arch : shipped ? shipped : nearest;
 	*source = exact ? KTUNE_SRC_EXACT : arch ? KTUNE_SRC_ARCH : shipped ? KTUNE_SRC_SHIPPED
 		: nearest ? KTUNE_SRC_NEAREST : KTUNE_SRC_DEFAULT;
-	if (pick) {
+	if (pick)
 		*cfg = pick->cfg;
-	} else {
+	else if (!op->arch_default || !op->arch_default(key, ctx->id.sm_count, ctx->id.arch, cfg))
 		*cfg = op->default_config(key, ctx->id.sm_count);
-	}
 	out->own = *source;
 }
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention.h"
 #include "ops/gemm-model.h"
 #include "ops/gemm.h"
 #include "runtime/context.h"
@@ -631,6 +632,43 @@ static void test_dispatch__op_neighbour_kept_by_prune(void **state)
 	free_ctx(ctx);
 }
 
+/*
+ * An attention key nobody tuned: on sm_90 the forward's default is the wgmma
+ * family's, kept by the key's prune (D = 256 too); short lengths, the
+ * backward and other archs keep the mma.sync defaults.
+ */
+static void test_dispatch__attention_default_by_arch(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("attention");
+	struct ktune_key fwd = { .op = "attention", .dtype = KTUNE_F16, .variant = "fwd,128,causal,4", .m = 2048,
+				 .n = 2048, .k = 32, .aligned = 1 };
+	struct ktune_key d256 = fwd, tiny = fwd, bwd = fwd;
+	struct ktune_config cfg;
+	char why[160];
+	(void)state;
+
+	snprintf(d256.variant, sizeof(d256.variant), "fwd,256,none,1");
+	tiny.m = 1;
+	tiny.n = 16;
+	snprintf(bwd.variant, sizeof(bwd.variant), "bwd,128,causal,4");
+	ktune_ctx *ctx = make_ctx(NULL, 0);
+	const struct ktune_key *wgmma[] = { &fwd, &d256 };
+	for (int i = 0; i < 2; i++) {
+		assert_string_equal(choose(ctx, *wgmma[i], &cfg), "default");
+		assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_WGMMA);
+		assert_int_equal(op->prune(wgmma[i], &cfg, SMS, why, sizeof(why)), 0);
+	}
+	assert_int_equal(ktune__op_param(op, &cfg, "CONSUMERS", 0), 2); /* D = 256: Q's tile of 3 does not fit */
+	assert_string_equal(choose(ctx, tiny, &cfg), "default");
+	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_FWD);
+	assert_string_equal(choose(ctx, bwd, &cfg), "default");
+	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_BWD);
+	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_80");
+	assert_string_equal(choose(ctx, fwd, &cfg), "default");
+	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_FWD);
+	free_ctx(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -648,6 +686,7 @@ int main(void)
 		cmocka_unit_test(test_dispatch__never_wgmma_for_unaligned),
 		cmocka_unit_test(test_dispatch__decision_is_pure),
 		cmocka_unit_test(test_dispatch__op_neighbour_kept_by_prune),
+		cmocka_unit_test(test_dispatch__attention_default_by_arch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

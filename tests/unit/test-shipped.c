@@ -87,13 +87,13 @@ static void covers_the_default_suite(const char *name, const char *gpu, const ch
 }
 
 /*
- * The H100's file: the suite's GEMM keys, the elementwise ops' and the
- * row-wise ops' (96 + 42 + 38).
+ * The H100's file: the suite's GEMM keys, the elementwise ops', the
+ * row-wise ops' and attention's (96 + 42 + 38 + 24).
  */
 static void test_shipped__h100_covers_the_default_suite(void **state)
 {
 	(void)state;
-	covers_the_default_suite("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3", "gemm,add,gelu,glu,dropout,softmax,rmsnorm,layernorm,cross_entropy");
+	covers_the_default_suite("sm_90/h100.yaml", "NVIDIA H100 80GB HBM3", "gemm,add,gelu,glu,dropout,softmax,rmsnorm,layernorm,cross_entropy,attention");
 }
 
 /* An H200 of its own, GEMM only: the runtime prefers the file of the GPU it runs on. */
