@@ -321,8 +321,9 @@ static struct ktune_key ce_key(const char *pass, const char *reduction, const ch
  * unlike x: stored element by element), guards either side of it checked;
  * the forward, and the backward with its dx moved; x 1 to 7 elements past
  * an aligned base (a sample of 3 each); short rows (33: a row within one
- * vector of 8) and 4097, and 65537 (its 131072 bucket: clusters), every
- * candidate; f16 and f32, and a single row, a sample.
+ * vector of 8) and 4097, a sample of 60 each, and 65537 (its 131072
+ * bucket: clusters), every candidate; f16 and f32, and a single row, a
+ * sample.
  */
 static void test_rowwise_gpu__cross_entropy_unaligned_every_config(void **state)
 {
@@ -334,8 +335,8 @@ static void test_rowwise_gpu__cross_entropy_unaligned_every_config(void **state)
 	run_key_dx(ce_key("bwd", "none", "on", KTUNE_BF16, 50257), 5, 2, 0);
 	for (int offset = 1; offset < 8; offset++)
 		run_key_dx(ce_key("fused", "sum", "on", KTUNE_BF16, 50257), offset, 8 - offset, 3);
-	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 33), 1, 6, 0);
-	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 4097), 1, 2, 0);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 33), 1, 6, 60);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 4097), 1, 2, 60);
 	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 65537), 7, 0, 0);
 	run_key_dx(ce_key("fused", "mean", "on", KTUNE_F16, 50257), 3, 0, 3);
 	run_key_dx(ce_key("fused", "mean", "on", KTUNE_F32, 50257), 1, 2, 3);
@@ -1026,18 +1027,18 @@ static void test_rowwise_gpu__cross_entropy_bf16_in_place(void **state)
  * 16-byte vectors, rows shifted), logits and dlogits at other
  * misalignments and row strides: x 1 and dx 1 element past an aligned
  * base with packed rows (every row's dx shifted as x's), x 3 and dx 6 (no
- * row's), and x 0 and dx 0 with strides V + 3 and V + 5 (some rows' and
- * not others'); fused (sum) and, on the last, the backward (none) from the
- * kernel's lse.  Against the reference of the rounded logits, and nothing
- * written outside the rows (the padding and 64 bytes either side keep
- * their bytes).
+ * row's), x 0 and dx 0 with strides V + 3 and V + 5 (some rows' and not
+ * others'), and in place, x 5 with stride V + 1; fused (sum) and, on the
+ * third, the backward (none) from the kernel's lse.  Against the reference
+ * of the rounded logits, and nothing written outside the rows (the padding
+ * and 64 bytes either side keep their bytes).
  */
 static void test_rowwise_gpu__cross_entropy_unaligned_api(void **state)
 {
 	enum { ROWS = 40, V = 50257, EDGE = 64 };
 	static const struct {
-		int x_off, dx_off, ld_x, ld_dx, backward;
-	} cases[] = { { 1, 1, V, V, 0 }, { 3, 6, V, V, 0 }, { 0, 0, V + 3, V + 5, 1 } };
+		int x_off, dx_off, ld_x, ld_dx, backward, in_place;
+	} cases[] = { { 1, 1, V, V, 0, 0 }, { 3, 6, V, V, 0, 0 }, { 0, 0, V + 3, V + 5, 1, 0 }, { 5, 5, V + 1, V + 1, 0, 1 } };
 	(void)state;
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
 		const int ld_x = cases[ci].ld_x, ld_dx = cases[ci].ld_dx;
@@ -1064,7 +1065,9 @@ static void test_rowwise_gpu__cross_entropy_unaligned_api(void **state)
 		CUdeviceptr d_x = upload_bytes(hx, bx), d_dx = upload_bytes(hdx, bdx), d_t = upload_bytes(t, sizeof(t));
 		CUdeviceptr d_loss = upload_bytes(t, 4), d_lse = upload_bytes(t, sizeof(lse)), d_dl = upload_bytes(dlf, sizeof(dlf));
 		void *px = (void *)(d_x + EDGE + 2 * (CUdeviceptr)cases[ci].x_off);
-		void *pdx = (void *)(d_dx + EDGE + 2 * (CUdeviceptr)cases[ci].dx_off);
+		const CUdeviceptr d_out = cases[ci].in_place ? d_x : d_dx; /* the buffer the gradient is written to */
+		const unsigned char *orig = cases[ci].in_place ? hx : hdx; /* its bytes as uploaded */
+		void *pdx = (void *)(d_out + EDGE + 2 * (CUdeviceptr)cases[ci].dx_off);
 		ktune__ref_cross_entropy(xd, ld_x, t, -100, 0, 0, lossd, lsed, ROWS, V);
 		if (cases[ci].backward) {
 			assert_int_equal(ktune_cross_entropy(ctx, ROWS, V, px, ld_x, (int64_t *)d_t, -100, 0, 0,
@@ -1094,12 +1097,12 @@ static void test_rowwise_gpu__cross_entropy_unaligned_api(void **state)
 				 ktune__ref_cross_entropy_reduce(lossd, t, -100, KTUNE_REDUCTION_SUM, ROWS), 1e-5, 0);
 		}
 		assert_int_equal(ktune_cu.cuCtxSynchronize(), CUDA_SUCCESS);
-		assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(got, d_dx, bdx), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(got, d_out, bdx), CUDA_SUCCESS);
 		const size_t first = EDGE + 2 * (size_t)cases[ci].dx_off;
 		for (size_t b = 0; b < bdx; b++) { /* outside the rows (before, after, the padding): as uploaded */
 			size_t i = (b - first) / 2;
 			int inside = b >= first && i < ndx && i % (size_t)ld_dx < V;
-			if (!inside && got[b] != 0x5a)
+			if (!inside && got[b] != orig[b])
 				fail_msg("case %zu: byte %zu (outside the rows) written", ci, b);
 		}
 		const unsigned short *g = (const unsigned short *)(got + first);
