@@ -50,6 +50,18 @@
  *     ce_reduce_kernel(const float *loss_rows, const long long *targets, long long rows,
  *                      long long ignore_index, float *loss)   (REDUCTION 0 and 1, PASS 0 and 2)
  *
+ * Unaligned rows (ALIGNED=0) with VEC > 1 are read in vectors all the
+ * same (SHIFTED): each row from the VEC_BYTES-aligned address at or below
+ * its start, s = 0 to VEC - 1 elements before it (its shift, from its
+ * address), so that a thread's vector i holds the row's columns
+ * item_col - s ... ; a vector wholly inside the row is one access, the
+ * partial first and last ones are read and written element by element
+ * (nothing outside the row is touched), and a thread's registers hold
+ * cols + VEC - 1 elements.  The gradient's row is written from the same
+ * registers: in vectors where its shift is x's (in place; or x and dx of
+ * the same misalignment, row strides congruent mod VEC_BYTES), element by
+ * element where not.  The aligned configs' code is unchanged (s = 0).
+ *
  * Tunables: PASS, REDUCTION, SMOOTHING, SOFTCAP (the op's variant) and KEEP
  * below; DTYPE, ALIGNED, VEC, THREADS, CACHE, MIN_WARPS (prelude.cuh);
  * COLS, ROW_THREADS, CLUSTER, PREFETCH (rowwise.cuh).
@@ -63,7 +75,9 @@
  *   ce_count_kernel, ce_reduce_kernel: block = (1024, 1, 1), grid = (1, 1, 1)
  *
  * Limits: 1 <= cols <= COLS; ALIGNED=1 requires 16-byte aligned x and dx
- * and row strides; cap > 0 with SOFTCAP; sm_90 for CLUSTER > 1.
+ * and row strides, ALIGNED=0 element-aligned ones (COLS is then the longest
+ * row: ITEMS * ROW_SPAN - (VEC - 1) with VEC > 1); cap > 0 with SOFTCAP;
+ * sm_90 for CLUSTER > 1.
  */
 
 /* ---------------------------------------------------------------- tunables */
@@ -84,6 +98,22 @@
 #define KEEP 0 /* fused: 1 keeps what the gradient needs in fp32 (exp(z - max), or z when capped); 0 takes it again */
 #endif
 
+/*
+ * The unaligned class with vectors: prelude.cuh's vectors (its ALIGNED=1,
+ * which promises that every vector the kernel touches is aligned: the
+ * shifted rows' are), SHIFTED rows.
+ */
+#if defined(ALIGNED) && defined(VEC)
+#if !ALIGNED && VEC > 1
+#define SHIFTED 1
+#undef ALIGNED
+#define ALIGNED 1
+#endif
+#endif
+#ifndef SHIFTED
+#define SHIFTED 0 /* 1: rows read from the aligned address at or below their start (set above) */
+#endif
+
 #include "prelude.cuh"
 #include "rowwise.cuh"
 
@@ -92,6 +122,7 @@ static_assert(REDUCTION == 0 || REDUCTION == 1 || REDUCTION == 2, "REDUCTION is 
 static_assert(SMOOTHING == 0 || SMOOTHING == 1, "SMOOTHING is 0 or 1");
 static_assert(SOFTCAP == 0 || SOFTCAP == 1, "SOFTCAP is 0 or 1");
 static_assert(KEEP == 0 || (KEEP == 1 && PASS == 2), "KEEP is for the fused pass");
+static_assert(!SHIFTED || ITEMS * ROW_SPAN >= COLS + VEC_W - 1, "a shifted row of COLS fits the registers");
 
 #define LOG2E 1.4426950408889634f
 #define REDUCE_THREADS 1024 /* ce_count_kernel's and ce_reduce_kernel's one block */
@@ -156,43 +187,91 @@ static __device__ __forceinline__ void ce_keep_raw(row_raw &v, u32 zero)
 }
 #endif
 
+/* ------------------------------------------------------------ shifted rows */
+
+/*
+ * A row's shift: the elements it starts past the VEC_BYTES-aligned address
+ * at or below it, 0 to VEC_W - 1 (0 unless SHIFTED).  A thread's vector at
+ * column c (item_col32) then holds the row's columns c - s ... c - s +
+ * VEC_W - 1: whole when c >= s and c + VEC_W <= n + s, and element e of it
+ * inside the row when s <= e < n + s.
+ */
+static __device__ __forceinline__ int row_shift(const elem *row)
+{
+#if SHIFTED
+	return (int)((u32)((u64)row / ELEM_BYTES) % VEC_W);
+#else
+	(void)row;
+	return 0;
+#endif
+}
+
+#if SHIFTED
+#define ROW_WHOLE(c, n, s) ((c) >= (s) && (c) + VEC_W <= (n) + (s))
+#define ROW_INSIDE(e, n, s) ((e) >= (s) && (e) < (n) + (s))
+#define ROW_HELD(col, s) ((col) >= 0 ? (col) + (s) : (col)) /* where column col (or a negative tcol) is held */
+#else
+#define ROW_WHOLE(c, n, s) ((c) + VEC_W <= (n))
+#define ROW_INSIDE(e, n, s) ((e) < (n))
+#define ROW_HELD(col, s) (col)
+#endif
+
 /*
  * rowwise.cuh's row_load and row_store, addressed from the thread's first
  * element with constant offsets (ROW_SPAN elements a vector): one 64-bit
  * address a row, where 64-bit columns held across the walk took a
- * register pair a vector.
+ * register pair a vector.  Shifted, the address is that of the row's
+ * aligned start (row - s), which the first vector touches only element by
+ * element.
  */
 static __device__ __forceinline__ void ce_row_load(const elem *row, int n, const row_place &p, row_raw &v, float fill)
 {
+	const int s = row_shift(row);
 	const int c0 = item_col32(p, 0);
-	const elem *at = row + c0;
+	const elem *at = row - s + c0;
 #pragma unroll
 	for (int i = 0; i < ITEMS; i++) {
 		const int c = c0 + i * ROW_SPAN;
-		if (c + VEC_W <= n) {
+		if (ROW_WHOLE(c, n, s)) {
 			v[i] = load_vec(at + i * ROW_SPAN);
 		} else {
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				vec_set(v[i], j, c + j < n ? load_elem(at + i * ROW_SPAN + j) : fill);
+				vec_set(v[i], j, ROW_INSIDE(c + j, n, s) ? load_elem(at + i * ROW_SPAN + j) : fill);
 		}
 	}
 }
 
 #if PASS != 0
-static __device__ __forceinline__ void ce_row_store(elem *row, int n, const row_place &p, const row_raw &v)
+/*
+ * Stores a row held as loaded from a row of shift s.  Shifted, a gradient
+ * row of another shift (dx misaligned unlike x) takes every element on its
+ * own, each at the column it came from.
+ */
+static __device__ __forceinline__ void ce_row_store(elem *row, int n, int s, const row_place &p, const row_raw &v)
 {
 	const int c0 = item_col32(p, 0);
-	elem *at = row + c0;
+	elem *at = row - s + c0;
+#if SHIFTED
+	if (row_shift(row) != s) {
+#pragma unroll
+		for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+			for (int j = 0; j < VEC_W; j++)
+				if (ROW_INSIDE(c0 + i * ROW_SPAN + j, n, s))
+					store_elem(at + i * ROW_SPAN + j, vec_get(v[i], j));
+		return;
+	}
+#endif
 #pragma unroll
 	for (int i = 0; i < ITEMS; i++) {
 		const int c = c0 + i * ROW_SPAN;
-		if (c + VEC_W <= n) {
+		if (ROW_WHOLE(c, n, s)) {
 			store_vec(at + i * ROW_SPAN, v[i]);
 		} else {
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
-				if (c + j < n)
+				if (ROW_INSIDE(c + j, n, s))
 					store_elem(at + i * ROW_SPAN + j, vec_get(v[i], j));
 		}
 	}
@@ -333,7 +412,8 @@ ce_reduce_kernel(const float *loss_rows, const long long *targets, long long row
 /* ----------------------------------------------------------------- the rows */
 
 /*
- * The one thread of the row's group whose share holds column c (c >= 0):
+ * The one thread of the row's group whose share holds column c (c >= 0; a
+ * shifted row's column col is at c = col + s, ROW_HELD):
  * c = ((i * CLUSTER + rank) * ROW_THREADS + lane) * VEC_W + j.
  */
 static __device__ __forceinline__ bool holds_col(const row_place &p, int c)
@@ -420,12 +500,15 @@ ce_kernel(const elem *x, const long long *targets, float *lse, const float *dlos
 		t_next = target_at(targets, row + step, rows, ignore_index);
 		ce_row_load(x + (live ? row : 0) * ld_x, live ? (int)cols : 0, p, v, op_max::identity());
 #endif
+		/* the row's shift (0 unless SHIFTED), as its load took it */
+		const int s = row_shift(x + (tcol != PAST ? row : 0) * ld_x);
+		(void)s;
 		/*
 		 * z at the target: its one holder reads it again (its own load,
 		 * before its own stores: in place is safe), rather than every
 		 * element being compared with the target's column.
 		 */
-		const bool own = holds_col(p, tcol);
+		const bool own = holds_col(p, ROW_HELD(tcol, s));
 		const float xt = own ? load_elem(x + row * ld_x + tcol) : 0.0f;
 #if SOFTCAP
 		const float zt = softcap(xt, cap, inv_cap);
@@ -467,7 +550,7 @@ ce_kernel(const elem *x, const long long *targets, float *lse, const float *dlos
 		for (int i = 0; i < ITEMS; i++) {
 #if SOFTCAP || SMOOTHING
 			const int c = item_col32(p, i), n = live ? (int)cols : 0; /* a BAD row is read */
-			if (c + VEC_W <= n) {
+			if (ROW_WHOLE(c, n, s)) {
 #pragma unroll
 				for (int j = 0; j < VEC_W; j++) {
 #if SOFTCAP
@@ -485,7 +568,7 @@ ce_kernel(const elem *x, const long long *targets, float *lse, const float *dlos
 #else
 					const float z = vec_get(v[i], j);
 #endif
-					if (c + j < n)
+					if (ROW_INSIDE(c + j, n, s))
 						CE_SUMS(z);
 					else
 						KEEP_SET(0.0f); /* never stored */
@@ -574,7 +657,7 @@ ce_kernel(const elem *x, const long long *targets, float *lse, const float *dlos
 				for (int k = 0; k < VEC_WORDS; k++)
 					v[i].w[k] = 0;
 		}
-		ce_row_store(dx + (tcol != PAST ? row : 0) * ld_dx, tcol != PAST ? (int)cols : 0, p, v);
+		ce_row_store(dx + (tcol != PAST ? row : 0) * ld_dx, tcol != PAST ? (int)cols : 0, s, p, v);
 		if (own) { /* after its store of the same element: the same thread, in order */
 			float d = a * exp2_approx((zt - base) * LOG2E) - b - gt;
 #if SOFTCAP

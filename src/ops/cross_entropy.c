@@ -54,7 +54,7 @@ static const struct ktune_op_field fields[] = {
 
 static const struct ktune_family families[] = {
 	{ "cross_entropy", "cross_entropy.cu", "cross_entropy.yaml",
-	  { "ce_kernel", "ce_count_kernel", "ce_reduce_kernel" } },
+	  { "ce_kernel", "ce_count_kernel", "ce_reduce_kernel" }, .shifted_rows = 1 },
 };
 
 extern const struct ktune_op ktune__op_cross_entropy;

@@ -64,6 +64,13 @@ struct ktune_family {
 	 * alone); ktune__op_family_runs says which.
 	 */
 	const char *arch;
+	/*
+	 * Row-wise families: 1 if its kernels take vectors (VEC > 1) in the
+	 * unaligned class too, each row read from the vector-aligned address
+	 * at or below its start (src/ops/rowwise.h); 0: one element at a
+	 * time there.
+	 */
+	int shifted_rows;
 };
 
 #define KTUNE_OP_MAX_BUFS 10

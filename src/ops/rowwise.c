@@ -25,24 +25,31 @@ void ktune__rw_key_bucket(struct ktune_key *key)
 		key->n = pow2_ceil(key->n);
 }
 
+/* Whether the config's family reads unaligned rows in vectors, each shifted to an aligned start. */
+static int shifts_rows(const struct ktune_op *op, const struct ktune_config *c)
+{
+	return op && c->family >= 0 && c->family < op->nfamilies && op->families[c->family].shifted_rows;
+}
+
 struct ktune_rw_shape ktune__rw_shape(const struct ktune_key *key, const struct ktune_config *c)
 {
 	const struct ktune_op *op = ktune__op_of(key);
 	struct ktune_rw_shape s;
-	s.vec = key->aligned ? (int)ktune__op_param(op, c, "VEC", 1) : 1;
+	s.vec = key->aligned || shifts_rows(op, c) ? (int)ktune__op_param(op, c, "VEC", 1) : 1;
 	s.threads = (int)ktune__op_param(op, c, "THREADS", 256);
 	s.row_threads = (int)ktune__op_param(op, c, "ROW_THREADS", s.threads);
 	s.cluster = (int)ktune__op_param(op, c, "CLUSTER", 1);
 	s.blocks_per_sm = ktune__op_param(op, c, "BLOCKS_PER_SM", 0);
 	if (s.vec < 1)
 		s.vec = 1;
+	s.shift = key->aligned ? 0 : s.vec - 1; /* a row as much as VEC - 1 elements past its aligned start */
 	if (s.row_threads < 1 || s.row_threads > s.threads)
 		s.row_threads = s.threads;
 	if (s.cluster < 1)
 		s.cluster = 1;
 	s.rows_per_block = s.threads / s.row_threads;
 	int64_t span = (int64_t)s.cluster * s.row_threads * s.vec;
-	int64_t items = (key->n + span - 1) / span;
+	int64_t items = (key->n + s.shift + span - 1) / span;
 	s.items = items < 1 ? 1 : items > 1 << 20 ? 1 << 20 : (int)items;
 	return s;
 }
@@ -53,7 +60,7 @@ int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c,
 	int n = ktune__ew_defines(key, c, opts, max - 1);
 	if (n < 0)
 		return n;
-	snprintf(opts[n++], 48, "-DCOLS=%lld", (long long)s.items * s.cluster * s.row_threads * s.vec);
+	snprintf(opts[n++], 48, "-DCOLS=%lld", (long long)s.items * s.cluster * s.row_threads * s.vec - s.shift);
 	return n;
 }
 
@@ -109,7 +116,7 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 		snprintf(why, len, "VEC=%ld of %d-byte elements is wider than 16 bytes", vec, size);
 		return 1;
 	}
-	if (!key->aligned && vec > 1) {
+	if (!key->aligned && vec > 1 && !shifts_rows(op, c)) {
 		snprintf(why, len, "the unaligned class takes the scalar path: VEC=%ld is VEC=1", vec);
 		return 1;
 	}
@@ -163,7 +170,8 @@ struct ktune_config ktune__rw_default(const struct ktune_op *op, const struct kt
 {
 	const struct ktune_space *sp = ktune__op_space(op, 0, NULL);
 	int size = ktune__dtype_size(key->dtype);
-	long vec = key->aligned && size ? 16 / size : 1;
+	struct ktune_config first_family = { .family = 0 };
+	long vec = (key->aligned || shifts_rows(op, &first_family)) && size ? 16 / size : 1;
 	int64_t nvec = (key->n + vec - 1) / vec;
 	long first = (long)pow2_ceil((nvec + 3) / 4);
 	struct ktune_config c = { .family = 0 };

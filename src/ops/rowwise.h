@@ -12,6 +12,13 @@
  * rows; 0: one pass).  The element type, the alignment class and COLS
  * (the row length the registers are sized for) are compiled in.  The
  * element types, kernel-argument helpers and tolerances are elementwise.h's.
+ *
+ * Unaligned rows: a family whose kernels shift rows (its shifted_rows,
+ * op.h) reads each row in vectors from the vector-aligned address at or
+ * below its start, s = 0 to VEC - 1 elements before it, the partial first
+ * and last vectors element by element: the unaligned class takes any VEC
+ * there, and a thread holds a row of cols + VEC - 1 elements.  Other
+ * families take the unaligned class one element at a time (VEC = 1).
  */
 #ifndef KTUNE_ROWWISE_H
 #define KTUNE_ROWWISE_H
@@ -26,20 +33,22 @@ void ktune__rw_key_bucket(struct ktune_key *key);
 
 /* A config's parameters as the kernels see them for a key. */
 struct ktune_rw_shape {
-	int vec;         /* VEC_W: VEC when aligned, else 1 */
+	int vec;         /* VEC_W: VEC when aligned or the family shifts rows, else 1 */
+	int shift;       /* the most a row is shifted: VEC_W - 1 for the unaligned class of such a family, else 0 */
 	int row_threads; /* ROW_THREADS */
 	int threads;     /* THREADS */
 	int cluster;     /* CLUSTER */
 	int rows_per_block;
-	int items;       /* vectors per thread: ceil(cols / (CLUSTER * ROW_THREADS * VEC_W)) */
+	int items;       /* vectors per thread: ceil((cols + shift) / (CLUSTER * ROW_THREADS * VEC_W)) */
 	long blocks_per_sm;
 };
 struct ktune_rw_shape ktune__rw_shape(const struct ktune_key *key, const struct ktune_config *c);
 
 /*
  * The elementwise defines (-DDTYPE, -DALIGNED, the space's compiled
- * parameters) and -DCOLS (items x span, so that keys needing as many
- * registers share a kernel).
+ * parameters) and -DCOLS (items x span less the shift: the longest row
+ * the registers hold, so that keys needing as many registers share a
+ * kernel).
  */
 int ktune__rw_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max);
 
@@ -60,7 +69,8 @@ int64_t ktune__rw_walk_clusters(const struct ktune_key *key, const struct ktune_
 void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct ktune_op_launch *out);
 
 /*
- * Vectors wider than 16 bytes or than one element unaligned; a thread's
+ * Vectors wider than 16 bytes or, unless the family shifts rows, than one
+ * element unaligned; a thread's
  * share of `raw_rows` rows in their own type and `f32_rows` in fp32 beyond
  * the registers THREADS and MIN_WARPS leave it; more than 16 vectors a
  * thread (32 single elements); groups
@@ -71,7 +81,8 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 		    char *why, size_t len);
 
 /*
- * The analytic default: 16-byte vectors and the fewest threads per row
+ * The analytic default: 16-byte vectors (unaligned: single elements, unless
+ * the family shifts rows) and the fewest threads per row
  * the op's prune admits, from 4 vectors a thread up, 256 threads a block at
  * least, a cluster when one block's registers cannot hold a row.
  */

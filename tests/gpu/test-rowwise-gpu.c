@@ -69,8 +69,58 @@ static void compile_job(int i, void *arg)
 		j->compiled = 1;
 }
 
-/* One key's problem, and `budget` of its candidates (0: all) with the default, each run and checked. */
-static void run_key(struct ktune_key key, int offset, int budget)
+/* Runs of configs with VEC > 1 in the unaligned class (shifted rows), and of those with dx shifted unlike x. */
+static int shifted_runs, shifted_dx_runs;
+
+/* Bytes either side of a moved gradient buffer that no kernel may write. */
+#define GUARD 256
+
+/*
+ * A copy of the problem's first output of the key's dtype (the gradient)
+ * `dx_offset` elements past a 16-byte aligned base, GUARD bytes of 0x5a
+ * either side: the run's buffer while it is swapped in.
+ */
+struct moved_dx {
+	int buf;           /* the buffer, -1: none */
+	CUdeviceptr base;  /* GUARD + its elements + GUARD + 16 bytes */
+	CUdeviceptr at;    /* where the kernel writes it */
+	size_t bytes;
+};
+
+static struct moved_dx moved_dx_open(const struct ktune_op_problem *p, int dx_offset)
+{
+	struct moved_dx m = { .buf = -1 };
+	for (int i = 0; i < p->layout.nbufs && m.buf < 0; i++)
+		if (p->layout.bufs[i].output && p->layout.bufs[i].type == KTUNE_BUF_ELEM)
+			m.buf = i;
+	assert_true(m.buf >= 0);
+	m.bytes = (size_t)p->layout.bufs[m.buf].elems * (size_t)p->size[m.buf];
+	assert_int_equal(ktune_cu.cuMemAlloc_v2(&m.base, 2 * GUARD + m.bytes + 16), CUDA_SUCCESS);
+	m.at = m.base + GUARD + (CUdeviceptr)dx_offset * (CUdeviceptr)p->size[m.buf];
+	return m;
+}
+
+/* Whether the guards either side of the moved gradient are as set (0x5a): nothing written outside its rows. */
+static int moved_dx_guards_intact(const struct moved_dx *m)
+{
+	unsigned char before[GUARD], after[GUARD];
+	size_t end = (size_t)(m->at - m->base) + m->bytes;
+	assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(before, m->base + (size_t)(m->at - m->base) - GUARD, GUARD),
+			 CUDA_SUCCESS);
+	assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(after, m->base + end, GUARD), CUDA_SUCCESS);
+	for (int i = 0; i < GUARD; i++)
+		if (before[i] != 0x5a || after[i] != 0x5a)
+			return 0;
+	return 1;
+}
+
+/*
+ * One key's problem, and `budget` of its candidates (0: all) with the
+ * default, each run and checked; with dx_offset >= 0, each run again with
+ * the gradient written `dx_offset` elements past an aligned base (x stays
+ * `offset` past one), its guards checked.
+ */
+static void run_key_dx(struct ktune_key key, int offset, int dx_offset, int budget)
 {
 	const struct ktune_op *op = ktune__op_of(&key);
 	struct ktune_op_problem *p;
@@ -84,6 +134,9 @@ static void run_key(struct ktune_key key, int offset, int budget)
 		fail_msg("%s: %s", what, e.msg);
 	key = p->key; /* its alignment class, as allocated */
 	ktune__key_format(&key, what, sizeof(what));
+	struct moved_dx moved = { .buf = -1 };
+	if (dx_offset >= 0)
+		moved = moved_dx_open(p, dx_offset);
 	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
 	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	assert_non_null(jobs);
@@ -118,11 +171,42 @@ static void run_key(struct ktune_key key, int offset, int budget)
 				check.err_fro, check.err_max, check.bad);
 			failures++;
 		}
+		int shifted = !key.aligned && ktune__op_param(op, &j->cfg, "VEC", 1) > 1 &&
+			      op->families[j->cfg.family].shifted_rows;
+		shifted_runs += shifted;
+		if (moved.buf < 0)
+			continue;
+		/* again, the gradient elsewhere: its own misalignment, guards either side */
+		CUdeviceptr own = p->call.buf[moved.buf];
+		p->call.buf[moved.buf] = moved.at;
+		rc = ktune_cu.cuMemsetD8_v2(moved.base, 0x5a, 2 * GUARD + moved.bytes + 16) != CUDA_SUCCESS ||
+		     ktune__op_problem_poison(p, &e) || ktune__op_launch(ctx, k, &key, &j->cfg, &p->call, NULL, &e) ||
+		     ktune_cu.cuCtxSynchronize() != CUDA_SUCCESS || ktune__op_problem_check(p, &check, &e);
+		p->call.buf[moved.buf] = own;
+		if (rc) {
+			fprintf(stderr, "FAIL %s %s, dx %d elements off: launch or check failed\n", what, cfg, dx_offset);
+			failures++;
+			fail_msg("%s: the GPU may be in an error state", what);
+		}
+		if (!check.pass || !moved_dx_guards_intact(&moved)) {
+			fprintf(stderr, "FAIL %s %s, dx %d elements off: err_fro %.3g, worst %.3g, %llu NaN/Inf%s\n", what,
+				cfg, dx_offset, check.err_fro, check.err_max, check.bad,
+				check.pass ? ", written outside its rows" : "");
+			failures++;
+		}
+		shifted_dx_runs += shifted;
 	}
-	printf("%s: %d configs (%d pruned)\n", what, n + 1, npruned);
+	printf("%s: %d configs (%d pruned)%s\n", what, n + 1, npruned, moved.buf >= 0 ? ", dx moved too" : "");
+	if (moved.buf >= 0)
+		ktune_cu.cuMemFree_v2(moved.base);
 	free(jobs);
 	free(cfgs);
 	ktune__op_problem_close(p);
+}
+
+static void run_key(struct ktune_key key, int offset, int budget)
+{
+	run_key_dx(key, offset, -1, budget);
 }
 
 static void run_op(const char *name, int max_cols)
@@ -212,6 +296,56 @@ static void test_rowwise_gpu__cross_entropy_every_config(void **state)
 					if (every || all_cols[c] == 33 || all_cols[c] == 4097 || all_cols[c] == 262144)
 						run_ce_variant(op, values, all_cols[c], every, every && p == 2);
 			}
+	assert_int_equal(failures, 0);
+}
+
+/* A cross_entropy key of 67 rows: pass, reduction, smoothing and cap, dtype, vocab (bucketed). */
+static struct ktune_key ce_key(const char *pass, const char *reduction, const char *flags, ktune_dtype dtype,
+			       int64_t vocab)
+{
+	const struct ktune_op *op = ktune__op_find("cross_entropy");
+	struct ktune_key key = { .op = "cross_entropy", .dtype = dtype, .m = 67, .n = vocab };
+	const char *values[] = { pass, reduction, flags, flags };
+	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+	op->key_bucket(&key);
+	key.m = 67; /* an odd row count: the last block's groups run past it */
+	return key;
+}
+
+/*
+ * The unaligned class in vectors (cross_entropy's shifted rows): every
+ * candidate, VEC 1 to 8, of GPT-2's vocabulary 50257 (packed rows start at
+ * every shift 0 to 7) in bf16: fused with smoothing and the cap on (every
+ * masked branch) and off (GPT-2's variant), each run again with the
+ * gradient 3 elements further off than the logits (every row's dx shifted
+ * unlike x: stored element by element), guards either side of it checked;
+ * the forward, and the backward with its dx moved; x 1 to 7 elements past
+ * an aligned base (a sample of 3 each); short rows (33: a row within one
+ * vector of 8) and 4097, a sample of 60 each, and 65537 (its 131072
+ * bucket: clusters), every candidate; f16 and f32, and a single row, a
+ * sample.
+ */
+static void test_rowwise_gpu__cross_entropy_unaligned_every_config(void **state)
+{
+	(void)state;
+	failures = shifted_runs = shifted_dx_runs = 0;
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 50257), 0, 3, 0);
+	run_key_dx(ce_key("fused", "mean", "off", KTUNE_BF16, 50257), 1, 4, 0);
+	run_key(ce_key("fwd", "mean", "on", KTUNE_BF16, 50257), 0, 0);
+	run_key_dx(ce_key("bwd", "none", "on", KTUNE_BF16, 50257), 5, 2, 0);
+	for (int offset = 1; offset < 8; offset++)
+		run_key_dx(ce_key("fused", "sum", "on", KTUNE_BF16, 50257), offset, 8 - offset, 3);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 33), 1, 6, 60);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 4097), 1, 2, 60);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 65537), 7, 0, 0);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_F16, 50257), 3, 0, 3);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_F32, 50257), 1, 2, 3);
+	run_key(ce_key("fwd", "none", "on", KTUNE_F32, 50257), 3, 3);
+	struct ktune_key one = ce_key("fused", "mean", "on", KTUNE_BF16, 50257);
+	one.m = 1;
+	run_key_dx(one, 5, 0, 3);
+	printf("%d runs of shifted rows, %d of them with dx shifted unlike x\n", shifted_runs, shifted_dx_runs);
+	assert_true(shifted_runs > 300 && shifted_dx_runs > 150);
 	assert_int_equal(failures, 0);
 }
 
@@ -888,6 +1022,101 @@ static void test_rowwise_gpu__cross_entropy_bf16_in_place(void **state)
 	}
 }
 
+/*
+ * GPT-2's vocabulary through the API, bf16 (the unaligned class's default:
+ * 16-byte vectors, rows shifted), logits and dlogits at other
+ * misalignments and row strides: x 1 and dx 1 element past an aligned
+ * base with packed rows (every row's dx shifted as x's), x 3 and dx 6 (no
+ * row's), x 0 and dx 0 with strides V + 3 and V + 5 (some rows' and not
+ * others'), and in place, x 5 with stride V + 1; fused (sum) and, on the
+ * third, the backward (none) from the kernel's lse.  Against the reference
+ * of the rounded logits, and nothing written outside the rows (the padding
+ * and 64 bytes either side keep their bytes).
+ */
+static void test_rowwise_gpu__cross_entropy_unaligned_api(void **state)
+{
+	enum { ROWS = 40, V = 50257, EDGE = 64 };
+	static const struct {
+		int x_off, dx_off, ld_x, ld_dx, backward, in_place;
+	} cases[] = { { 1, 1, V, V, 0, 0 }, { 3, 6, V, V, 0, 0 }, { 0, 0, V + 3, V + 5, 1, 0 }, { 5, 5, V + 1, V + 1, 0, 1 } };
+	(void)state;
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		const int ld_x = cases[ci].ld_x, ld_dx = cases[ci].ld_dx;
+		const size_t nx = (size_t)ROWS * ld_x, ndx = (size_t)ROWS * ld_dx;
+		const size_t bx = 2 * EDGE + (nx + 8) * 2, bdx = 2 * EDGE + (ndx + 8) * 2;
+		unsigned char *hx = malloc(bx), *hdx = malloc(bdx), *got = malloc(bdx);
+		double *xd = malloc(nx * 8), *want = malloc(ndx * 8), lossd[ROWS], lsed[ROWS], one = 1, dl[ROWS];
+		float loss, lse[ROWS], dlf[ROWS];
+		int64_t t[ROWS];
+		assert_true(hx && hdx && got && xd && want);
+		memset(hx, 0x77, bx);
+		memset(hdx, 0x5a, bdx);
+		unsigned short *x = (unsigned short *)(hx + EDGE) + cases[ci].x_off;
+		for (size_t i = 0; i < nx; i++) {
+			x[i] = to_bf16((float)((long)(i * 7919 % 10007) - 5003) / 1000);
+			xd[i] = gpu_test_half_to_double(x[i], 1);
+		}
+		for (int r = 0; r < ROWS; r++) {
+			t[r] = r == 9 ? -100 : (r * 104729) % V;
+			dl[r] = dlf[r] = (float)(1 + r % 3);
+		}
+		t[13] = V - 1; /* the last column: in a row's partial last vector or not, by its shift */
+		t[14] = 0;     /* the first: in its partial first vector */
+		CUdeviceptr d_x = upload_bytes(hx, bx), d_dx = upload_bytes(hdx, bdx), d_t = upload_bytes(t, sizeof(t));
+		CUdeviceptr d_loss = upload_bytes(t, 4), d_lse = upload_bytes(t, sizeof(lse)), d_dl = upload_bytes(dlf, sizeof(dlf));
+		void *px = (void *)(d_x + EDGE + 2 * (CUdeviceptr)cases[ci].x_off);
+		const CUdeviceptr d_out = cases[ci].in_place ? d_x : d_dx; /* the buffer the gradient is written to */
+		const unsigned char *orig = cases[ci].in_place ? hx : hdx; /* its bytes as uploaded */
+		void *pdx = (void *)(d_out + EDGE + 2 * (CUdeviceptr)cases[ci].dx_off);
+		ktune__ref_cross_entropy(xd, ld_x, t, -100, 0, 0, lossd, lsed, ROWS, V);
+		if (cases[ci].backward) {
+			assert_int_equal(ktune_cross_entropy(ctx, ROWS, V, px, ld_x, (int64_t *)d_t, -100, 0, 0,
+							     KTUNE_REDUCTION_SUM, (float *)d_loss, (float *)d_lse,
+							     KTUNE_BF16, NULL),
+					 KTUNE_OK);
+			download(lse, d_lse, ROWS);
+			for (int r = 0; r < ROWS; r++) {
+				ce_close("unaligned lse", r, lse[r], lsed[r], 1e-6, 0);
+				lsed[r] = lse[r];
+			}
+			assert_int_equal(ktune_cross_entropy_backward(ctx, ROWS, V, px, ld_x, (int64_t *)d_t, -100, 0, 0,
+								      KTUNE_REDUCTION_NONE, (float *)d_lse,
+								      (float *)d_dl, pdx, ld_dx, KTUNE_BF16, NULL),
+					 KTUNE_OK);
+			ktune__ref_cross_entropy_backward(xd, ld_x, t, -100, 0, 0, lsed, KTUNE_REDUCTION_NONE, dl, want,
+							  ld_dx, ROWS, V);
+		} else {
+			assert_int_equal(ktune_cross_entropy_fused(ctx, ROWS, V, px, ld_x, (int64_t *)d_t, -100, 0, 0,
+								   KTUNE_REDUCTION_SUM, 1.0f, (float *)d_loss, pdx, ld_dx,
+								   KTUNE_BF16, NULL),
+					 KTUNE_OK);
+			ktune__ref_cross_entropy_backward(xd, ld_x, t, -100, 0, 0, lsed, KTUNE_REDUCTION_SUM, &one, want,
+							  ld_dx, ROWS, V);
+			download(&loss, d_loss, 1);
+			ce_close("unaligned sum", 0, loss,
+				 ktune__ref_cross_entropy_reduce(lossd, t, -100, KTUNE_REDUCTION_SUM, ROWS), 1e-5, 0);
+		}
+		assert_int_equal(ktune_cu.cuCtxSynchronize(), CUDA_SUCCESS);
+		assert_int_equal(ktune_cu.cuMemcpyDtoH_v2(got, d_out, bdx), CUDA_SUCCESS);
+		const size_t first = EDGE + 2 * (size_t)cases[ci].dx_off;
+		for (size_t b = 0; b < bdx; b++) { /* outside the rows (before, after, the padding): as uploaded */
+			size_t i = (b - first) / 2;
+			int inside = b >= first && i < ndx && i % (size_t)ld_dx < V;
+			if (!inside && got[b] != orig[b])
+				fail_msg("case %zu: byte %zu (outside the rows) written", ci, b);
+		}
+		const unsigned short *g = (const unsigned short *)(got + first);
+		for (size_t i = 0; i < ndx; i++)
+			if (i % (size_t)ld_dx < V)
+				ce_close("unaligned dlogits", (int64_t)i, gpu_test_half_to_double(g[i], 1), want[i], 5e-3,
+					 1e-12);
+		CUdeviceptr all[] = { d_x, d_dx, d_t, d_loss, d_lse, d_dl };
+		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+			ktune_cu.cuMemFree_v2(all[i]);
+		free(hx), free(hdx), free(got), free(xd), free(want);
+	}
+}
+
 /* A call refused with KTUNE_ERR_INVALID and a message holding msg. */
 #define REFUSED(call, msg)                                                                             \
 	do {                                                                                           \
@@ -1009,6 +1238,8 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_edges),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_bf16_in_place),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_every_config),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_unaligned_api),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_unaligned_every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

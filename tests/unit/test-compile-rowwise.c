@@ -7,14 +7,18 @@
  * default config and a seeded sample of the candidates the prune keeps
  * compile, their cubins hold every kernel the call's steps launch, and the
  * default config, where the prune admits one, does not spill.  Unaligned
- * rows over 65536 columns go element by element: the prune admits no
- * config for them, and their default (which runs, slower) may spill.  rowwise.cuh reaches NVRTC as a second
+ * rows over 65536 columns go element by element (but cross_entropy's, in
+ * shifted vectors): the prune admits few or no configs for them, and their
+ * default (which runs, slower) may spill.  rowwise.cuh reaches NVRTC as a second
  * in-memory header.  KTUNE_TEST_FULL=1 compiles every candidate of every
  * suite key (thousands: the GPU check's job, not CI's).  Cross-entropy's
  * 36 variants (pass, reduction, smoothing, soft cap) each compile their
  * default at 4097 columns (a short last vector), the fused ones at 262144
- * too and the means unaligned at 33, with the kernels their steps launch
- * and no spill.
+ * and unaligned at GPT-2's 50257 too, and the means unaligned at 33, with
+ * the kernels their steps launch and no spill.  The unaligned class of
+ * cross_entropy takes vectors (rows shifted to an aligned start): every
+ * candidate with VEC > 1 of GPT-2's key (8192 x 50257 bf16, fused, mean)
+ * compiles without spilling.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -160,8 +164,8 @@ static void test_compile_rowwise__suite_and_awkward_rows(void **state)
 static void test_compile_rowwise__cross_entropy_variants(void **state)
 {
 	const struct ktune_op *op = ktune__op_find("cross_entropy");
-	static const int64_t cols[] = { 4097, 262144, 33 };
-	struct job *jobs = calloc(3 * 3 * 2 * 2 * 3, sizeof(*jobs));
+	static const int64_t cols[] = { 4097, 262144, 33, 50257 };
+	struct job *jobs = calloc(3 * 3 * 2 * 2 * 4, sizeof(*jobs));
 	int njobs = 0, failed = 0, spills = 0;
 	(void)state;
 	assert_non_null(op);
@@ -169,9 +173,10 @@ static void test_compile_rowwise__cross_entropy_variants(void **state)
 	for (int p = 0; p < 3; p++)
 		for (int r = 0; r < 3; r++)
 			for (int f = 0; f < 4; f++)
-				for (int c = 0; c < 3; c++) {
-					if ((c == 1 && p != 2) || (c == 2 && r != 0))
-						continue; /* 262144 fused, unaligned 33 the mean: what differs there */
+				for (int c = 0; c < 4; c++) {
+					/* 262144 and unaligned 50257 fused, unaligned 33 the mean: what differs there */
+					if (((c == 1 || c == 3) && p != 2) || (c == 2 && r != 0))
+						continue;
 					const char *values[] = { op->fields[0].choices[p], op->fields[1].choices[r],
 								 f & 1 ? "on" : "off", f & 2 ? "on" : "off" };
 					struct ktune_key k = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 8192,
@@ -191,9 +196,49 @@ static void test_compile_rowwise__cross_entropy_variants(void **state)
 			spills++;
 		}
 	}
-	assert_int_equal(njobs, 36 + 12 + 12);
+	assert_int_equal(njobs, 36 + 12 + 12 + 12);
 	printf("compiled the defaults of %d cross_entropy variants and lengths: %d failed, %d spill\n", njobs,
 	       failed, spills);
+	assert_int_equal(failed, 0);
+	assert_int_equal(spills, 0);
+	free(jobs);
+}
+
+/*
+ * Every candidate with vectors (VEC 2, 4, 8) of GPT-2's key in the
+ * unaligned class, 8192 x 50257 bf16 fused mean: rows read from the
+ * aligned address below their start, the gradient stored in vectors or,
+ * where its shift is not the logits', element by element; each compiles,
+ * holds its steps' kernels and does not spill.
+ */
+static void test_compile_rowwise__cross_entropy_shifted_candidates(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("cross_entropy");
+	const char *values[] = { "fused", "mean", "off", "off" };
+	struct ktune_key k = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 8192, .n = 50257 };
+	struct ktune_config *cfgs = NULL;
+	struct ktune_err e;
+	int n = 0, npruned = 0, njobs = 0, failed = 0, spills = 0;
+	(void)state;
+	assert_int_equal(ktune__op_variant_set(op, &k, values, NULL), 0);
+	op->key_bucket(&k);
+	assert_int_equal(ktune__op_candidates(op, &k, ARCH, SM_COUNT, 0, 1, &cfgs, &n, &npruned, &e), 0);
+	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
+	assert_non_null(jobs);
+	for (int i = 0; i < n; i++)
+		if (ktune__op_param(op, &cfgs[i], "VEC", 1) > 1)
+			jobs[njobs++] = (struct job){ .key = k, .cfg = cfgs[i] };
+	free(cfgs);
+	assert_true(njobs >= 50);
+	ktune__parallel_for(njobs, 0, compile_one, jobs);
+	for (int i = 0; i < njobs; i++) {
+		failed += jobs[i].failed;
+		if (jobs[i].spills) {
+			fprintf(stderr, "FAIL %s: spills %d bytes\n", jobs[i].what, jobs[i].spills);
+			spills++;
+		}
+	}
+	printf("compiled %d shifted-row candidates of %d: %d failed, %d spill\n", njobs, n, failed, spills);
 	assert_int_equal(failed, 0);
 	assert_int_equal(spills, 0);
 	free(jobs);
@@ -221,6 +266,7 @@ int main(void)
 		cmocka_unit_test(test_compile_rowwise__header_reaches_only_its_templates),
 		cmocka_unit_test(test_compile_rowwise__suite_and_awkward_rows),
 		cmocka_unit_test(test_compile_rowwise__cross_entropy_variants),
+		cmocka_unit_test(test_compile_rowwise__cross_entropy_shifted_candidates),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 
 #include "db/share.h"
 #include "ops/op.h"
+#include "ops/rowwise.h"
 #include "runtime/context.h"
 #include "search/spec.h"
 #include "templates.h"
@@ -441,6 +442,96 @@ static void test_ops__candidates_and_defaults(void **state)
 	ktune__spec_free(&s);
 }
 
+/* Whether the op's defines for the key and config hold `want` ("-DCOLS=53241"). */
+static int defines_hold(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			const char *want)
+{
+	char opts[KTUNE_OP_MAX_DEFINES][48];
+	int n = op->defines(key, c, opts, KTUNE_OP_MAX_DEFINES);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(opts[i], want))
+			return 1;
+	return 0;
+}
+
+/*
+ * The unaligned class of a family that shifts its rows (cross_entropy)
+ * takes vectors: its candidates hold VEC 2, 4 and 8 beside 1, its default
+ * 16-byte ones, and a thread's registers hold cols + VEC - 1 elements,
+ * COLS the longest row (one more vector a thread where the shift needs
+ * it); a VEC=1 config and the aligned class are as before.  softmax, whose
+ * template does not shift, keeps the unaligned class at VEC=1.
+ */
+static void test_ops__unaligned_rows_shift(void **state)
+{
+	const struct ktune_op *ce = ktune__op_find("cross_entropy"), *softmax = ktune__op_find("softmax");
+	const char *values[] = { "fused", "mean", "off", "off" };
+	struct ktune_key key = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 8192, .n = 50257 };
+	struct ktune_config *cfgs, c, d;
+	struct ktune_err e;
+	int n, pruned, vecs[9] = { 0 };
+	char why[160];
+	(void)state;
+	assert_true(ce->families[0].shifted_rows && !softmax->families[0].shifted_rows);
+	assert_int_equal(ktune__op_variant_set(ce, &key, values, NULL), 0);
+	assert_int_equal(ktune__op_candidates(ce, &key, "sm_90", 132, 0, 7, &cfgs, &n, &pruned, &e), KTUNE_OK);
+	for (int i = 0; i < n; i++)
+		vecs[ktune__op_param(ce, &cfgs[i], "VEC", 0)]++;
+	free(cfgs);
+	assert_true(vecs[1] > 0 && vecs[2] > 0 && vecs[4] > 0 && vecs[8] > 0);
+	d = ce->default_config(&key, 132);
+	assert_int_equal(ktune__op_param(ce, &d, "VEC", 0), 8);
+	assert_int_equal(ce->prune(&key, &d, 132, why, sizeof(why)), 0);
+
+	/* 50257 in 4096-element spans: 13 vectors a thread, aligned or shifted by up to 7 */
+	assert_int_equal(ktune__op_config_parse(ce, "cross_entropy",
+						"VEC=8,ROW_THREADS=512,THREADS=512,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,"
+						"KEEP=0,BLOCKS_PER_SM=0", &c, &e), KTUNE_OK);
+	struct ktune_rw_shape s = ktune__rw_shape(&key, &c);
+	assert_int_equal(s.vec, 8);
+	assert_int_equal(s.shift, 7);
+	assert_int_equal(s.items, 13);
+	assert_true(defines_hold(ce, &key, &c, "-DALIGNED=0") && defines_hold(ce, &key, &c, "-DVEC=8"));
+	assert_true(defines_hold(ce, &key, &c, "-DCOLS=53241")); /* 13 x 4096 - 7 */
+	/* 8189 fits two spans aligned, three shifted */
+	key.n = 8189;
+	s = ktune__rw_shape(&key, &c);
+	assert_int_equal(s.items, 3);
+	assert_true(defines_hold(ce, &key, &c, "-DCOLS=12281"));
+	key.aligned = 1;
+	s = ktune__rw_shape(&key, &c);
+	assert_int_equal(s.shift, 0);
+	assert_int_equal(s.items, 2);
+	assert_true(defines_hold(ce, &key, &c, "-DCOLS=8192") && defines_hold(ce, &key, &c, "-DALIGNED=1"));
+	/* VEC=1 unaligned: no shift */
+	key.aligned = 0;
+	assert_int_equal(ktune__op_config_parse(ce, "cross_entropy",
+						"VEC=1,ROW_THREADS=512,THREADS=512,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,"
+						"KEEP=0,BLOCKS_PER_SM=0", &c, &e), KTUNE_OK);
+	s = ktune__rw_shape(&key, &c);
+	assert_int_equal(s.shift, 0);
+	assert_int_equal(s.items, 16);
+	assert_true(defines_hold(ce, &key, &c, "-DCOLS=8192"));
+
+	/* softmax: the unaligned class one element at a time */
+	struct ktune_key sk = { .op = "softmax", .dtype = KTUNE_BF16, .m = 8192, .n = 50257, .aligned = 1 };
+	const char *fwd[] = { "fwd" };
+	assert_int_equal(ktune__op_variant_set(softmax, &sk, fwd, NULL), 0);
+	d = softmax->default_config(&sk, 132);
+	assert_int_equal(ktune__op_param(softmax, &d, "VEC", 0), 8);
+	sk.aligned = 0;
+	assert_int_equal(softmax->prune(&sk, &d, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "scalar path"));
+	assert_int_equal(ktune__rw_shape(&sk, &d).vec, 1);
+	d = softmax->default_config(&sk, 132);
+	assert_int_equal(ktune__op_param(softmax, &d, "VEC", 0), 1);
+	assert_int_equal(ktune__op_candidates(softmax, &sk, "sm_90", 132, 0, 7, &cfgs, &n, &pruned, &e), KTUNE_OK);
+	assert_true(n > 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(ktune__op_param(softmax, &cfgs[i], "VEC", 0), 1);
+	free(cfgs);
+}
+
 /*
  * A family of one arch (attention_wgmma: sm_90a) is offered, compiled and
  * imported only for devices of that arch: the others never see it.
@@ -631,6 +722,7 @@ int main(void)
 		cmocka_unit_test(test_ops__spec_sections),
 		cmocka_unit_test(test_ops__config_texts),
 		cmocka_unit_test(test_ops__candidates_and_defaults),
+		cmocka_unit_test(test_ops__unaligned_rows_shift),
 		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
