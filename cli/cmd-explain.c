@@ -541,7 +541,8 @@ int cmd_explain(int argc, char **argv, struct cli *cli)
 	if ((rc = cli_key_make("explain", op, &args, argc, argv, &key)))
 		return rc;
 	/* GEMM's class as ktune tune takes it: that of packed operands (rows not a multiple of 8: unaligned) */
-	key.aligned = aligned >= 0 ? (int)aligned : ktune__op_is_gemm(op) ? ktune__gemm_packed_aligned(&key) : 1;
+	key.aligned = aligned >= 0 ? (int)aligned
+		      : ktune__op_is_gemm(op) ? ktune__gemm_packed_aligned(&key) : ktune__op_packed_aligned(&key);
 	if (cli_db_path(cli, &db_path))
 		return EXIT_USAGE;
 	if ((rc = cli_pick_device("explain", cli, db_path, gpu, arch, (int)sm_count, &key, &dev, &from)))

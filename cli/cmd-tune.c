@@ -112,7 +112,8 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		ktune__tuner_close(t);
 		return cli_error(EXIT_FAIL, "%s", e.msg);
 	}
-	print_result(op, &key, &rep);
+	/* the key as tuned and stored: the tuner puts the other ops in their packed rows' class */
+	print_result(op, &rep.result.key, &rep);
 	ktune__tuner_close(t);
 	return EXIT_OK;
 }

@@ -72,7 +72,7 @@ const struct cmd cli_commands[] = {
 	  "the group picks that weighed the key since, with their decisions.  Reads the\n"
 	  "database only; needs no GPU.\n\n"
 	  "  --aligned 0|1    the key's alignment class (default: as 'ktune tune' takes it;\n"
-	  "                   GEMM that of packed operands, the other ops 1: 16-byte aligned)\n"
+	  "                   that of packed operands: rows of 16-byte multiples are aligned)\n"
 	  "  --gpu NAME       the GPU to explain for: one whose name contains NAME, among\n"
 	  "                   the database's and the shipped tuning's (default: this GPU,\n"
 	  "                   else the one GPU known, or the one that tuned the key)\n"
