@@ -346,7 +346,7 @@ for step in $steps; do
 			case $part in
 			test) run python.log timeout 570 python3 -m pytest -p no:cacheprovider -v -rs python/tests \
 				--junitxml="$OUT/python-junit.xml" ;;
-			gpt2) run gpt2.log timeout 570 python3 examples/gpt2/train.py --profile --json "$OUT/gpt2.json" ;;
+			gpt2) run gpt2.log timeout 570 python3 examples/gpt2/train.py --profile --cprofile 25 --json "$OUT/gpt2.json" ;;
 			compile) run gpt2.log timeout 570 python3 examples/gpt2/train.py --compile --json "$OUT/gpt2-compile.json" ;;
 			gpt2-record) # a fresh database: what the shipped tuning and the fallbacks serve GPT-2 with
 				rm -f "$G"/gpt2.db* "$G/gpt2-misses.yaml"

@@ -110,14 +110,23 @@ def run(name, args, data):
         return loss
 
     data_iter = batches(data, args.steps + bool(args.profile), args.batch, args.seq, args.seed)
+    cprofile = None
+    if args.cprofile:  # the host's Python time of the timed steps, where a host-bound run spends it
+        import cProfile
+        cprofile = cProfile.Profile()
     with counting as dispatch:
         for i in range(args.steps):
             x, y = (t.to(args.device) for t in next(data_iter))
             sync(args.device)
+            prof = cprofile if cprofile is not None and i >= args.warmup else None
+            if prof is not None:
+                prof.enable()
             t0 = time.perf_counter()
             loss = step(x, y)
             sync(args.device)
             times.append(time.perf_counter() - t0)
+            if prof is not None:
+                prof.disable()
             losses.append(loss.item())
             print(f"{name:6s} step {i:3d}  loss {losses[-1]:.4f}  {args.batch * args.seq / times[-1]:10.0f} tok/s",
                   flush=True)
@@ -134,6 +143,14 @@ def run(name, args, data):
         out["not_run"] = not_run
     if name == "ktune":
         out.update(runtime(args, dispatch))
+    if cprofile is not None:
+        import io
+        import pstats
+        text = io.StringIO()
+        stats = pstats.Stats(cprofile, stream=text)
+        stats.sort_stats("tottime").print_stats(args.cprofile)
+        stats.sort_stats("cumulative").print_stats(args.cprofile)
+        out["cprofile"] = text.getvalue()
     if args.profile:  # one more step, after the timed ones, on the next batch (the same for both runs)
         x, y = (t.to(args.device) for t in next(data_iter))
         out["profile"] = profile_step(lambda: step(x, y), args.device)
@@ -292,6 +309,9 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true",
                     help="profile one more step of each run with torch.profiler and print the top CUDA kernels")
     ap.add_argument("--profile-top", type=int, default=15, help="rows of each --profile table")
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N",
+                    help="cProfile the timed steps of each run (after --warmup) and print its N costliest "
+                         "functions, by own time and by cumulative time (per step: divide by the steps)")
     args = ap.parse_args(argv)
     if args.record and args.mode == "stock":
         ap.error("--record records the ktune run's misses: not with --mode stock")
@@ -321,6 +341,9 @@ def main(argv=None):
     for n in names:
         if "profile" in res[n]:
             print_profile(n, res[n]["profile"], args.profile_top)
+    for n in names:
+        if "cprofile" in res[n]:
+            print(f"\n{n}: cProfile of steps {args.warmup}..{args.steps - 1}\n{res[n].pop('cprofile')}")
     if len(names) == 2:
         diffs = [abs(a - b) for a, b in zip(res["stock"]["losses"], res["ktune"]["losses"])]
         worst = max(range(len(diffs)), key=diffs.__getitem__)
