@@ -43,7 +43,7 @@ struct mbarrier {
 };
 
 struct wg_op {
-	bool rs = false, trans_b = false, bf16 = false;
+	bool rs = false, trans_a = false, trans_b = false, bf16 = false;
 	int n = 0, scale_d = 0;
 	uint64_t da = 0, db = 0;
 	float *d[128] = {};
@@ -196,7 +196,7 @@ static void wgmma_execute(warpgroup_state &w, size_t index)
 	}
 	for (int m = 0; m < 64; m++)
 		for (int k = 0; k < 16; k++)
-			A[m][k] = op.rs ? 0 : desc_elem(op.da, false, m, k, op.bf16);
+			A[m][k] = op.rs ? 0 : desc_elem(op.da, op.trans_a, m, k, op.bf16);
 	if (op.rs)
 		for (int t = 0; t < 128; t++)
 			for (int i = 0; i < 4; i++)
@@ -224,8 +224,12 @@ static void wgmma_execute(warpgroup_state &w, size_t index)
 				w.ops[later].d_hash[t] = hash_bytes(op.d[t], (size_t)op.n / 2 * 4);
 }
 
-/* A thread's part of one wgmma.mma_async: its accumulators d (n / 2 floats) and, RS, its A registers a[0..3]. */
-static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db, int scale_d, bool trans_b, bool bf16)
+/*
+ * A thread's part of one wgmma.mma_async: its accumulators d (n / 2 floats)
+ * and, RS, its A registers a[0..3]; trans_a: A from shared memory MN-major.
+ */
+static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db, int scale_d, bool trans_b, bool bf16,
+			bool trans_a = false)
 {
 	warpgroup_state &w = wg();
 	const int t = wg_thread();
@@ -234,6 +238,7 @@ static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db,
 		w.ops.emplace_back();
 		wg_op &op = w.ops.back();
 		op.rs = a != nullptr;
+		op.trans_a = trans_a;
 		op.trans_b = trans_b;
 		op.bf16 = bf16;
 		op.n = n;
@@ -243,7 +248,7 @@ static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db,
 	}
 	wg_op &op = w.ops[i];
 	if (op.rs != (a != nullptr) || op.n != n || op.da != da || op.db != db || op.scale_d != scale_d ||
-	    op.trans_b != trans_b)
+	    op.trans_b != trans_b || op.trans_a != trans_a)
 		fault("wgmma: the warpgroup's threads issued different operations", (long long)i, t);
 	op.d[t] = d;
 	op.a[t] = a;
