@@ -41,7 +41,8 @@
  *              the block's slice (a piece's thread is the same for every
  *              tile and key block: program order, the same bits every run)
  *     each warp's lane 0 arrives on q_empty once its warpgroup's wgmma read
- *     the slot (4 CONSUMERS arrivals), on kv_empty after the block's last;
+ *     the slot (4 CONSUMERS arrivals), on kv_empty after the block's last
+ *     (dQ's read K);
  *     epilogue: dK (scaled) and dV from registers, 4 bytes a store.
  *
  * Why the dQ product reads dS from shared memory: its M is queries, which
@@ -122,8 +123,13 @@
 #define WGMMA_SS_N BLOCK_M
 #define WGMMA_RS_N HEAD_DIM
 
-/* As attention_wgmma.cu: within what the block is launched with, NTHREADS x (65536 / NTHREADS, to 8). */
-#define PRODUCER_REGS 40
+/*
+ * As attention_wgmma.cu: within what the block is launched with, NTHREADS x
+ * (65536 / NTHREADS, to 8).  The producer keeps more than the forward's
+ * (its walk and four tensors' pointers and strides): at 40, ptxas spilled
+ * a few bytes in it (nvcc 13.0, one consumer); 56 where that fits.
+ */
+#define PRODUCER_REGS (CONSUMERS == 1 ? 56 : 40)
 #define CONSUMER_REGS (CONSUMERS == 1 ? 240 : 232)
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM is 64 or 128");
@@ -420,7 +426,8 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			wgmma_commit();
 
 			named_barrier(1, 128 * CONSUMERS); /* dS^T whole */
-#pragma unroll 1
+			/* unrolled: with one consumer, two pieces of D = 128 in a loop spilled (ptxas, nvcc 13.0) */
+#pragma unroll
 			for (int piece = CI; piece < DQ_PIECES; piece += CONSUMERS) {
 				const int mq = piece / (HEAD_DIM / 64), dc = piece % (HEAD_DIM / 64);
 				float dq[32];
@@ -433,20 +440,28 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 				wgmma_wait<0>();
 				fence_regs(dq);
 				/* dq[4 j + e]: query 64 mq + 16 warp + g + 8 (e / 2), column 64 dc + 8 j + 2 t4 + e % 2 */
+				float *acc = b.acc_q + (row0 + 64 * mq + 16 * warp + g) * HEAD_DIM + 64 * dc + 2 * t4;
 #pragma unroll
-				for (int j = 0; j < 8; j++)
+				for (int j = 0; j < 8; j++) {
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						float *a = b.acc_q + (row0 + 64 * mq + 16 * warp + g + 8 * (e >> 1)) * HEAD_DIM +
-							   64 * dc + 8 * j + 2 * t4 + (e & 1);
+						float *a = acc + (e >> 1) * 8 * HEAD_DIM + 8 * j + (e & 1);
 #if DETERMINISTIC
 						*a += dq[4 * j + e];
 #else
 						red_add_f32(a, dq[4 * j + e]);
 #endif
 					}
+#if DETERMINISTIC
+					/*
+					 * the next 4 loads not above these stores: hoisted all
+					 * together, 32 loaded values would be live beside dK and dV
+					 */
+					asm volatile("" ::: "memory");
+#endif
+				}
 			}
-			wgmma_wait<0>();
+			wgmma_wait<0>(); /* dV's and dK's, when this consumer has no piece of dQ */
 			fence_regs(dv);
 			fence_regs(dk);
 			fence_regs(p);

@@ -193,15 +193,23 @@ static int registers(const struct ktune_key *key, const struct shape *s)
 /*
  * The wgmma family's consumer threads: dK's and dV's accumulators (D / 2
  * each) and S^T's and dP^T's (BLOCK_M / 2 each), live together while the
- * products of a tile are computed, plus addresses, lse2, delta and the
- * rounded P^T and dS^T pairs as those die (WGMMA_REST), against what
- * setmaxnreg gives a consumer (CONSUMER_REGS of attention_wgmma_bwd.cu).
+ * products of a tile are computed, and per query column the thread holds
+ * (BLOCK_M / 4) its lse2, delta and their addresses (BLOCK_M / 2 in all),
+ * plus 8, against what setmaxnreg gives a consumer (CONSUMER_REGS of
+ * attention_wgmma_bwd.cu).  Fitted to ptxas's spills (nvcc 13.0, sm_90a,
+ * bf16, both masks and passes): D = 128 with BLOCK_M = 64 fits 232
+ * registers; D = 64 with BLOCK_M = 128 spilled 24 to 160 bytes at 232 or
+ * 240, so the estimate puts it over both.  In the deterministic pass a
+ * consumer with more than one 64 x 64 piece of a tile's dQ (one consumer,
+ * D = 128) keeps the loaded accumulators of the next beside dK and dV: 16
+ * bytes spilled at 240, so 16 more a further piece.
  */
-#define WGMMA_REST 32
-
 static int wgmma_registers(const struct ktune_key *key, const struct shape *s)
 {
-	return ktune__attn_head_dim(key) + s->block_m + WGMMA_REST;
+	int d = ktune__attn_head_dim(key), pieces = (s->block_m / 64) * (d / 64);
+	int per_consumer = (pieces + s->consumers - 1) / s->consumers;
+	int det = ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET;
+	return d + 3 * s->block_m / 2 + 8 + (det ? 16 * (per_consumer - 1) : 0);
 }
 
 int ktune__attn_bwd_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
