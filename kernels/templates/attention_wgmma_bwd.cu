@@ -366,7 +366,8 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 		for (int x = 0; x < nm * w.ratio; x++, it++) {
 			const u32 slot = (u32)ring_slot(it);
 			const int h = w.kv_head * w.ratio + x / nm, m0 = (m_begin + x % nm) * BLOCK_M;
-			const i64 row0 = ((i64)b.batch * b.hq + h) * b.sq_pad + m0; /* the workspace's row of query m0 */
+			/* the workspace's row of query m0 */
+			const i64 row0 = ((i64)b.batch * b.hq + h) * b.sq_pad + m0;
 			const u32 q_slot = sm.q + slot * Q_BYTES, do_slot = sm.dout + slot * Q_BYTES;
 			mbar_wait(sm.q_full + 8 * slot, ring_parity(it));
 			fence_proxy_async();
@@ -398,7 +399,8 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 #pragma unroll
 					for (int e = 0; e < 2; e++) {
 						const int qi = 8 * j + 2 * t4 + e, kj = key + 8 * hh;
-						float x2 = exp2_approx(fmaf(s[4 * j + 2 * hh + e], b.scale_log2, -b.lse2[row0 + qi]));
+						const float sc = s[4 * j + 2 * hh + e];
+						float x2 = exp2_approx(fmaf(sc, b.scale_log2, -b.lse2[row0 + qi]));
 						if (need_mask && (kj >= w.sk || (CAUSAL && kj - (m0 + qi) > w.diag)))
 							x2 = 0.0f;
 						pv[e] = x2;
@@ -439,7 +441,7 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 				wgmma_commit();
 				wgmma_wait<0>();
 				fence_regs(dq);
-				/* dq[4 j + e]: query 64 mq + 16 warp + g + 8 (e / 2), column 64 dc + 8 j + 2 t4 + e % 2 */
+				/* dq[4 j + e]: query 64 mq + 16 warp + g + 8 (e / 2), d 64 dc + 8 j + 2 t4 + e % 2 */
 				float *acc = b.acc_q + (row0 + 64 * mq + 16 * warp + g) * HEAD_DIM + 64 * dc + 2 * t4;
 #pragma unroll
 				for (int j = 0; j < 8; j++) {
@@ -485,7 +487,8 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 				const int col = 8 * j + 2 * t4;
 				store_u32(b.dkb + (i64)kj * b.dk_ss + col,
 					  pack_f2(dk[4 * j + 2 * hh] * scale, dk[4 * j + 2 * hh + 1] * scale));
-				store_u32(b.dvb + (i64)kj * b.dv_ss + col, pack_f2(dv[4 * j + 2 * hh], dv[4 * j + 2 * hh + 1]));
+				store_u32(b.dvb + (i64)kj * b.dv_ss + col,
+					  pack_f2(dv[4 * j + 2 * hh], dv[4 * j + 2 * hh + 1]));
 			}
 		}
 	}
