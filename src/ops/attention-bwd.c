@@ -3,7 +3,9 @@
  * (attention.h): bwd (dQ through fp32 atomics) and bwd_det (dQ through
  * per-block slices summed in order: the same bits every run); their problem
  * in the tuner, prune, defines, workspace and the three launches of
- * kernels/templates/attention_bwd.cu, and their default config.
+ * kernels/templates/attention_bwd.cu or, on sm_90, attention_wgmma_bwd.cu
+ * (the same launches, workspace and pre and dq kernels; its main kernel on
+ * wgmma), and their default config (the mma.sync family's on every device).
  *
  * The tuner's problem: q, o, dout [sq, D], k, v [sk, D] and lse [sq], one
  * head's, read by every head (batch and head strides 0: the float64
@@ -123,13 +125,28 @@ void ktune__attn_bwd_reference(const struct ktune_key *key, double *const *b)
 
 /* ------------------------------------------------------------ configs */
 
+/* A backward config of either family: attention_bwd.cu's tunables, or attention_wgmma_bwd.cu's. */
 struct shape {
-	int block_m, block_n, stages, swizzle, splits;
+	int wgmma; /* the family: 0 attention_bwd.cu (mma.sync), 1 attention_wgmma_bwd.cu */
+	int block_m, block_n, stages, splits;
+	int swizzle;   /* mma.sync */
+	int consumers; /* wgmma: BLOCK_N = 64 CONSUMERS, a producer warpgroup beside them */
 };
 
 static struct shape shape_of(const struct ktune_config *c)
 {
 	const struct ktune_op *op = &ktune__op_attention;
+	if (c->family == KTUNE_ATTN_FAMILY_WGMMA_BWD) {
+		int consumers = (int)ktune__op_param(op, c, "CONSUMERS", 2);
+		return (struct shape){
+			.wgmma = 1,
+			.block_m = (int)ktune__op_param(op, c, "BLOCK_M", 64),
+			.block_n = 64 * consumers,
+			.stages = (int)ktune__op_param(op, c, "STAGES", 2),
+			.splits = (int)ktune__op_param(op, c, "SPLITS", 1),
+			.consumers = consumers,
+		};
+	}
 	return (struct shape){
 		.block_m = (int)ktune__op_param(op, c, "BLOCK_M", 64),
 		.block_n = (int)ktune__op_param(op, c, "BLOCK_N", 64),
@@ -139,11 +156,25 @@ static struct shape shape_of(const struct ktune_config *c)
 	};
 }
 
-/* SMEM_BYTES of attention_bwd.cu: K and V, STAGES tiles of Q and of dO, dS^T. */
+/*
+ * SMEM_BYTES of attention_bwd.cu: K and V, STAGES tiles of Q and of dO,
+ * dS^T; of attention_wgmma_bwd.cu the same tiles unpadded, 1024 for
+ * aligning them, and the mbarriers.
+ */
 static unsigned smem_bytes(const struct ktune_key *key, const struct shape *s)
 {
-	int row = ktune__attn_head_dim(key) + (s->swizzle ? 0 : 8);
+	int d = ktune__attn_head_dim(key);
+	if (s->wgmma)
+		return (unsigned)(1024 + (2 * s->block_n + 2 * s->stages * s->block_m) * d * 2 +
+				  s->block_n * s->block_m * 2 + (2 + 2 * s->stages) * 8);
+	int row = d + (s->swizzle ? 0 : 8);
 	return (unsigned)((2 * s->block_n * row + 2 * s->stages * s->block_m * row + s->block_n * (s->block_m + 8)) * 2);
+}
+
+/* Threads of the main kernel's block. */
+static unsigned threads(const struct shape *s)
+{
+	return (unsigned)(s->wgmma ? 128 * (s->consumers + 1) : s->block_n / 16 * 32);
 }
 
 /*
@@ -159,16 +190,39 @@ static int registers(const struct ktune_key *key, const struct shape *s)
 	return 3 * ktune__attn_head_dim(key) / 2 + s->block_m / 2 + 40 + (s->swizzle ? 56 : 0);
 }
 
+/*
+ * The wgmma family's consumer threads: dK's and dV's accumulators (D / 2
+ * each) and S^T's and dP^T's (BLOCK_M / 2 each), live together while the
+ * products of a tile are computed, and per query column the thread holds
+ * (BLOCK_M / 4) its lse2, delta and their addresses (BLOCK_M / 2 in all),
+ * plus 8, against what setmaxnreg gives a consumer (CONSUMER_REGS of
+ * attention_wgmma_bwd.cu).  Fitted to ptxas's spills (nvcc 13.0, sm_90a,
+ * bf16, both masks and passes): D = 128 with BLOCK_M = 64 fits 232
+ * registers; D = 64 with BLOCK_M = 128 spilled 24 to 160 bytes at 232 or
+ * 240, so the estimate puts it over both.  In the deterministic pass a
+ * consumer with more than one 64 x 64 piece of a tile's dQ (one consumer,
+ * D = 128) keeps the loaded accumulators of the next beside dK and dV: 16
+ * bytes spilled at 240, so 16 more a further piece.
+ */
+static int wgmma_registers(const struct ktune_key *key, const struct shape *s)
+{
+	int d = ktune__attn_head_dim(key), pieces = (s->block_m / 64) * (d / 64);
+	int per_consumer = (pieces + s->consumers - 1) / s->consumers;
+	int det = ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET;
+	return d + 3 * s->block_m / 2 + 8 + (det ? 16 * (per_consumer - 1) : 0);
+}
+
 int ktune__attn_bwd_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
 {
 	struct shape s = shape_of(c);
 	unsigned smem = smem_bytes(key, &s);
-	int regs = registers(key, &s);
+	int regs = s.wgmma ? wgmma_registers(key, &s) : registers(key, &s);
+	int cap = s.wgmma ? (s.consumers == 1 ? 240 : 232) : 255;
 	if (ktune__attn_pass(key) == KTUNE_ATTN_BWD && s.splits != 1) {
 		snprintf(why, len, "SPLITS = %d: only the deterministic pass has slices", s.splits);
 		return 1;
 	}
-	if (s.block_m > s.block_n) {
+	if (s.block_m > s.block_n && !s.wgmma) {
 		snprintf(why, len, "BLOCK_M = %d over BLOCK_N = %d", s.block_m, s.block_n);
 		return 1;
 	}
@@ -176,15 +230,16 @@ int ktune__attn_bwd_prune(const struct ktune_key *key, const struct ktune_config
 		snprintf(why, len, "needs %u bytes of shared memory, over %d", smem, KTUNE_ATTN_SMEM_LIMIT);
 		return 1;
 	}
-	if (regs > 255) {
-		snprintf(why, len, "about %d registers a thread, over 255", regs);
+	if (regs > cap) {
+		snprintf(why, len, "about %d registers a thread, over %d", regs, cap);
 		return 1;
 	}
-	if (s.block_m > 32 && s.block_m >= 2 * key->m) {
+	/* the smallest tiles: 32 (mma.sync), 64 (wgmma) */
+	if (s.block_m > (s.wgmma ? 64 : 32) && s.block_m >= 2 * key->m) {
 		snprintf(why, len, "BLOCK_M = %d for %lld query rows", s.block_m, (long long)key->m);
 		return 1;
 	}
-	if (s.block_n > 32 && s.block_n >= 2 * key->n) {
+	if (s.block_n > (s.wgmma ? 64 : 32) && s.block_n >= 2 * key->n) {
 		snprintf(why, len, "BLOCK_N = %d for %lld keys", s.block_n, (long long)key->n);
 		return 1;
 	}
@@ -201,6 +256,11 @@ int ktune__attn_bwd_defines(const struct ktune_key *key, const struct ktune_conf
 	snprintf(opts[2], 48, "-DCAUSAL=%d", ktune__attn_causal(key));
 	snprintf(opts[3], 48, "-DDETERMINISTIC=%d", ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET);
 	snprintf(opts[4], 48, "-DBLOCK_M=%d", s.block_m);
+	if (s.wgmma) {
+		snprintf(opts[5], 48, "-DCONSUMERS=%d", s.consumers);
+		snprintf(opts[6], 48, "-DSTAGES=%d", s.stages);
+		return 7;
+	}
 	snprintf(opts[5], 48, "-DBLOCK_N=%d", s.block_n);
 	snprintf(opts[6], 48, "-DSTAGES=%d", s.stages);
 	snprintf(opts[7], 48, "-DSWIZZLE=%d", s.swizzle);
@@ -270,13 +330,17 @@ int ktune__attn_bwd_steps(const struct ktune_key *key, const struct ktune_config
 	ktune__ew_arg_i64(a, d.lse_sb);
 	ktune__ew_arg_i64(a, d.lse_sh);
 
-	/* dK, dV, and dQ into the accumulators: a block per key block (or per slice) of each K/V head */
+	/*
+	 * dK, dV, and dQ into the accumulators: a block per key block (or per
+	 * slice) of each K/V head; the wgmma family's main kernel takes the same
+	 * arguments
+	 */
 	a = &out[1].args;
 	out[1].entry = 1;
 	out[1].launch = (struct ktune_op_launch){
 		{ (unsigned)(ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET ? d.slices : d.n_blocks), (unsigned)d.hkv,
 		  (unsigned)d.batch },
-		{ (unsigned)(s.block_n / 16 * 32), 1, 1 },
+		{ threads(&s), 1, 1 },
 		smem_bytes(key, &s)
 	};
 	ktune__ew_arg_ptr(a, call->buf[Q]);

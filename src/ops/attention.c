@@ -3,7 +3,8 @@
  * K^T + mask) V with the log-sum-exp of every row (FlashAttention-2's
  * forward, kernels/templates/attention.cu, and on sm_90 FlashAttention-3's,
  * attention_wgmma.cu), and its gradients dQ, dK, dV (the backward,
- * attention_bwd.cu; atomic or deterministic): the key, the table entry and
+ * attention_bwd.cu, and on sm_90 attention_wgmma_bwd.cu, not the default
+ * there; atomic or deterministic): the key, the table entry and
  * the public functions.  Each pass's problem, prune and launch are
  * attention-fwd.c's and attention-bwd.c's.
  *
@@ -50,6 +51,11 @@ static const struct ktune_family families[] = {
 	/* the forward on Hopper: wgmma, producer and consumer warpgroups, setmaxnreg */
 	[KTUNE_ATTN_FAMILY_WGMMA] = { "attention_wgmma", "attention_wgmma.cu", "attention_wgmma.yaml",
 				      { "attention_wgmma_fwd_kernel" }, "sm_90a" },
+	/* the backward on Hopper: attention_bwd's pre and dq kernels around a wgmma main kernel */
+	[KTUNE_ATTN_FAMILY_WGMMA_BWD] = { "attention_wgmma_bwd", "attention_wgmma_bwd.cu", "attention_wgmma_bwd.yaml",
+					  { "attention_bwd_pre_kernel", "attention_wgmma_bwd_kernel",
+					    "attention_bwd_dq_kernel" },
+					  "sm_90a" },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -238,10 +244,10 @@ static double tolerance(const struct ktune_key *key, int buf)
 	return key->dtype == KTUNE_BF16 ? 3e-2 : 6e-3;
 }
 
-/* Whether a family computes the key's pass: the backward's one, or either of the forward's. */
+/* Whether a family computes the key's pass: either of the backward's, or either of the forward's. */
 static int family_of_pass(const struct ktune_key *key, int family)
 {
-	return backward(key) ? family == KTUNE_ATTN_FAMILY_BWD
+	return backward(key) ? family == KTUNE_ATTN_FAMILY_BWD || family == KTUNE_ATTN_FAMILY_WGMMA_BWD
 			     : family == KTUNE_ATTN_FAMILY_FWD || family == KTUNE_ATTN_FAMILY_WGMMA;
 }
 
@@ -297,7 +303,7 @@ const struct ktune_op ktune__op_attention = {
 	.fields = fields,
 	.nfields = 7,
 	.families = families,
-	.nfamilies = 3,
+	.nfamilies = 4,
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"

@@ -54,8 +54,11 @@ extern const struct ktune_op ktune__op_attention;
 
 enum ktune_attn_pass { KTUNE_ATTN_FWD, KTUNE_ATTN_BWD, KTUNE_ATTN_BWD_DET };
 
-/* The families, in the op's table: the forward's two (mma.sync; wgmma, sm_90a only) and the backward's. */
-enum { KTUNE_ATTN_FAMILY_FWD, KTUNE_ATTN_FAMILY_BWD, KTUNE_ATTN_FAMILY_WGMMA };
+/*
+ * The families, in the op's table: the forward's two (mma.sync; wgmma,
+ * sm_90a only) and the backward's two (mma.sync; wgmma, sm_90a only).
+ */
+enum { KTUNE_ATTN_FAMILY_FWD, KTUNE_ATTN_FAMILY_BWD, KTUNE_ATTN_FAMILY_WGMMA, KTUNE_ATTN_FAMILY_WGMMA_BWD };
 
 /*
  * call->iarg of a call from the API: the heads, then each tensor's (batch,

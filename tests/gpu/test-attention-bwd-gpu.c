@@ -17,6 +17,10 @@
  * twice, bit-identical.  A failure names the config, the case and the
  * element, with the value got and wanted.
  *
+ * The wgmma family (attention_wgmma_bwd.cu, sm_90 only) the same way, in a
+ * test of its own (every_config runs the others): each config named on
+ * stderr before it runs.
+ *
  * Through the public API: lengths of 4097 checked on sampled rows and keys,
  * both passes; the deterministic pass twice and replayed from a CUDA graph
  * (its scratch the graph's own), bit-identical each time, and close to the
@@ -234,7 +238,13 @@ static void launch(struct ktune_kernel *kernel, const struct ktune_config *cfg, 
 		fail_msg("%s: the launch failed (%s); the GPU may be in an error state", what, e.msg);
 }
 
-static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic)
+/*
+ * Every candidate of a variant for a long key, of the wgmma family alone
+ * (wgmma) or of the others, each on every case; without wgmma, each case's
+ * default too.  A wgmma config is named on stderr before it runs, so that
+ * a hang (an mbarrier phase never completing) names its config.
+ */
+static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic, int wgmma)
 {
 	const struct ktune_op *op = ktune__op_find("attention");
 	struct bproblem b[NCASES];
@@ -253,20 +263,30 @@ static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic)
 	rep.m = rep.n = 4096;
 	rep.k = 64;
 	assert_int_equal(ktune__op_candidates(op, &rep, ctx->id.arch, sm_count, 0, 1, &cfgs, &n, NULL, &e), 0);
+	int kept = 0;
+	for (int i = 0; i < n; i++)
+		if ((cfgs[i].family == KTUNE_ATTN_FAMILY_WGMMA_BWD) == (wgmma != 0))
+			cfgs[kept++] = cfgs[i];
+	n = kept;
+	const int ndefaults = wgmma ? 0 : NCASES;
+	if (wgmma)
+		assert_true(n > 0); /* sm_90: the family runs (the caller checked) and the prune keeps some */
 	struct job *jobs = calloc((size_t)(n + NCASES), sizeof(*jobs));
 	assert_non_null(jobs);
 	for (int i = 0; i < n; i++)
 		jobs[i] = (struct job){ .key = rep, .cfg = cfgs[i] };
-	for (int c = 0; c < NCASES; c++) {
+	for (int c = 0; c < ndefaults; c++) {
 		struct ktune_attention_args a = bargs_of(&b[c]);
 		struct ktune_key k;
 		assert_int_equal(ktune__attention_bwd_call(&a, &k, &call, &e), 0);
 		op->key_bucket(&k);
 		jobs[n + c] = (struct job){ .key = rep, .cfg = op->default_config(&k, sm_count) };
+		/* the backward's default stays the mma.sync family's, on every device */
+		assert_int_equal(jobs[n + c].cfg.family, KTUNE_ATTN_FAMILY_BWD);
 	}
-	ktune__parallel_for(n + NCASES, 0, compile_job, jobs);
+	ktune__parallel_for(n + ndefaults, 0, compile_job, jobs);
 
-	for (int i = 0; i < n + NCASES; i++) {
+	for (int i = 0; i < n + ndefaults; i++) {
 		struct job *j = &jobs[i];
 		struct ktune_kernel *kernel;
 		char cfg[160], what[400], name[200];
@@ -288,6 +308,11 @@ static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic)
 		for (int c = 0; c < NCASES; c++) {
 			bcase_name(&b[c], name, sizeof(name));
 			snprintf(what, sizeof(what), "attention backward %s%s: %s", cfg, i >= n ? " (a default)" : "", name);
+			if (wgmma) {
+				fprintf(stderr, "attention_wgmma_bwd %s d%d%s%s %s\n", dtype == KTUNE_BF16 ? "bf16" : "f16",
+					d, causal ? " causal" : "", deterministic ? " det" : "", what);
+				fflush(stderr);
+			}
 			bproblem_poison(&b[c]);
 			launch(kernel, &j->cfg, &b[c], what);
 			int bad = bproblem_check(&b[c], what);
@@ -307,8 +332,9 @@ static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic)
 			failures += bad > 0;
 		}
 	}
-	printf("attention backward %s d%d%s%s: %d configs x %d cases, %d failed\n", dtype == KTUNE_BF16 ? "bf16" : "f16",
-	       d, causal ? " causal" : "", deterministic ? " deterministic" : "", n + NCASES, NCASES, failures);
+	printf("attention backward%s %s d%d%s%s: %d configs x %d cases, %d failed\n", wgmma ? " (wgmma)" : "",
+	       dtype == KTUNE_BF16 ? "bf16" : "f16", d, causal ? " causal" : "", deterministic ? " deterministic" : "",
+	       n + ndefaults, NCASES, failures);
 	for (int c = 0; c < NCASES; c++)
 		bproblem_free(&b[c]);
 	free(jobs);
@@ -324,7 +350,25 @@ static void test_attention_bwd_gpu__every_config(void **state)
 		for (int d = 64; d <= 128; d *= 2)
 			for (int causal = 0; causal <= 1; causal++)
 				for (int det = 0; det <= 1; det++)
-					failures += run_variant(t ? KTUNE_F16 : KTUNE_BF16, d, causal, det);
+					failures += run_variant(t ? KTUNE_F16 : KTUNE_BF16, d, causal, det, 0);
+	assert_int_equal(failures, 0);
+}
+
+/* The same for the wgmma family (attention_wgmma_bwd.cu), on sm_90 alone. */
+static void test_attention_bwd_gpu__wgmma_every_config(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("attention");
+	int failures = 0;
+	if (!ktune__op_family_runs(op, KTUNE_ATTN_FAMILY_WGMMA_BWD, ctx->id.arch)) {
+		printf("no wgmma on %s: skipped\n", ctx->id.arch);
+		return;
+	}
+	for (int t = 0; t < 2; t++)
+		for (int d = 64; d <= 128; d *= 2)
+			for (int causal = 0; causal <= 1; causal++)
+				for (int det = 0; det <= 1; det++)
+					failures += run_variant(t ? KTUNE_F16 : KTUNE_BF16, d, causal, det, 1);
 	assert_int_equal(failures, 0);
 }
 
@@ -511,6 +555,7 @@ int main(void)
 		cmocka_unit_test(test_attention_bwd_gpu__tuner_problem),
 		cmocka_unit_test(test_attention_bwd_gpu__long_sampled),
 		cmocka_unit_test(test_attention_bwd_gpu__every_config),
+		cmocka_unit_test(test_attention_bwd_gpu__wgmma_every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -210,7 +210,16 @@ static void run_block(dim idx, dim grid, int threads, size_t smem_bytes, copy_mo
 		f.uc.uc_link = &b.sched;
 		makecontext(&f.uc, entry, 0);
 	}
-	std::vector<int> runnable;
+	/*
+	 * In half the blocks of 256 threads or more, one warpgroup runs slowly:
+	 * picked, it gives way to another runnable thread 15 times in 16, so
+	 * the others get far ahead of it, as a descheduled warpgroup would let
+	 * them (a missing barrier between warpgroups shows).
+	 */
+	int slow = -1;
+	if (threads >= 256 && next_random() % 2)
+		slow = (int)(next_random() % (uint64_t)(threads / 128)) * 128;
+	std::vector<int> runnable, fast;
 	for (;;) {
 		runnable.clear();
 		int done = 0;
@@ -228,6 +237,14 @@ static void run_block(dim idx, dim grid, int threads, size_t smem_bytes, copy_mo
 			abort();
 		}
 		b.cur = runnable[next_random() % runnable.size()];
+		if (slow >= 0 && b.cur >= slow && b.cur < slow + 128 && next_random() % 16) {
+			fast.clear();
+			for (int t : runnable)
+				if (t < slow || t >= slow + 128)
+					fast.push_back(t);
+			if (!fast.empty())
+				b.cur = fast[next_random() % fast.size()];
+		}
 		fiber &f = b.fibers[(size_t)b.cur];
 #if SIM_ASAN
 		__sanitizer_start_switch_fiber(&b.sched_fake, f.stack.data(), f.stack.size());

@@ -315,6 +315,75 @@ struct bwd_config {
 #define OVERLAP 1
 #include "attention-sim-wgmma.inc"
 
+
+/*
+ * The wgmma backward family (attention_wgmma_bwd.cu, sm_90a), on wgmma-sim.h: both
+ * head dims and element types, BLOCK_M, consumers, stages, causal, atomic and
+ * deterministic.
+ */
+#define SIM_NS v0
+#define DTYPE_BF16 0
+#define HEAD_DIM 64
+#define CAUSAL 0
+#define DETERMINISTIC 0
+#define BLOCK_M 64
+#define CONSUMERS 1
+#define STAGES 2
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v1
+#define DTYPE_BF16 1
+#define HEAD_DIM 128
+#define CAUSAL 1
+#define DETERMINISTIC 0
+#define BLOCK_M 64
+#define CONSUMERS 2
+#define STAGES 2
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v2
+#define DTYPE_BF16 0
+#define HEAD_DIM 128
+#define CAUSAL 0
+#define DETERMINISTIC 1
+#define BLOCK_M 128
+#define CONSUMERS 2
+#define STAGES 2
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v3
+#define DTYPE_BF16 1
+#define HEAD_DIM 64
+#define CAUSAL 1
+#define DETERMINISTIC 1
+#define BLOCK_M 128
+#define CONSUMERS 1
+#define STAGES 2
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v4
+#define DTYPE_BF16 1
+#define HEAD_DIM 64
+#define CAUSAL 0
+#define DETERMINISTIC 0
+#define BLOCK_M 64
+#define CONSUMERS 2
+#define STAGES 3
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v5
+#define DTYPE_BF16 0
+#define HEAD_DIM 128
+#define CAUSAL 1
+#define DETERMINISTIC 1
+#define BLOCK_M 64
+#define CONSUMERS 1
+#define STAGES 2
+#include "attention-sim-wgmma-bwd.inc"
+
+static const struct bwd_config *const wgmma_bwd_configs[] = { &v0::config, &v1::config, &v2::config,
+							       &v3::config, &v4::config, &v5::config };
+
 static const struct bwd_config *const bwd_configs[] = { &b0::config, &b1::config, &b2::config, &b3::config,
 							 &b4::config };
 
@@ -593,30 +662,68 @@ static int run_bwd_case(const struct bwd_config *cfg, const struct fwd_case *c, 
 	return bad;
 }
 
-static void test_attention_sim__backward_every_case(void **state)
+/*
+ * The wgmma backward's extra case: more key blocks (5 of 64 keys, 3 of 128)
+ * than the deterministic pass's 3 slices, so a block of the grid walks
+ * several, its K/V barriers and query ring going round across them.
+ */
+static const struct fwd_case wgmma_bwd_cases[] = {
+	{ 1, 40, 300, 2, 1, false, 0 },
+};
+
+/*
+ * Every config of a backward family on every case, copies landing at once
+ * and held back; a deterministic config again in another interleaving of
+ * the threads, which must give the same bits.  Returns the wrong values.
+ */
+static int backward_cases(const struct bwd_config *const *cfgs, size_t ncfg, const struct fwd_case *cases,
+			  size_t ncase, const char *what)
 {
-	(void)state;
 	int bad = 0, runs = 0, differ = 0;
-	for (const struct bwd_config *cfg : bwd_configs)
-		for (size_t c = 0; c < sizeof(bwd_cases) / sizeof(bwd_cases[0]); c++)
+	for (size_t i = 0; i < ncfg; i++)
+		for (size_t c = 0; c < ncase; c++)
 			for (int mode = 0; mode < 2; mode++) {
-				if (subset && ((cfg != bwd_configs[0] && cfg != bwd_configs[1]) || c >= 3))
+				const struct bwd_config *cfg = cfgs[i];
+				if (subset && (i >= 2 || c >= 3))
 					continue;
 				std::vector<unsigned short> first, again;
-				bad += run_bwd_case(cfg, &bwd_cases[c], mode ? sim::COPY_LAZY : sim::COPY_EAGER, c + 1,
+				bad += run_bwd_case(cfg, &cases[c], mode ? sim::COPY_LAZY : sim::COPY_EAGER, c + 1,
 						    (uint64_t)(runs + 1), 3, &first);
 				runs++;
 				if (!cfg->deterministic || mode)
 					continue;
 				/* the same inputs in another interleaving of the threads: the same bits */
-				bad += run_bwd_case(cfg, &bwd_cases[c], sim::COPY_EAGER, c + 1, (uint64_t)(runs + 1000), 3,
-						    &again);
+				bad += run_bwd_case(cfg, &cases[c], sim::COPY_EAGER, c + 1, (uint64_t)(runs + 1000), 3, &again);
 				differ += first != again;
 			}
-	printf("%d simulated backward runs, %d wrong values, %d deterministic runs not bit-identical; "
-	       "worst error %.3g (f16), %.3g (bf16)\n", runs, bad, differ, worst[1][0], worst[1][1]);
+	printf("%d simulated %s runs, %d wrong values, %d deterministic runs not bit-identical; "
+	       "worst error %.3g (f16), %.3g (bf16)\n", runs, what, bad, differ, worst[1][0], worst[1][1]);
+	return bad + differ;
+}
+
+static void test_attention_sim__backward_every_case(void **state)
+{
+	(void)state;
+	assert_int_equal(backward_cases(bwd_configs, sizeof(bwd_configs) / sizeof(bwd_configs[0]), bwd_cases,
+					sizeof(bwd_cases) / sizeof(bwd_cases[0]), "backward"), 0);
+}
+
+/*
+ * The wgmma backward (attention_wgmma_bwd.cu) on the backward's cases and a
+ * long one: its producer's K/V and query rings, the descriptors of its five
+ * products (dS^T through shared memory, MN-major both sides, for dQ), the
+ * consumers' barriers around dS^T, masking, GQA sums, the atomic and the
+ * deterministic dQ.
+ */
+static void test_attention_sim__wgmma_backward_every_case(void **state)
+{
+	(void)state;
+	const size_t n = sizeof(wgmma_bwd_configs) / sizeof(wgmma_bwd_configs[0]);
+	int bad = backward_cases(wgmma_bwd_configs, n, bwd_cases, sizeof(bwd_cases) / sizeof(bwd_cases[0]),
+				 "wgmma backward");
+	if (!subset)
+		bad += backward_cases(wgmma_bwd_configs, n, wgmma_bwd_cases, 1, "wgmma backward (long)");
 	assert_int_equal(bad, 0);
-	assert_int_equal(differ, 0);
 }
 
 static void test_attention_sim__forward_every_case(void **state)
@@ -788,6 +895,7 @@ int main(void)
 		cmocka_unit_test(test_attention_sim__forward_every_case),
 		cmocka_unit_test(test_attention_sim__wgmma_forward_every_case),
 		cmocka_unit_test(test_attention_sim__backward_every_case),
+		cmocka_unit_test(test_attention_sim__wgmma_backward_every_case),
 	};
 	/* KTUNE_SIM_FILTER=*wgmma*: the tests whose names match, as cmocka matches them */
 	if (getenv("KTUNE_SIM_FILTER"))

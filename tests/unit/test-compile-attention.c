@@ -7,12 +7,13 @@
  * config of a long key (sq = sk = 4096) and of a short one (sq = 1, sk =
  * 17), and a seeded sample of the candidates the prune keeps; every one
  * compiles, holds the kernel its call launches, and the defaults do not
- * spill.  The forward's wgmma family (attention_wgmma.cu), which has not run
- * on a GPU yet: a seeded sample of WGMMA_SAMPLE of its admitted configs per
- * forward variant, every one printed with its registers (ptxas reports the
- * launch's count, 65536 / threads; setmaxnreg moves them between the
+ * spill.  The wgmma families (attention_wgmma.cu for the forward,
+ * attention_wgmma_bwd.cu for the backward, which has not run on a GPU yet):
+ * a seeded sample of WGMMA_SAMPLE of the admitted configs per variant of
+ * the family's pass, every one printed with its registers (ptxas reports
+ * the launch's count, 65536 / threads; setmaxnreg moves them between the
  * warpgroups) and none may spill.  KTUNE_TEST_FULL=1 compiles the whole
- * space of every variant, both forward families', admitted or not, and
+ * space of every variant, every family's, admitted or not, and
  * prints one line per config (registers, spills, what the prune said): the
  * data the prune's register estimates are fitted to (the GPU check's job;
  * about 3,500 compiles).
@@ -104,15 +105,15 @@ static int add_config(const long *values, void *arg)
 }
 
 /*
- * The wgmma family's admitted configs for a forward key: all of them, or a
- * seeded sample of WGMMA_SAMPLE (a partial shuffle of those just added).
+ * A wgmma family's admitted configs for a key of its pass: all of them, or
+ * a seeded sample of WGMMA_SAMPLE (a partial shuffle of those just added).
  */
-static void add_wgmma(struct collect *c, const struct ktune_key *key, int all, unsigned seed)
+static void add_wgmma(struct collect *c, const struct ktune_key *key, int family, int all, unsigned seed)
 {
 	struct ktune_err e;
 	int first = c->n;
 	c->key = *key;
-	c->family = KTUNE_ATTN_FAMILY_WGMMA;
+	c->family = family;
 	c->admitted_only = !all;
 	ktune__space_enumerate(ktune__op_space(c->op, c->family, &e), add_config, c);
 	c->admitted_only = 0;
@@ -178,8 +179,8 @@ static void test_compile_attention__variants(void **state)
 		char pass[8];
 		assert_int_equal(ktune__op_variant_get(op, &keys[k], "pass", pass, sizeof(pass)), 0);
 		int forward = !strcmp(pass, "fwd");
-		if (forward)
-			add_wgmma(&c, &keys[k], full, (unsigned)(k * 13 + 5));
+		add_wgmma(&c, &keys[k], forward ? KTUNE_ATTN_FAMILY_WGMMA : KTUNE_ATTN_FAMILY_WGMMA_BWD, full,
+			  (unsigned)(k * 13 + 5));
 		if (full) {
 			c.key = keys[k];
 			c.family = forward ? KTUNE_ATTN_FAMILY_FWD : KTUNE_ATTN_FAMILY_BWD;
@@ -202,7 +203,7 @@ static void test_compile_attention__variants(void **state)
 	int wgmma = 0, wgmma_admitted = 0, wgmma_spill = 0;
 	for (int i = 0; i < c.n; i++) {
 		struct job *j = &c.jobs[i];
-		int is_wgmma = j->cfg.family == KTUNE_ATTN_FAMILY_WGMMA;
+		int is_wgmma = j->cfg.family == KTUNE_ATTN_FAMILY_WGMMA || j->cfg.family == KTUNE_ATTN_FAMILY_WGMMA_BWD;
 		failed += j->failed;
 		admitted += j->admitted;
 		admitted_spill += j->admitted && j->spills;

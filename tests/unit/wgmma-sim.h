@@ -22,7 +22,8 @@
  *     of the kernel's own swizzle helper).  A slot freed before the wait
  *     shows as a wrong product; an accumulator or A register touched while
  *     its wgmma is in flight is a fault (they are hashed at the issue and
- *     again before the product);
+ *     again before the product), and so is a change to the shared memory it
+ *     reads (hashed when the warpgroup's last thread issues it);
  *   - setmaxnreg and the fences: nothing to do.
  *
  * Per-block state is kept by the block's serial number (cta-sim.h).
@@ -43,12 +44,13 @@ struct mbarrier {
 };
 
 struct wg_op {
-	bool rs = false, trans_b = false, bf16 = false;
+	bool rs = false, trans_a = false, trans_b = false, bf16 = false;
 	int n = 0, scale_d = 0;
 	uint64_t da = 0, db = 0;
 	float *d[128] = {};
 	const u32 *a[128] = {};
 	uint64_t d_hash[128] = {}, a_hash[128] = {};
+	uint64_t smem_hash = 0; /* the shared-memory operands when the last thread issued */
 	int issued = 0;
 	bool done = false;
 };
@@ -184,6 +186,21 @@ static float desc_elem(uint64_t desc, bool mn_major, int mn, int k, bool bf16)
  * threads' registers (a[i] of thread t: row 16 (t / 32) + (t % 32) / 4 +
  * 8 (i % 2), columns 2 (t % 4) + 8 (i / 2) and +1, the first in the low half).
  */
+/* The operands an operation reads from shared memory (A unless RS, and B), and their hash. */
+static uint64_t smem_operands(const wg_op &op, float (&A)[64][16], float (&B)[16][256])
+{
+	for (int m = 0; m < 64; m++)
+		for (int k = 0; k < 16; k++)
+			A[m][k] = op.rs ? 0 : desc_elem(op.da, op.trans_a, m, k, op.bf16);
+	for (int k = 0; k < 16; k++)
+		for (int n = 0; n < op.n; n++)
+			B[k][n] = desc_elem(op.db, op.trans_b, n, k, op.bf16);
+	uint64_t h = hash_bytes(A, sizeof(A));
+	for (int k = 0; k < 16; k++)
+		h = h * 31 + hash_bytes(B[k], sizeof(float) * (size_t)op.n);
+	return h;
+}
+
 static void wgmma_execute(warpgroup_state &w, size_t index)
 {
 	static float A[64][16], B[16][256];
@@ -194,9 +211,9 @@ static void wgmma_execute(warpgroup_state &w, size_t index)
 		if (op.rs && hash_bytes(op.a[t], 16) != op.a_hash[t])
 			fault("an A register of an in-flight wgmma was touched before its wait", t, 0);
 	}
-	for (int m = 0; m < 64; m++)
-		for (int k = 0; k < 16; k++)
-			A[m][k] = op.rs ? 0 : desc_elem(op.da, false, m, k, op.bf16);
+	/* the hardware may read them any time from the issue to the wait: they must not change in between */
+	if (smem_operands(op, A, B) != op.smem_hash)
+		fault("shared memory read by an in-flight wgmma changed before its wait", (long long)index, op.n);
 	if (op.rs)
 		for (int t = 0; t < 128; t++)
 			for (int i = 0; i < 4; i++)
@@ -204,9 +221,6 @@ static void wgmma_execute(warpgroup_state &w, size_t index)
 					const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * (i % 2), col = 2 * (t % 4) + 8 * (i / 2) + h;
 					A[row][col] = to_float((unsigned short)(h ? op.a[t][i] >> 16 : op.a[t][i] & 0xffff), op.bf16);
 				}
-	for (int k = 0; k < 16; k++)
-		for (int n = 0; n < op.n; n++)
-			B[k][n] = desc_elem(op.db, op.trans_b, n, k, op.bf16);
 	for (int t = 0; t < 128; t++)
 		for (int j = 0; j < op.n / 8; j++)
 			for (int e = 0; e < 4; e++) {
@@ -224,8 +238,12 @@ static void wgmma_execute(warpgroup_state &w, size_t index)
 				w.ops[later].d_hash[t] = hash_bytes(op.d[t], (size_t)op.n / 2 * 4);
 }
 
-/* A thread's part of one wgmma.mma_async: its accumulators d (n / 2 floats) and, RS, its A registers a[0..3]. */
-static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db, int scale_d, bool trans_b, bool bf16)
+/*
+ * A thread's part of one wgmma.mma_async: its accumulators d (n / 2 floats)
+ * and, RS, its A registers a[0..3]; trans_a: A from shared memory MN-major.
+ */
+static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db, int scale_d, bool trans_b, bool bf16,
+			bool trans_a = false)
 {
 	warpgroup_state &w = wg();
 	const int t = wg_thread();
@@ -234,6 +252,7 @@ static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db,
 		w.ops.emplace_back();
 		wg_op &op = w.ops.back();
 		op.rs = a != nullptr;
+		op.trans_a = trans_a;
 		op.trans_b = trans_b;
 		op.bf16 = bf16;
 		op.n = n;
@@ -243,13 +262,16 @@ static void wgmma_issue(float *d, int n, const u32 *a, uint64_t da, uint64_t db,
 	}
 	wg_op &op = w.ops[i];
 	if (op.rs != (a != nullptr) || op.n != n || op.da != da || op.db != db || op.scale_d != scale_d ||
-	    op.trans_b != trans_b)
+	    op.trans_b != trans_b || op.trans_a != trans_a)
 		fault("wgmma: the warpgroup's threads issued different operations", (long long)i, t);
 	op.d[t] = d;
 	op.a[t] = a;
 	op.d_hash[t] = hash_bytes(d, (size_t)n / 2 * 4);
 	op.a_hash[t] = a ? hash_bytes(a, 16) : 0;
-	op.issued++;
+	if (++op.issued == 128) {
+		static float A[64][16], B[16][256];
+		op.smem_hash = smem_operands(op, A, B);
+	}
 	maybe_yield();
 }
 
