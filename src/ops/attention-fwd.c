@@ -301,7 +301,8 @@ int ktune__attn_fwd_wgmma_default(const struct ktune_key *key, struct ktune_conf
 	static const long d256[][4] = { { 64, 2, 2, 0 }, { 64, 2, 1, 0 } };
 	int d = ktune__attn_head_dim(key);
 	const long(*prefs)[4] = d == 64 ? d64 : d == 128 ? d128 : d256;
-	int n = d == 64 ? 4 : d == 128 ? 4 : 2;
+	int n = d == 64 ? (int)(sizeof(d64) / sizeof(d64[0])) : d == 128 ? (int)(sizeof(d128) / sizeof(d128[0]))
+			: (int)(sizeof(d256) / sizeof(d256[0]));
 	char why[160];
 	if (key->m < 128 || key->n < 128)
 		return 0;
