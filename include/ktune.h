@@ -129,8 +129,11 @@ KTUNE_API const char *ktune_errmsg(const ktune_ctx *ctx);
  * When beta is 0, C is not read (it may hold NaN).  `stream` is a CUstream or
  * cudaStream_t, NULL for the default stream; the call is asynchronous.
  * The first call of a key compiles its kernel (or loads it from the cache),
- * or loads cuBLAS where cuBLAS serves it (ktune_last_dispatch()); under
- * KTUNE_FALLBACK=measure it may wait for the stream once.
+ * or loads cuBLAS where cuBLAS serves it (ktune_last_dispatch()).  The
+ * first call of a key that ktune's kernel serves untuned ("nearest",
+ * "model") also enqueues a dozen timed runs of it and of cuBLAS on the
+ * stream, into scratch, once; a later call keeps the faster.  Only under
+ * KTUNE_FALLBACK=measure does a call wait for the stream, once a key.
  *
  * Returns KTUNE_OK, or KTUNE_ERR_INVALID for bad sizes or leading
  * dimensions, or another error with its detail in ktune_errmsg().
@@ -161,11 +164,14 @@ KTUNE_API ktune_status ktune_gemm(ktune_ctx *ctx, char trans_a, char trans_b,
  *
  * The environment variable KTUNE_FALLBACK, read by ktune_open(), sets who
  * serves GEMM keys without a tuned entry of their own: "auto" (the
- * default: as above), "model" (never cuBLAS), "cublas" (cuBLAS wherever it
- * loads), "measure" (as auto, then the first call of such a key times
- * ktune's config and cuBLAS on its operands, waiting for the stream once,
- * and keeps the faster for the key; not while the stream is captured into a
- * graph).  Any other value makes ktune_open() fail with KTUNE_ERR_INVALID.
+ * default: as above, and a key served by "nearest" or "model" is timed
+ * against cuBLAS once without waiting: its first call enqueues the runs, a
+ * call after they are done keeps the faster), "model" (never cuBLAS),
+ * "cublas" (cuBLAS wherever it loads), "measure" (as auto, but the first
+ * call of every such key, cuBLAS's too, waits for its timing).  No timing
+ * is enqueued while the stream is captured into a graph, nor where C is
+ * over 256 MiB.  Any other value makes ktune_open() fail with
+ * KTUNE_ERR_INVALID.
  */
 KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
 

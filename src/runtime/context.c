@@ -335,6 +335,10 @@ void ktune_close(ktune_ctx *ctx)
 	if (ctx->cu) {
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
+			/* timings still in flight: their events live in this context */
+			for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
+				for (struct ktune_resolved *r = ctx->resolved[i]; r; r = r->next)
+					ktune__race_free(r->race);
 			ktune__cublas_close(ctx->blas); /* its handle lives in this context */
 			workspaces_free(ctx);
 			if (ctx->constants)

@@ -69,10 +69,22 @@ struct ktune_entry {
 
 /* Who may serve a GEMM key without a tuned entry of its own (KTUNE_FALLBACK). */
 enum ktune_fallback {
-	KTUNE_FALLBACK_AUTO,    /* the regime decides: a matching tuned neighbour, the model, or cuBLAS */
+	KTUNE_FALLBACK_AUTO,    /* the regime decides: a matching tuned neighbour, the model, or cuBLAS;
+				 * a key ktune's kernel serves untuned is then timed against cuBLAS
+				 * once, without waiting, and the faster kept */
 	KTUNE_FALLBACK_MODEL,   /* never cuBLAS: the neighbour or the model */
 	KTUNE_FALLBACK_CUBLAS,  /* cuBLAS wherever it loads */
-	KTUNE_FALLBACK_MEASURE, /* as auto, then the first call times ktune's pick and cuBLAS and keeps the faster */
+	KTUNE_FALLBACK_MEASURE, /* as auto, and the first call of every untuned key (cuBLAS's too)
+				 * waits for its timing */
+};
+
+/* Where a key's timing against cuBLAS stands (fallback.c). */
+enum ktune_measure_state {
+	KTUNE_MEASURE_NONE,     /* decided: nothing to time */
+	KTUNE_MEASURE_PENDING,  /* to be timed at a call not captured into a graph */
+	KTUNE_MEASURE_LAUNCHING,/* a call is enqueueing the runs */
+	KTUNE_MEASURE_RUNNING,  /* the runs are on a stream; a later call reads them when done */
+	KTUNE_MEASURE_READING,  /* a call is reading them */
 };
 
 /* A key already resolved to a config and a kernel; the hot path's hash table. */
@@ -82,7 +94,8 @@ struct ktune_resolved {
 	const char *source;          /* KTUNE_SRC_*; read and written atomically (measuring changes it once) */
 	const char *own;             /* where cfg came from (struct ktune_choice) */
 	struct ktune_kernel *kernel; /* NULL while cuBLAS serves and nothing needed compiling */
-	int measure;                 /* 1: not yet measured against cuBLAS; 2: being measured (atomic) */
+	int measure;                 /* atomic: enum ktune_measure_state */
+	struct ktune_race *race;   /* the runs in flight while measure is KTUNE_MEASURE_RUNNING */
 	struct ktune_recorded *miss; /* a key without a tuned entry of its own: its calls count here; else NULL */
 	struct ktune_resolved *next;
 };
@@ -216,14 +229,18 @@ void ktune__ctx_model_device(const ktune_ctx *ctx, struct ktune_gemm_device *out
  */
 int ktune__ctx_blas(ktune_ctx *ctx);
 
+/* Frees a key's race against cuBLAS still in flight (ktune_close); its events end with the runs. */
+void ktune__race_free(struct ktune_race *t);
+
 /*
- * What serves this call of a resolved GEMM key.  Under
- * KTUNE_FALLBACK=measure, the first call of a key served without its own
- * tuned entry times ktune's config and cuBLAS on its operands (into
- * scratch, the stream waited for; not while the stream is captured into a
- * graph, nor where C is over 256 MiB) and keeps the faster for the key.
- * Otherwise r->source.  Caller has the context current and does not hold
- * ctx->lock.
+ * What serves this call of a resolved GEMM key.  A key whose measure is
+ * pending is timed here: ktune's config and cuBLAS in turns on the call's
+ * operands, into scratch (not while the stream is captured into a graph,
+ * nor where C is over 256 MiB).  Under KTUNE_FALLBACK=measure the call
+ * waits for the runs; otherwise they are only enqueued, a later call reads
+ * them once they are done, and until then the key keeps its source.  The
+ * faster becomes the key's source.  Caller has the context current and
+ * does not hold ctx->lock.
  */
 const char *ktune__fallback_source(ktune_ctx *ctx, struct ktune_resolved *r, const struct ktune_key *key,
 				   float alpha, CUdeviceptr a, int64_t lda, CUdeviceptr b, int64_t ldb,

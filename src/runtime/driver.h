@@ -69,6 +69,7 @@
 	X(cuEventDestroy_v2, (CUevent))                                                    \
 	X(cuEventRecord, (CUevent, CUstream))                                              \
 	X(cuEventSynchronize, (CUevent))                                                   \
+	X(cuEventQuery, (CUevent))                                                         \
 	X(cuEventElapsedTime_v2, (float *, CUevent, CUevent))
 
 struct ktune_cu {

@@ -56,15 +56,18 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 	r->source = c.source;
 	r->own = c.own;
 	/*
-	 * KTUNE_FALLBACK=measure: a key without its own tuned entry, or whose
-	 * entry lost to cuBLAS, is timed against cuBLAS at its first call
-	 * (fallback.c); ktune's kernel is needed for that.
+	 * A key ktune's kernel serves without a tuned entry of its own (the
+	 * model's pick, a neighbour's config) is timed against cuBLAS at its
+	 * first call, without waiting (fallback.c); under KTUNE_FALLBACK=measure
+	 * a key decided for cuBLAS is too, which needs ktune's kernel compiled.
 	 */
 	int blas = !strcmp(c.source, KTUNE_SRC_CUBLAS);
-	if (ctx->fallback == KTUNE_FALLBACK_MEASURE && !strcmp(key->op, "gemm") &&
-	    (blas || !strcmp(c.source, KTUNE_SRC_NEAREST) || !strcmp(c.source, KTUNE_SRC_MODEL)) &&
+	int own = !strcmp(c.source, KTUNE_SRC_NEAREST) || !strcmp(c.source, KTUNE_SRC_MODEL);
+	if (!strcmp(key->op, "gemm") &&
+	    ((ctx->fallback == KTUNE_FALLBACK_AUTO && own) ||
+	     (ctx->fallback == KTUNE_FALLBACK_MEASURE && (own || blas))) &&
 	    ktune__ctx_blas(ctx))
-		r->measure = 1;
+		r->measure = KTUNE_MEASURE_PENDING;
 	if (!blas || r->measure) {
 		int rc = ktune__kernel_get(ctx, key, &r->cfg, NULL, &r->kernel, e);
 		if (rc) {

@@ -148,25 +148,29 @@ int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm
 	}
 	ktune__gemm_model_rank(key, dev, cfgs, n, e);
 	/*
-	 * The kernels in rank order: the first candidate of each.  A kernel is
-	 * kept if it is among the first `top`, or the first of its tile shape;
-	 * every candidate of a kept kernel is kept (GROUP_SIZE and SPLIT_K are
-	 * kernel arguments: no compile of their own).
+	 * The kernels in rank order: the first candidate of each.  A kernel
+	 * among the first `top` is kept with every candidate (GROUP_SIZE and
+	 * SPLIT_K are kernel arguments: no compile of their own); the first
+	 * kernel of a tile shape not seen yet is kept with its best-ranked
+	 * candidate alone: it is there so that no shape goes unmeasured, and
+	 * its every variant made a tune of the many wgmma shapes run 320
+	 * screens (11 s) where 32 kernels' worth took 4.
 	 */
+	enum { LEFT_OUT, SHAPE_ONLY, WHOLE };
 	int kernels = 0;
 	for (int i = 0; i < n; i++) {
 		int first = 1, shape_seen = 0;
 		for (int j = 0; j < i && first; j++)
 			if (ktune__gemm_same_kernel(&cfgs[j], &cfgs[i])) {
 				first = 0;
-				keep[i] = keep[j];
+				keep[i] = keep[j] == WHOLE ? WHOLE : LEFT_OUT;
 			}
 		if (!first)
 			continue;
 		for (int j = 0; j < i && !shape_seen; j++)
 			shape_seen = cfgs[j].family == cfgs[i].family && cfgs[j].block_m == cfgs[i].block_m &&
 				     cfgs[j].block_n == cfgs[i].block_n;
-		keep[i] = top <= 0 || ++kernels <= top || !shape_seen;
+		keep[i] = top <= 0 || ++kernels <= top ? WHOLE : !shape_seen ? SHAPE_ONLY : LEFT_OUT;
 	}
 	/* the kept first, then the left out, each in rank order */
 	for (int i = 0; i < n; i++)
