@@ -170,7 +170,7 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 		return;
 
 	/* the candidates: how many, and what became of each */
-	int n_ok = 0, n_wrong = 0, n_spill = 0, n_failed = 0, n_untried = 0, n_bound = 0;
+	int n_ok = 0, n_wrong = 0, n_spill = 0, n_failed = 0, n_untried = 0, n_bound = 0, n_late = 0;
 	for (int i = 0; i < x->ntrials; i++) {
 		const char *st = x->trials[i].status;
 		int untried = ktune__trial_untried(&x->trials[i]);
@@ -179,6 +179,8 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 		n_spill += is(st, KTUNE_TRIAL_PRUNED) && !untried;
 		n_untried += untried;
 		n_bound += untried && !strncmp(x->trials[i].message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND));
+		n_late += untried &&
+			  !strncmp(x->trials[i].message, KTUNE_UNTRIED_DEADLINE, strlen(KTUNE_UNTRIED_DEADLINE));
 	}
 	n_failed = x->ntrials - n_ok - n_wrong - n_spill - n_untried;
 	printf("%-10s #%lld %s: %s %s in %.1f s\n", "tuning", t->id, t->created_at,
@@ -188,7 +190,7 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 	       t->candidates, n_ok, n_wrong, n_failed, n_spill, t->known_bad);
 	if (n_untried)
 		printf("%-10s %d left untried by the model's order (--top): %d beyond its cut, %d unable to win by its "
-		       "bound\n", "", n_untried, n_untried - n_bound, n_bound);
+		       "bound, %d past the deadline\n", "", n_untried, n_untried - n_bound - n_late, n_bound, n_late);
 	int admitted = x->space - x->pruned_now;
 	printf("%-10s %d of the %d configs here left out before compiling", "", t->pruned, x->space);
 	if (t->budget > 0 && admitted > t->candidates + n_untried + t->known_bad)
@@ -231,7 +233,9 @@ static void print_text(const struct ktune_explain *x, const char *from, int all)
 		if (!ktune__trial_untried(tr))
 			continue;
 		int bound = !strncmp(tr->message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND));
-		printf("%-10s %-13s %s\n", listed++ ? "" : "untried", bound ? "bound" : "beyond cut", tr->config);
+		int late = !strncmp(tr->message, KTUNE_UNTRIED_DEADLINE, strlen(KTUNE_UNTRIED_DEADLINE));
+		printf("%-10s %-13s %s\n", listed++ ? "" : "untried", bound ? "bound" : late ? "deadline" : "beyond cut",
+		       tr->config);
 		if (all)
 			printf("%-10s %-13s %.200s\n", "", "", tr->message);
 	}

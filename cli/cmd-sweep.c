@@ -43,15 +43,18 @@ int cli_tune_option(const char *name, int opt, const char *arg, struct ktune_tun
 		o->retry_failed = 1;
 		return 1;
 	case 'T':
-	case 'C': {
+	case 'C':
+	case 'W': {
 		char *end;
 		double d = strtod(arg, &end);
-		if (!*arg || *end || !(d > 0 && d <= 86400)) {
-			cli_usage_error(name, "%s '%s' is not a number of seconds in (0, 86400]",
-					opt == 'T' ? "--timeout" : "--compile-timeout", arg);
+		const char *flag = opt == 'T' ? "--timeout" : opt == 'C' ? "--compile-timeout" : "--deadline";
+		/* --deadline 0: none */
+		if (!*arg || *end || !((d > 0 || (opt == 'W' && d == 0)) && d <= 86400)) {
+			cli_usage_error(name, "%s '%s' is not a number of seconds in %s86400]", flag, arg,
+					opt == 'W' ? "[0, " : "(0, ");
 			return -1;
 		}
-		*(opt == 'T' ? &o->timeout_s : &o->compile_timeout_s) = d;
+		*(opt == 'T' ? &o->timeout_s : opt == 'C' ? &o->compile_timeout_s : &o->deadline_s) = d;
 		return 1;
 	}
 	}
@@ -126,6 +129,7 @@ int cmd_sweep(int argc, char **argv, struct cli *cli)
 		{ "retry-failed", no_argument, NULL, 'R' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "compile-timeout", required_argument, NULL, 'C' },
+		{ "deadline", required_argument, NULL, 'W' },
 		{ "devices", required_argument, NULL, 'V' },
 		{ "no-group-pick", no_argument, NULL, 'L' },
 		{ "misses", required_argument, NULL, 'M' },

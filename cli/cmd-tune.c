@@ -64,11 +64,12 @@ int cmd_tune(int argc, char **argv, struct cli *cli)
 		{ "retry-failed", no_argument, NULL, 'R' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "compile-timeout", required_argument, NULL, 'C' },
+		{ "deadline", required_argument, NULL, 'W' },
 	};
 	enum { NFIXED = sizeof(fixed) / sizeof(fixed[0]) };
 	struct option opts[NFIXED + CLI_KEY_MAX_FIELDS + 1];
 	struct ktune_tune_options o = { .seed = 1, .force = 1, .progress = isatty(2) ? stderr : NULL,
-					.top = KTUNE_TUNE_TOP };
+					.top = KTUNE_TUNE_TOP, .deadline_s = KTUNE_TUNE_DEADLINE };
 	int klass = -1; /* GEMM's alignment class: -1 the packed problem's, 1 --aligned, 0 --unaligned */
 	struct cli_key_args args = { .has_dtype = 0 };
 	struct ktune_key key;

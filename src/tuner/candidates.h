@@ -40,6 +40,13 @@ int ktune__gemm_model_order(const struct ktune_key *key, const struct ktune_gemm
 /* The default of `ktune tune`'s --top: kernels of the model's rank compiled and screened. */
 #define KTUNE_TUNE_TOP 32
 #define KTUNE_TUNE_TOP_TEXT "32"
+/*
+ * ktune tune's default --deadline (seconds) of compiling and screening: a
+ * new key tunes in about ten on a 16-core machine, the worker's start and
+ * the finalists' runoff included.
+ */
+#define KTUNE_TUNE_DEADLINE 7.0
+#define KTUNE_TUNE_DEADLINE_TEXT "7"
 
 /*
  * One config per distinct compiled kernel of a family's space (GROUP_SIZE

@@ -227,7 +227,8 @@ int ktune__trial_untried(const struct ktune_trial *tr)
 {
 	return !strcmp(tr->status, KTUNE_TRIAL_PRUNED) &&
 	       (!strncmp(tr->message, KTUNE_UNTRIED_TOP, strlen(KTUNE_UNTRIED_TOP)) ||
-		!strncmp(tr->message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND)));
+		!strncmp(tr->message, KTUNE_UNTRIED_BOUND, strlen(KTUNE_UNTRIED_BOUND)) ||
+		!strncmp(tr->message, KTUNE_UNTRIED_DEADLINE, strlen(KTUNE_UNTRIED_DEADLINE)));
 }
 
 /* Verifies candidate i and times it briefly (its kernel compiled): its trial says how it went. */
@@ -317,9 +318,22 @@ static int compile_and_screen_ranked(struct ktune_tuner *t, const struct ktune_k
 	int *move = malloc((size_t)(njobs + 1) * sizeof(*move));
 	if (!move)
 		return ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+	double started = ktune__now(), last_batch = 0;
 	while (first < njobs && !rc) {
 		/* drop what cannot win, then keep only the jobs someone still needs */
 		double best = best_screened(c, n);
+		double spent = ktune__now() - started;
+		if (o->deadline_s > 0 && best > 0 && spent + last_batch > o->deadline_s) {
+			for (int i = 0; i < n; i++)
+				if (!c[i].screened && c[i].job >= first) {
+					trial_untried(t, key, &c[i].cfg, &c[i].trial,
+						      KTUNE_UNTRIED_DEADLINE " %.1f s: %.1f s spent, the last batch took %.1f s",
+						      o->deadline_s, spent, last_batch);
+					c[i].job = -1;
+					(*untried)++;
+				}
+			break;
+		}
 		for (int i = 0; i < n; i++)
 			if (!c[i].screened && c[i].job >= first && best > 0 && c[i].bound_us > BOUND_MARGIN * best) {
 				trial_untried(t, key, &c[i].cfg, &c[i].trial,
@@ -355,6 +369,7 @@ static int compile_and_screen_ranked(struct ktune_tuner *t, const struct ktune_k
 				screen_progress(o, c, done++, n);
 			}
 		first += count;
+		last_batch = ktune__now() - started - spent;
 	}
 	free(move);
 	return rc;
@@ -553,9 +568,9 @@ int ktune__tune_key(struct ktune_tuner *t, const struct ktune_key *key_in,
 		int cut = r->untried;
 		rc = compile_and_screen_ranked(t, key, c, n, jobs, njobs, timeout, o, &r->untried, e);
 		if (r->untried > cut) {
-			ktune__tune_progress(o, "\n  %d candidates could not win by the model's bound: not tried\n",
-					     r->untried - cut);
-			ktune__log_note(t, "the model's bound: %d candidates could not win, left untried",
+			ktune__tune_progress(o, "\n  %d candidates could not win by the model's bound, or were "
+					     "past the deadline: not tried\n", r->untried - cut);
+			ktune__log_note(t, "the model's bound and the deadline: %d candidates left untried",
 					r->untried - cut);
 		}
 		/*

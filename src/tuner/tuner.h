@@ -32,6 +32,12 @@ struct ktune_tune_options {
 	 * candidate, compiled at once (the exhaustive search).
 	 */
 	int top;
+	/*
+	 * GEMM with top: no batch of kernels starts once the time spent
+	 * compiling and screening, plus the last batch's, would pass this many
+	 * seconds; the rest are left untried.  0: no limit.
+	 */
+	double deadline_s;
 	int force;       /* retune keys already tuned with the current template */
 	unsigned seed;   /* inputs and budget sampling */
 	int jobs;        /* compile threads; 0: one per core */
@@ -60,6 +66,8 @@ struct ktune_tune_options {
  */
 #define KTUNE_UNTRIED_TOP "not in the model's top"
 #define KTUNE_UNTRIED_BOUND "model bound"
+#define KTUNE_UNTRIED_DEADLINE "the tune's deadline"
+
 
 /* Whether a stored trial is a candidate the model's order left untried (tune.c). */
 int ktune__trial_untried(const struct ktune_trial *tr);

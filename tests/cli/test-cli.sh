@@ -237,6 +237,16 @@ run sweep --top x
 expect_rc 2
 err_has "--top 'x' is not an integer"
 
+# the tune's deadline: seconds, 0 for none
+run tune gemm -m 16 -n 4096 -k 4096 --deadline -1
+expect_rc 2
+err_has "--deadline '-1' is not a number of seconds in \[0, 86400\]"
+run sweep --deadline soon
+expect_rc 2
+err_has "--deadline 'soon' is not a number of seconds"
+run help tune
+out_has "past 7 seconds of compiling"
+
 run tune gemm -m 16 -n 4096 -k 4096 --dtype f32
 expect_rc 2
 err_has "gemm: dtype 'f32' is not supported"

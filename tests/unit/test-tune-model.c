@@ -73,7 +73,7 @@ static long stored_trials(struct ktune_tuner *t)
 /* What the newest tuning of a key stored of its candidates: tried, and left untried by the cut or the bound. */
 struct fates {
 	long long id;
-	int tried, cut, bound, untried_first; /* untried_first: every untried trial after every tried one */
+	int tried, cut, bound, late, untried_first; /* untried_first: every untried trial after every tried one */
 };
 
 static int newest_tune(const struct ktune_tuning *tu, void *arg)
@@ -88,12 +88,16 @@ static int count_fate(const struct ktune_trial *tr, void *arg)
 {
 	struct fates *f = arg;
 	if (!ktune__trial_untried(tr)) {
-		f->untried_first |= f->cut + f->bound > 0;
+		f->untried_first |= f->cut + f->bound + f->late > 0;
 		f->tried++;
 	} else if (!strncmp(tr->message, KTUNE_UNTRIED_TOP, strlen(KTUNE_UNTRIED_TOP))) {
 		assert_string_equal(tr->status, KTUNE_TRIAL_PRUNED);
 		assert_non_null(strstr(tr->message, "estimate"));
 		f->cut++;
+	} else if (!strncmp(tr->message, KTUNE_UNTRIED_DEADLINE, strlen(KTUNE_UNTRIED_DEADLINE))) {
+		assert_string_equal(tr->status, KTUNE_TRIAL_PRUNED);
+		assert_non_null(strstr(tr->message, "the last batch took"));
+		f->late++;
 	} else {
 		assert_string_equal(tr->status, KTUNE_TRIAL_PRUNED);
 		assert_non_null(strstr(tr->message, "best screen time"));
@@ -213,6 +217,47 @@ static void test_tune_model__cut_is_screened_whole(void **state)
 }
 
 /*
+ * The deadline: once the time spent and the last batch's would pass it, no
+ * batch starts; the rest of the cut is stored untried with the reason.
+ * The first batch always runs (a deadline of a microsecond), and no
+ * deadline (0) screens the whole cut.
+ */
+static void test_tune_model__deadline_stops_between_batches(void **state)
+{
+	struct ktune_key key = { "gemm", KTUNE_F16, "nn", 64, 64, 64, 1 };
+	struct ktune_tune_options o = { .seed = 1, .top = 6, .jobs = 4, .finalists = 2, .deadline_s = 1e-6 };
+	struct ktune_tune_report r;
+	struct ktune_config *cfgs;
+	struct ktune_err e;
+	int n, pruned;
+	(void)state;
+
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", 132, 232448, 0, 1, &cfgs, &n, &pruned, &e), 0);
+	int kept = ktune__gemm_model_order(&key, &fake_h100, cfgs, n, o.top, NULL);
+	int first = of_first_kernels(cfgs, kept, o.jobs);
+	assert_true(first < kept);
+	struct ktune_tuner *t = open_tuner("deadline");
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(r.result.candidates, first);
+	assert_int_equal(r.untried, n - first);
+	struct fates f = stored_fates(t, &key);
+	assert_int_equal(f.tried, first);
+	assert_int_equal(f.cut, n - kept);
+	assert_int_equal(f.late, kept - first);
+	assert_int_equal(f.bound, 0);
+
+	o.deadline_s = 0;
+	if (ktune__tune_key(t, &key, &o, &r, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(r.result.candidates, kept);
+	f = stored_fates(t, &key);
+	assert_int_equal(f.late, 0);
+	ktune__tuner_close(t);
+	free(cfgs);
+}
+
+/*
  * The cut keeps the model's pick: a config the fake GPU makes fastest of
  * all, but that the model ranks last, is never tried under --top, and wins
  * under --top 0.
@@ -279,6 +324,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tune_model__bound_stops_after_what_cannot_be_beaten),
 		cmocka_unit_test(test_tune_model__cut_is_screened_whole),
+		cmocka_unit_test(test_tune_model__deadline_stops_between_batches),
 		cmocka_unit_test(test_tune_model__cut_leaves_what_the_model_ranks_low),
 		cmocka_unit_test(test_tune_model__problem_in_the_keys_class),
 	};
