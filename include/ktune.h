@@ -193,6 +193,23 @@ KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
  * with its calls and the source that served it.  ktune_open fails with
  * KTUNE_ERR_INVALID when KTUNE_RECORD names a file in a directory that does
  * not exist, or "db" for a context without a database.
+ *
+ * Or tune them as they come:
+ *
+ *   KTUNE_TUNE=background  (read by ktune_open) the first call of such a
+ *                       key queues it and returns as it would have; a
+ *                       thread of the context tunes the queued keys one at
+ *                       a time, as `ktune tune` does (a worker process on
+ *                       the same GPU, the winner stored in the database),
+ *                       and a later call of the key is served by its tuning.
+ *                       Nothing waits but ktune_close, for the tune in
+ *                       progress; the keys still queued are dropped.  The
+ *                       worker is $KTUNE_CLI, else the `ktune` beside the
+ *                       library or in ../bin.  ktune_open fails with
+ *                       KTUNE_ERR_INVALID for a context without a database
+ *                       or another value than "off" or "background", and
+ *                       KTUNE_ERR_NOT_FOUND when no ktune executable is
+ *                       found.  ktune_get_stats counts the tunes.
  */
 
 /*
@@ -233,6 +250,9 @@ typedef struct {
 	int64_t warm_cached;    /* kernels it found there already */
 	int64_t warm_failed;    /* kernels that failed to compile */
 	double warm_seconds;    /* its wall time */
+	int64_t tune_queued;    /* KTUNE_TUNE=background: keys waiting or being tuned */
+	int64_t tune_done;      /* keys tuned and stored, served by their tuning since */
+	int64_t tune_failed;    /* tunes that failed (the key stays as it was served) */
 } ktune_stats;
 
 /*

@@ -46,6 +46,11 @@ ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
 	s.warm_seconds = ctx->warm.seconds;
 	pthread_mutex_unlock(&ctx->lock);
 	ktune__record_totals(&ctx->record, &s.missed_keys, &s.missed_calls);
+	int queued, tuned, failed;
+	ktune__bg_counts(ctx, &queued, &tuned, &failed);
+	s.tune_queued = queued;
+	s.tune_done = tuned;
+	s.tune_failed = failed;
 	/* a caller built against an older, shorter struct gets its fields */
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
 	return KTUNE_OK;
@@ -218,7 +223,8 @@ ktune_status ktune_open(const char *db_path, int device, ktune_ctx **out, char *
 		}
 	}
 	if ((rc = ktune__dispatch_load(ctx, &e)) || (rc = constants_make(ctx, &e)) ||
-	    (rc = ktune__record_open(ctx, &e)) || (rc = ktune__warm_open(ctx, &e)))
+	    (rc = ktune__record_open(ctx, &e)) || (rc = ktune__warm_open(ctx, &e)) ||
+	    (rc = ktune__bg_open(ctx, &e)))
 		goto fail;
 	*out = ctx;
 	return KTUNE_OK;
@@ -331,6 +337,7 @@ void ktune_close(ktune_ctx *ctx)
 	/* a background warm stops after the compile it is in, and is waited for */
 	__atomic_store_n(&ctx->warm_stop, 1, __ATOMIC_RELAXED);
 	ktune__warm_join(ctx);
+	ktune__bg_close(ctx); /* before the entries and the table it adds to go */
 	ktune__record_close(ctx);
 	if (ctx->cu) {
 		int pushed = 0;
@@ -339,6 +346,8 @@ void ktune_close(ktune_ctx *ctx)
 			for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
 				for (struct ktune_resolved *r = ctx->resolved[i]; r; r = r->next)
 					ktune__race_free(r->race);
+			for (struct ktune_resolved *r = ctx->retired; r; r = r->next)
+				ktune__race_free(r->race);
 			ktune__cublas_close(ctx->blas); /* its handle lives in this context */
 			workspaces_free(ctx);
 			if (ctx->constants)
@@ -359,6 +368,10 @@ void ktune_close(ktune_ctx *ctx)
 			next = r->next;
 			free(r);
 		}
+	for (struct ktune_resolved *r = ctx->retired, *next; r; r = next) {
+		next = r->next;
+		free(r);
+	}
 	free(ctx->entries);
 	free(ctx->db_path);
 	free(ctx->cache_dir);

@@ -131,6 +131,7 @@ struct ktune_ctx {
 	struct ktune_entry *entries;
 	int nentries;
 	struct ktune_resolved *resolved[KTUNE_RESOLVED_BUCKETS];
+	struct ktune_resolved *retired; /* resolved before a background tune stored their key: freed at close */
 	struct ktune_kernel *kernels;
 	struct ktune_workspace workspaces[KTUNE_MAX_WORKSPACES];
 	int nworkspaces;
@@ -156,6 +157,7 @@ struct ktune_ctx {
 	pthread_t warm_thread;      /* a background warm (ktune_warm, wait 0) */
 	int warm_started;           /* warm_thread is to be joined */
 	int warm_stop;              /* atomic: ktune_close asks the warm thread to stop */
+	struct ktune_bg *bg;        /* KTUNE_TUNE=background (tune-on-use.c); NULL: off */
 };
 
 /*
@@ -200,6 +202,13 @@ int ktune__kernel_compile(const struct ktune_key *key, const struct ktune_config
 
 /* Loads the device's tuned entries from the database at ctx->db_path. */
 int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e);
+
+/*
+ * Adds a result tuned while the context is open to its entries and
+ * retires the key's resolved choice, so that its next call takes it; 0 if
+ * the result is not one dispatch can use here.  Caller holds ctx->lock.
+ */
+int ktune__dispatch_adopt(ktune_ctx *ctx, const struct ktune_result *r);
 
 /* What dispatch decided for a key. */
 struct ktune_choice {
@@ -302,5 +311,17 @@ int ktune__warm_open(ktune_ctx *ctx, struct ktune_err *e);
 void ktune__warm_join(ktune_ctx *ctx);
 int ktune__record_open(ktune_ctx *ctx, struct ktune_err *e);
 void ktune__record_close(ktune_ctx *ctx);
+
+/*
+ * KTUNE_TUNE=background (tune-on-use.c): read at ktune_open; a key served
+ * without a tuned entry of its own queued at its first call (cheap: a
+ * mutex and a signal; the thread starts at the first); the counts of keys
+ * queued or being tuned, tuned and failed; ktune_close drops the queue and
+ * waits for the tune in progress.
+ */
+int ktune__bg_open(ktune_ctx *ctx, struct ktune_err *e);
+void ktune__bg_enqueue(ktune_ctx *ctx, const struct ktune_key *key);
+void ktune__bg_counts(ktune_ctx *ctx, int *queued, int *tuned, int *failed);
+void ktune__bg_close(ktune_ctx *ctx);
 
 #endif

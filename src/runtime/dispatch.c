@@ -156,6 +156,32 @@ int ktune__dispatch_load(ktune_ctx *ctx, struct ktune_err *e)
 	return KTUNE_OK;
 }
 
+int ktune__dispatch_adopt(ktune_ctx *ctx, const struct ktune_result *r)
+{
+	struct load_state st = { ctx, ctx->nentries, 0 }; /* full: the entry grows the array by one */
+	int before = ctx->nentries;
+	add_entry_from(&st, r, 0);
+	if (ctx->nentries == before)
+		return 0;
+	/*
+	 * The key's resolved choice is retired, not freed: a call may be using
+	 * it outside the lock.  The next call resolves the key again.
+	 */
+	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
+		for (struct ktune_resolved **p = &ctx->resolved[i]; *p;) {
+			struct ktune_resolved *res = *p;
+			if (ktune__key_same(&res->key, &r->key)) {
+				*p = res->next;
+				res->next = ctx->retired;
+				ctx->retired = res;
+				ctx->keys--;
+			} else {
+				p = &res->next;
+			}
+		}
+	return 1;
+}
+
 /* A tuned config measured below this share of cuBLAS's speed leaves its key to cuBLAS. */
 #define BLAS_BELOW 0.95
 /* Neighbours: squared distance in log M, N, K (2.0: a factor of 4 in one size), model slack */

@@ -81,8 +81,10 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 	 * saved and tuned; a tuned key that cuBLAS serves because it measured
 	 * faster is no miss: tuning it again would change nothing.
 	 */
-	if (!ktune__source_tuned(c.own))
+	if (!ktune__source_tuned(c.own)) {
 		r->miss = ktune__record_note(&ctx->record, key, r->source);
+		ktune__bg_enqueue(ctx, key); /* KTUNE_TUNE=background: tuned beside the caller */
+	}
 	ctx->keys++;
 	r->next = ctx->resolved[h];
 	ctx->resolved[h] = r;

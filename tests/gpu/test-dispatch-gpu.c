@@ -303,6 +303,60 @@ static void test_dispatch__auto_races_untuned_keys_against_cublas(void **state)
 	ktune_close(ctx);
 }
 
+/*
+ * KTUNE_TUNE=background: an untuned key's first call queues it and returns;
+ * the calls after it go on, each as fast as before, until the tune lands in
+ * the database and a call is served by it ("exact"), computing right all
+ * along.
+ */
+static void test_dispatch__background_tune_lands_while_calls_go_on(void **state)
+{
+	struct ktune_key key = { "gemm", KTUNE_BF16, "nt", 48, 1536, 768, 1 };
+	struct ktune_worker *w = NULL;
+	struct ktune_err e;
+	char db[4300];
+	int pushed, calls = 0;
+	double slowest = 0;
+	(void)state;
+
+	snprintf(db, sizeof(db), "%s.background.db", db_path);
+	unlink(db);
+	setenv("KTUNE_TUNE", "background", 1);
+	setenv("KTUNE_CLI", test_program("../ktune"), 1);
+	ktune_ctx *ctx = open_with(db, "model");
+	unsetenv("KTUNE_TUNE");
+	assert_int_equal(ktune__ctx_enter(ctx, &pushed, &e), KTUNE_OK);
+	assert_int_equal(ktune__worker_open(ctx, &w, &e), KTUNE_OK);
+	struct ktune_problem p = { .key = key, .alpha = 1, .seed = 95 };
+	assert_int_equal(ktune__worker_set_problem(w, &p, &e), KTUNE_OK);
+	const char *source = NULL;
+	double until = ktune__now() + 120;
+	do {
+		struct ktune_check check;
+		double t0 = ktune__now();
+		if (ktune__worker_run_public(w, &check, &source, &e))
+			fail_msg("call %d: %s", calls, e.msg);
+		if (calls++ && ktune__now() - t0 > slowest) /* the first compiles the model's kernel */
+			slowest = ktune__now() - t0;
+		if (!check.pass)
+			fail_msg("call %d (%s): error %.3g", calls, source, check.err_fro);
+		if (calls == 1 && strcmp(source, "model") && strcmp(source, "nearest"))
+			fail_msg("first call served by '%s'", source);
+		usleep(20000);
+	} while (strcmp(source, "exact") && ktune__now() < until);
+	int queued, tuned, failed;
+	ktune__bg_counts(ctx, &queued, &tuned, &failed);
+	printf("background: %d calls until 'exact' (tuned %d, failed %d), the slowest after the first %.1f ms\n",
+	       calls, tuned, failed, slowest * 1e3);
+	assert_string_equal(source, "exact");
+	assert_int_equal(tuned, 1);
+	/* the call that took the tuned entry loaded its kernel: no call waited for a compile of seconds */
+	assert_true(slowest < 1.0);
+	ktune__worker_close(w);
+	ktune_close(ctx);
+	unsetenv("KTUNE_CLI");
+}
+
 /* Several threads, each with its own stream and output, on one context. */
 struct thread_arg {
 	ktune_ctx *ctx;
@@ -548,6 +602,7 @@ int main(void)
 		cmocka_unit_test(test_dispatch__bench_times_the_tuned_keys_again),
 		cmocka_unit_test(test_dispatch__cublas_serves_what_ktune_cannot),
 		cmocka_unit_test(test_dispatch__auto_races_untuned_keys_against_cublas),
+		cmocka_unit_test(test_dispatch__background_tune_lands_while_calls_go_on),
 		cmocka_unit_test(test_dispatch__concurrent_calls_from_threads),
 		cmocka_unit_test(test_dispatch__shipped_serves_an_empty_database),
 		cmocka_unit_test(test_dispatch__negative_cache_skips_failed_configs),
