@@ -43,11 +43,11 @@
  * of 4-bit weights at n = 4096) and L2-resident, every warp of a block reads
  * the same rows at the same k (L1 hits after the first), and with no shared
  * memory there are no barriers in the loop and L1 keeps its whole capacity.
- * A lane loads 8 or 16 bytes a row (A_STEPS k16 steps) just before it uses
- * them; the weights, which come from DRAM, are the loads kept in flight.
- * Rows of A past m load row m - 1 (their products are never stored); k past
- * the end loads nothing and uses zeros.  Not measured against a staged A:
- * a GPU run should say (docs/quant.md).
+ * A lane loads 16 to 64 bytes a row (TURN_K k) each turn of the k-block's
+ * loop, just before it uses them; the weights, which come from DRAM, are
+ * the loads kept in flight.  Rows of A past m load row m - 1 (their
+ * products are never stored); k past the end uses zeros.  Not yet measured
+ * against a staged A: a GPU run should say (docs/quant.md).
  *
  * Dequantisation: four codes of a step lie at bits pos_j = j * BITS of x
  * (the word shifted to the step's first code; 8 bits: codes 2, 3 from x >>
@@ -60,6 +60,11 @@
  * BLOCK_M / 16 m16 tiles.  WARPS_K warps share each part of N, taking every
  * WARPS_K'th k-block of the block's range, and add their sums through
  * shared memory at the end in a fixed order (deterministic).
+ *
+ * Registers: the k-block's loop is rolled, a turn of TURN_K k (8 codes or
+ * a word of each row) at a time; unrolled, ptxas hoists every load of A in
+ * the k-block to its top and spills from 2 n8 tiles on.  gemm_quant.c's
+ * prune holds a fit of ptxas's counts, so that no admitted config spills.
  *
  * Tunables: BLOCK_M, NFRAG, WARPS_N, WARPS_K, VEC, UNROLL (below); DTYPE,
  * BITS, GROUP, MODE (quant.cuh).
@@ -99,7 +104,6 @@
 #define BLOCK_N (WARPS_N * NFRAG * 8) /* columns of c (rows of w) per block */
 #define CH (VEC * PER_WORD)           /* weights of a row a lane loads per k-block */
 #define KB (4 * CH)                   /* a k-block: the 4 lanes of a quad */
-#define STEPS (CH / 4)                /* k16 steps per k-block */
 /* groups a lane's chunk spans: CH and GROUP are powers of two, aligned */
 #define CG (GROUP != 0 && CH > GROUP ? CH / GROUP : 1)
 /* words of each row a turn of the k-block's loop: at least 8 codes (2 k16 steps) */
