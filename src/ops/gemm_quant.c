@@ -272,6 +272,11 @@ static int qmma_prune(const struct ktune_key *key, const struct ktune_quant_shap
 		snprintf(why, len, "about %ld registers a lane (%d at most without spills)", regs, QMMA_REGS);
 		return 1;
 	}
+	if (param(c, "VEC", 4) == 2 && param(c, "UNROLL", 2) == 4 && bm >= 64) {
+		/* the fit's misses (8 bits: spills); VEC 4, UNROLL 2 has the same bytes in flight */
+		snprintf(why, len, "VEC 2, UNROLL 4 for BLOCK_M %ld: registers (VEC 4, UNROLL 2 loads as much)", bm);
+		return 1;
+	}
 	if (bm > 16 && bm > key->m) {
 		snprintf(why, len, "BLOCK_M %ld for %lld rows of A", bm, (long long)key->m);
 		return 1;
