@@ -1,10 +1,11 @@
 /*
  * gemm_quant.c - the op "gemm_quant": C[M, N] = A[M, K] * dequant(Wq)[N, K]^T
  * (+ bias), weights packed at 8, 4, 2 or 1 bits with gemlite's four
- * dequantisation modes (src/ops/quant.h, docs/quant.md).  Two families: a
- * split-K GEMV for few rows of A (kernels/templates/qgemv.cu) and a tiled
- * mma.sync kernel (qgemm.cu); a split call adds its fp32 partials in order
- * with a second kernel (quant.cuh's quant_reduce_kernel).
+ * dequantisation modes (src/ops/quant.h, docs/quant.md).  Three families:
+ * a split-K GEMV for few rows of A (kernels/templates/qgemv.cu), a tiled
+ * mma.sync kernel (qgemm.cu) and a register-streamed mma.sync kernel for M
+ * of 1 to 128 (qmma.cu); a split call adds its fp32 partials in order with
+ * a second kernel (quant.cuh's quant_reduce_kernel).
  *
  * Key: dtype of A, C, scales and zeros (f16, bf16), bits, group (32, 64,
  * 128, chan), mode and the packing's version (compiled in), M (tuned by
@@ -23,7 +24,7 @@
 #include "ops/quant-ref.h"
 #include "runtime/op_run.h"
 
-enum { GEMV, MMA };
+enum { GEMV, MMA, QMMA };
 enum { BUF_A, BUF_WQ, BUF_SCALES, BUF_ZEROS, BUF_BIAS, BUF_C };
 
 static const char *const bits_choices[] = { "4", "8", "2", "1", NULL };
@@ -45,6 +46,7 @@ static const struct ktune_op_field fields[] = {
 static const struct ktune_family families[] = {
 	{ "qgemv", "qgemv.cu", "qgemv.yaml", { "qgemv_kernel", "quant_reduce_kernel" } },
 	{ "qgemm", "qgemm.cu", "qgemm.yaml", { "qgemm_kernel", "quant_reduce_kernel" } },
+	{ "qmma", "qmma.cu", "qmma.yaml", { "qmma_kernel", "quant_reduce_kernel" } },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -238,6 +240,69 @@ static int64_t gemv_chunks(const struct ktune_quant_shape *s, const struct ktune
 	return cdiv(s->k / s->per_word, param(c, "VEC", 4));
 }
 
+/*
+ * Registers a qmma lane takes, as ptxas allocates them (a least-squares fit
+ * to the counts of 56 configs compiled for sm_90, within 15 of each): its
+ * accumulators, the k-blocks in flight with the one computed (weights, and
+ * a scale and a zero for each group a lane's chunk spans), the activations
+ * of a turn of the k-block's loop for every m16 tile (ptxas hoists their
+ * loads), and a base.  Past QMMA_REGS, ptxas spills; below it, no config of
+ * the space spills (docs/quant.md).
+ */
+#define QMMA_REGS 245
+
+static long qmma_regs(const struct ktune_quant_shape *s, const struct ktune_config *c)
+{
+	long mt = param(c, "BLOCK_M", 16) / 16, nfrag = param(c, "NFRAG", 4), vec = param(c, "VEC", 4);
+	long unroll = param(c, "UNROLL", 2), ch = vec * s->per_word, group = s->channel ? 0 : (long)s->group;
+	long cg = group && ch > group ? ch / group : 1;
+	long turn_k = s->per_word < 8 ? 8 : s->per_word; /* k of a turn: 8 codes or a word */
+	long acc = mt * nfrag * 4, inflight = (unroll + 1) * nfrag * (vec + 2 * cg);
+	return (4200 + 190 * acc + 210 * inflight + 130 * mt * turn_k + 15 * nfrag * turn_k) / 100;
+}
+
+static int qmma_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
+		      int sms, char *why, size_t len)
+{
+	long bm = param(c, "BLOCK_M", 16), nfrag = param(c, "NFRAG", 4), wn = param(c, "WARPS_N", 2);
+	long wk = param(c, "WARPS_K", 1), split = param(c, "SPLIT_K", 1), regs = qmma_regs(s, c);
+	int64_t kb = 4 * param(c, "VEC", 4) * s->per_word, k_blocks = cdiv(key->k, kb);
+	int64_t blocks = cdiv(key->n, wn * nfrag * 8) * cdiv(key->m, bm);
+	if (regs > QMMA_REGS) {
+		snprintf(why, len, "about %ld registers a lane (%d at most without spills)", regs, QMMA_REGS);
+		return 1;
+	}
+	if (param(c, "VEC", 4) == 2 && param(c, "UNROLL", 2) == 4 && bm >= 64) {
+		/* the fit's misses (8 bits: spills); VEC 4, UNROLL 2 has the same bytes in flight */
+		snprintf(why, len, "VEC 2, UNROLL 4 for BLOCK_M %ld: registers (VEC 4, UNROLL 2 loads as much)", bm);
+		return 1;
+	}
+	if (bm > 16 && bm > key->m) {
+		snprintf(why, len, "BLOCK_M %ld for %lld rows of A", bm, (long long)key->m);
+		return 1;
+	}
+	if (4 * bm < (key->m < 128 ? key->m : 128)) {
+		snprintf(why, len, "BLOCK_M %ld for %lld rows of A: each weight dequantised %lld times", bm,
+			 (long long)key->m, (long long)cdiv(key->m, bm));
+		return 1;
+	}
+	if ((nfrag - 1) * 8 >= key->n || (wn - 1) * nfrag * 8 >= key->n) {
+		snprintf(why, len, "%ld x %ld n8 tiles for n = %lld: a warp or tile past the rows of W", wn, nfrag,
+			 (long long)key->n);
+		return 1;
+	}
+	if (wk > 1 && wk > cdiv(k_blocks, split)) {
+		snprintf(why, len, "WARPS_K %ld for %lld k-blocks a block", wk, (long long)cdiv(k_blocks, split));
+		return 1;
+	}
+	if (split > 1 && (split > k_blocks || blocks >= 2L * sms)) {
+		snprintf(why, len, "split %ld of %lld k-blocks over %lld blocks", split, (long long)k_blocks,
+			 (long long)blocks);
+		return 1;
+	}
+	return 0;
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why, size_t len)
 {
 	struct ktune_quant_shape s;
@@ -273,6 +338,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		}
 		return 0;
 	}
+	if (c->family == QMMA)
+		return qmma_prune(key, &s, c, sms, why, len);
 	long bm = param(c, "BLOCK_M", 16), bn = param(c, "BLOCK_N", 64), bk = param(c, "BLOCK_K", 64);
 	long smem = qgemm_smem(&s, c);
 	int64_t tiles = cdiv(key->n, bn) * cdiv(key->m, bm), k_tiles = cdiv(key->k, bk);
@@ -349,9 +416,10 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, rows), (unsigned)split,
 						 (unsigned)(mblocks < 65535 ? mblocks : 65535) },
 					       { (unsigned)threads, 1, 1 }, 0 };
-	} else {
-		long bm = param(c, "BLOCK_M", 16), bn = param(c, "BLOCK_N", 64);
-		long threads = 32 * param(c, "WARPS_M", 1) * param(c, "WARPS_N", 1) * param(c, "WARPS_K", 1);
+	} else { /* qgemm and qmma: tiles of BLOCK_M x BLOCK_N */
+		long bm = param(c, "BLOCK_M", 16), wn = param(c, "WARPS_N", 1);
+		long bn = c->family == QMMA ? wn * param(c, "NFRAG", 4) * 8 : param(c, "BLOCK_N", 64);
+		long threads = 32 * param(c, "WARPS_M", 1) * wn * param(c, "WARPS_K", 1);
 		int64_t mtiles = cdiv(m, bm);
 		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, bn), (unsigned)(mtiles < 65535 ? mtiles : 65535),
 						 (unsigned)split },
@@ -471,7 +539,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.fields = fields,
 	.nfields = 7,
 	.families = families,
-	.nfamilies = 2,
+	.nfamilies = 3,
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"

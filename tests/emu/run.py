@@ -9,15 +9,15 @@
 What it builds (g++ -std=c++17, one binary per kernel configuration, in
 --dir) and runs:
   * every bits x mode x group in bf16 (and a quarter of them in f16), with
-    the GEMV (qgemv.cu, MAX_M 4) and the tiled kernel (qgemm.cu) at a mid
-    configuration of each space, on awkward shapes: m in {1, 3, 16, 33},
+    the GEMV (qgemv.cu, MAX_M 4), the tiled kernel (qgemm.cu) and the
+    register-streamed one (qmma.cu) at a mid configuration of each space, on awkward shapes: m in {1, 3, 16, 33},
     n in {1, 8, 37}, k = the group (or 96 per channel) and three times it,
     split 1 and 3, the zero per group or one scalar, with and without bias;
   * a seeded sample of each family's space (--sample configurations of
     each, constraints and the 48 KiB of shared memory kept) in random
     formats and dtypes, each on m in {1, 3, 16, 33, 128} (the GEMV to 33), n
     in {1, 8, 70}, k of three groups.
-Exit 0 when every problem passes.  It checks index arithmetic, bounds,
+--family limits both to one family.  Exit 0 when every problem passes.  It checks index arithmetic, bounds,
 the pipeline's order, splits and reductions as the emulation reads the PTX
 ISA; only the GPU test (tests/gpu/test-quant-gpu.c) checks the kernels on
 the hardware.
@@ -36,6 +36,7 @@ TEMPLATES = os.path.join(HERE, "..", "..", "kernels", "templates")
 BITS = [8, 4, 2, 1]
 GROUPS = [32, 64, 128, 0]
 MODES = [0, 1, 2, 3]
+FAMILIES = ["qgemv", "qgemm", "qmma"]
 
 
 def space(name):
@@ -92,7 +93,8 @@ def defines(name, cfg, fmt):
     bits, group, mode, dtype = fmt
     d = [f"-DBITS={bits}", f"-DGROUP={group}", f"-DMODE={mode}", f"-DDTYPE={dtype}"]
     d += [f"-D{k}={v}" for k, v in sorted(cfg.items())]
-    d += ["-DKERNEL=\"qgemm.cu\"", "-DIS_QGEMM"] if name == "qgemm" else ["-DKERNEL=\"qgemv.cu\""]
+    d += {"qgemm": ["-DKERNEL=\"qgemm.cu\"", "-DIS_QGEMM"], "qmma": ["-DKERNEL=\"qmma.cu\"", "-DIS_QMMA"],
+          "qgemv": ["-DKERNEL=\"qgemv.cu\""]}[name]
     return d
 
 
@@ -125,12 +127,15 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=int, default=300, help="seconds a problem")
     ap.add_argument("--quick", action="store_true", help="a few formats and configurations")
+    ap.add_argument("--family", choices=FAMILIES, help="only this family")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     rng = random.Random(args.seed)
 
     mid = {"qgemv": dict(THREADS=64, ROWS=2, VEC=4, UNROLL=2, CACHE=1, MIN_WARPS=0, MAX_M=4),
-           "qgemm": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3)}
+           "qgemm": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3),
+           "qmma": dict(BLOCK_M=16, NFRAG=2, WARPS_N=2, WARPS_K=2, VEC=4, UNROLL=2)}
+    families = [args.family] if args.family else FAMILIES
     jobs = []  # (family, cfg, fmt, problems)
     formats = list(itertools.product(BITS, GROUPS, MODES))
     if args.quick:
@@ -142,20 +147,20 @@ def main():
             for (m, n), k, split in itertools.product([(1, 1), (3, 8), (16, 37), (33, 8)], [k1, 3 * k1], [1, 3]):
                 zs, bias = (m + n + split) % 2, (m + k // 32) % 2
                 probs.append((m, n, k, split, zs, bias, m * 131 + n * 7 + k + split))
-            for name in ("qgemv", "qgemm"):
+            for name in families:
                 jobs.append((name, mid[name], (bits, group, mode, dtype), probs))
 
     def rand_fmt(r):
         return (r.choice(BITS), r.choice(GROUPS), r.choice(MODES), r.choice([0, 1]))
 
     nsample = 3 if args.quick else args.sample
-    for name in ("qgemv", "qgemm"):
+    for name in families:
         for cfg, fmt in sample(name, nsample, rng, rand_fmt):
             if name == "qgemv":
                 cfg = dict(cfg, MAX_M=rng.choice([1, 2, 4, 8, 16]))
             k = 3 * (fmt[1] or 32)
             probs = []
-            for m, n in itertools.product([1, 3, 16, 33] + ([128] if name == "qgemm" else []), [1, 8, 70]):
+            for m, n in itertools.product([1, 3, 16, 33] + ([128] if name != "qgemv" else []), [1, 8, 70]):
                 split = rng.choice([1, 1, 2, 3, 8])
                 probs.append((m, n, k, split, rng.choice([0, 1]), rng.choice([0, 1]), rng.randrange(1 << 30)))
             jobs.append((name, cfg, fmt, probs))

@@ -1,6 +1,6 @@
 /*
  * test-quant-gpu.c - the weight-quantized GEMM (gemm_quant: qgemv.cu,
- * qgemm.cu and the split-K sum) on a GPU against its float64 reference
+ * qgemm.cu, qmma.cu and the split-K sum) on a GPU against its float64 reference
  * (src/ops/quant-ref.c).  Skipped where no GPU is present.
  *
  * Every config: through the tuner's own problem (src/tuner/worker-op.c:
@@ -13,6 +13,12 @@
  *     m in {1, 3, 16, 33, 128} x n in {1, 8, 4104}, k = three groups (160
  *     per channel): the default and a seeded sample of 2 candidates each.
  *     KTUNE_TEST_FULL=1: every candidate of every one of those keys.
+ *   - the qmma family alone (its fragments' k-permutation, tails of
+ *     k-blocks, clamped rows): every bits x mode, groups of 32, 128 and per
+ *     channel, bf16 and f16 in turns, on m in {1, 3, 16, 33, 128} x n in
+ *     {8, 4104}, k = 3 groups and 4096: a seeded sample of
+ *     KTUNE_TEST_QMMA_SAMPLE (default 8) of its candidates a key, all of
+ *     them with KTUNE_TEST_QMMA_SAMPLE=0 (or KTUNE_TEST_FULL=1).
  * Through the public API: weights quantised on the host by
  * ktune_quant_pack, uploaded and multiplied with strides past the rows
  * (lda, ldc), every mode with a zero per group and a scalar zero, with and
@@ -61,8 +67,12 @@ static void compile_job(int i, void *arg)
 		j->compiled = 1;
 }
 
-/* One key's problem, and `budget` of its candidates (0: all) with the default, each run and checked. */
-static void run_key(struct ktune_key key, int budget)
+/*
+ * One key's problem, and `budget` of its candidates (0: all) with the
+ * default, each run and checked; family >= 0: only that family's
+ * candidates (a seeded sample of `budget` of them), without the default.
+ */
+static void run_key_family(struct ktune_key key, int budget, int family)
 {
 	const struct ktune_op *op = ktune__op_of(&key);
 	struct ktune_op_problem *p;
@@ -75,14 +85,27 @@ static void run_key(struct ktune_key key, int budget)
 	if (ktune__op_problem_open(ctx, &key, 1, 0, &p, &e))
 		fail_msg("%s: %s", what, e.msg);
 	key = p->key;
-	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
+	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, family >= 0 ? 0 : budget, 7, &cfgs, &n,
+					      &npruned, &e), 0);
+	if (family >= 0) {
+		int kept = 0;
+		for (int i = 0; i < n; i++)
+			if (cfgs[i].family == family)
+				cfgs[kept++] = cfgs[i];
+		n = kept;
+		if (budget > 0 && n > budget) {
+			ktune__sample_configs(cfgs, n, budget, 7);
+			n = budget;
+		}
+	}
+	int first = family >= 0; /* jobs[0], the default, is skipped for one family */
 	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	assert_non_null(jobs);
 	jobs[0] = (struct job){ .key = key, .cfg = op->default_config(&key, sm_count) };
 	for (int i = 0; i < n; i++)
 		jobs[i + 1] = (struct job){ .key = key, .cfg = cfgs[i] };
-	ktune__parallel_for(n + 1, 0, compile_job, jobs);
-	for (int i = 0; i <= n; i++) {
+	ktune__parallel_for(n + 1 - first, 0, compile_job, jobs + first);
+	for (int i = first; i <= n; i++) {
 		struct job *j = &jobs[i];
 		struct ktune_kernel *k;
 		struct ktune_check check;
@@ -111,10 +134,15 @@ static void run_key(struct ktune_key key, int budget)
 			failures++;
 		}
 	}
-	printf("%s: %d configs (%d pruned)\n", what, n + 1, npruned);
+	printf("%s: %d configs%s (%d pruned)\n", what, n + 1 - first, first ? " of one family" : "", npruned);
 	free(jobs);
 	free(cfgs);
 	ktune__op_problem_close(p);
+}
+
+static void run_key(struct ktune_key key, int budget)
+{
+	run_key_family(key, budget, -1);
 }
 
 static struct ktune_key quant_key(ktune_dtype d, int b, int g, int mode, int64_t m, int64_t n, int64_t k)
@@ -154,6 +182,32 @@ static void test_quant_gpu__every_format_awkward_shapes(void **state)
 							run_key(quant_key(d ? KTUNE_F16 : KTUNE_BF16, b, g, mode, ms[mi], ns[ni], k),
 								full ? 0 : 2);
 						}
+	assert_int_equal(failures, 0);
+}
+
+/* The qmma family alone on awkward and full-size shapes: its k-permutation, k-block tails and clamped rows. */
+static void test_quant_gpu__qmma_every_format(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	static const int64_t ms[] = { 1, 3, 16, 33, 128 }, ns[] = { 8, 4104 };
+	static const int gs[] = { 0, 2, 3 }; /* groups of 32, 128, per channel */
+	const char *env = getenv("KTUNE_TEST_QMMA_SAMPLE"), *full = getenv("KTUNE_TEST_FULL");
+	int budget = full && !strcmp(full, "1") ? 0 : env ? atoi(env) : 8, family = -1, f = 0;
+	for (int i = 0; i < op->nfamilies; i++)
+		if (!strcmp(op->families[i].name, "qmma"))
+			family = i;
+	assert_true(family >= 0);
+	failures = 0;
+	for (int b = 0; b < 4; b++)
+		for (int mode = 0; mode < 4; mode++)
+			for (int gi = 0; gi < 3; gi++, f++)
+				for (int mi = 0; mi < 5; mi++)
+					for (int ni = 0; ni < 2; ni++) {
+						int64_t k = (ni == 1 && mi % 2 == 0) ? 4096 : group_sizes[gs[gi]] ? 3 * group_sizes[gs[gi]] : 160;
+						run_key_family(quant_key(f % 2 ? KTUNE_F16 : KTUNE_BF16, b, gs[gi], mode, ms[mi], ns[ni], k),
+							       budget, family);
+					}
 	assert_int_equal(failures, 0);
 }
 
@@ -385,6 +439,7 @@ int main(void)
 		cmocka_unit_test(test_quant_gpu__bad_arguments),
 		cmocka_unit_test(test_quant_gpu__packed_on_the_host_every_mode),
 		cmocka_unit_test(test_quant_gpu__every_candidate),
+		cmocka_unit_test(test_quant_gpu__qmma_every_format),
 		cmocka_unit_test(test_quant_gpu__every_format_awkward_shapes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,18 +1,26 @@
 /*
  * test-compile-quant.c - NVRTC compiles of the weight-quantized GEMM's
- * templates (qgemv.cu, qgemm.cu; no GPU needed) for sm_90, through the
+ * templates (qgemv.cu, qgemm.cu, qmma.cu; no GPU needed) for sm_90, through the
  * registry: every format (dtype x bits x group x mode: 128 variants) with
  * its default config, for M cycling through 1, 16 and 128 (the GEMV, the
  * tiled kernel for short and tall A) on a 4104 x 384 weight, compiles
  * without spilling; a seeded sample of 12 configs of each family's whole
- * space (whatever a key's prune would say, but the tiled kernel's 48 KiB of
- * shared memory, which depends on the format) in formats taken in turn,
+ * space (6 of qmma's) (whatever a key's prune would say, but the tiled
+ * kernel's 48 KiB of shared memory and qmma's registers, which depend on
+ * the format) in formats taken in turn,
  * and of 3 candidates of each suite key, compiles; every cubin holds the
  * kernels its call's steps launch (the split-K sum too).  quant.cuh reaches
  * NVRTC as an in-memory header.  KTUNE_TEST_FULL=1 compiles every config
  * of both spaces, every candidate of every suite key and the defaults of
  * every format at every M bucket up to 256 (thousands of kernels: the GPU
  * check's job, not CI's).
+ *
+ * The qmma family's space (qmma.yaml) in the formats that hold the most
+ * registers: each config the prune admits for a key of M = BLOCK_M
+ * compiles without spilling.  CI: a seeded sample of QMMA_SAMPLE configs in
+ * each of four formats (and 6 of its space in the sample above); KTUNE_TEST_QMMA=all (or KTUNE_TEST_FULL=1): every
+ * config in each (about 1500 kernels, some minutes on 16 cores), with the
+ * registers and compile time reported.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +40,7 @@
 #define ARCH "sm_90"
 #define SM_COUNT 132
 #define SAMPLE 3
+#define QMMA_SAMPLE 2 /* configs of the qmma space a format in CI: each takes seconds */
 
 static const char *const bits[] = { "8", "4", "2", "1" };
 static const char *const groups[] = { "32", "64", "128", "chan" };
@@ -41,7 +50,7 @@ struct job {
 	struct ktune_key key;
 	struct ktune_config cfg;
 	int is_default;
-	int failed, spills;
+	int failed, spills, registers;
 	char what[192];
 };
 
@@ -72,6 +81,7 @@ static void compile_one(int i, void *arg)
 		}
 	}
 	j->spills = cubin.res.spill_stores + cubin.res.spill_loads;
+	j->registers = cubin.res.registers;
 	ktune__cubin_free(&cubin);
 }
 
@@ -111,13 +121,13 @@ static int collect(const long *values, void *arg)
 	return 0;
 }
 
-/* 1 if the tiled kernel's shared memory for the key's format fits the 48 KiB of static memory. */
+/* 1 unless the key's format takes the tiled kernel past 48 KiB of static shared memory, or qmma past its registers. */
 static int fits(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c)
 {
 	char why[160];
 	if (c->family == 0 || !op->prune(key, c, SM_COUNT, why, sizeof(why)))
 		return 1;
-	return !strstr(why, "shared memory");
+	return !strstr(why, "shared memory") && !strstr(why, "registers");
 }
 
 static void test_compile_quant__formats_and_suite(void **state)
@@ -163,7 +173,7 @@ static void test_compile_quant__formats_and_suite(void **state)
 		assert_true(w.split_index >= 0);
 		ktune__space_enumerate(sp, collect, &w);
 		assert_true(w.n > 10);
-		int keep = full ? w.n : 12, taken = 0;
+		int keep = full ? w.n : strcmp(op->families[fam].name, "qmma") ? 12 : 6, taken = 0; /* qmma: slow compiles */
 		ktune__sample_configs(w.cfgs, w.n, keep, 3);
 		for (int i = 0; i < w.n && taken < keep && njobs < cap; i++) {
 			int f = (i * 37 + fam) % 64;
@@ -210,13 +220,91 @@ static void test_compile_quant__formats_and_suite(void **state)
 	free(jobs);
 }
 
-/* quant.cuh reaches both templates, and no other. */
+/*
+ * qmma's space without spills: each config (SPLIT_K 1) the prune admits for
+ * a 4104 x 4096 weight and M = BLOCK_M, in bf16 formats that hold the most
+ * registers (8 bits: 4 codes a word; 1 and 2 bits at groups of 32: a scale
+ * and a zero for each of up to 4 groups a chunk spans) and 4-bit group 128,
+ * the issue's format.
+ */
+static void test_compile_quant__qmma_space_without_spills(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	const char *env = getenv("KTUNE_TEST_QMMA"), *full_env = getenv("KTUNE_TEST_FULL");
+	int all = (env && !strcmp(env, "all")) || (full_env && !strcmp(full_env, "1"));
+	static const int formats[][2] = { { 1, 2 }, { 0, 2 }, { 2, 0 }, { 3, 0 } }; /* bits, group: 4/128, 8/128, 2/32, 1/32 */
+	int fam = -1, njobs = 0, failed = 0, spilling = 0, admitted = 0;
+	for (int f = 0; f < op->nfamilies; f++)
+		if (!strcmp(op->families[f].name, "qmma"))
+			fam = f;
+	assert_true(fam >= 0);
+	const struct ktune_space *sp = ktune__op_space(op, fam, NULL);
+	struct space_walk w = { .op = op, .family = fam };
+	assert_non_null(sp);
+	w.nparams = sp->nparams;
+	w.split_index = ktune__space_param_index(sp, "SPLIT_K");
+	ktune__space_enumerate(sp, collect, &w);
+	struct job *jobs = calloc((size_t)w.n, sizeof(*jobs));
+	assert_non_null(jobs);
+	int bm_index = ktune__space_param_index(sp, "BLOCK_M");
+	for (int f = 0; f < 4; f++) { /* a format at a time, reported as it ends */
+		int n = 0, fails = 0, spills = 0, most = 0;
+		for (int i = 0; i < w.n; i++) {
+			struct ktune_key key = format_key(op, KTUNE_BF16, formats[f][0], formats[f][1], 0, w.cfgs[i].v[bm_index]);
+			char why[160];
+			key.k = 4096;
+			if (op->prune(&key, &w.cfgs[i], SM_COUNT, why, sizeof(why)))
+				continue;
+			jobs[n++] = (struct job){ .key = key, .cfg = w.cfgs[i] };
+		}
+		admitted += n;
+		if (!all && n > QMMA_SAMPLE) { /* a seeded sample of this format's */
+			struct ktune_config *c = malloc(sizeof(*c) * (size_t)n);
+			assert_non_null(c);
+			for (int i = 0; i < n; i++)
+				c[i] = jobs[i].cfg;
+			ktune__sample_configs(c, n, QMMA_SAMPLE, (unsigned)(11 + f));
+			for (int i = 0; i < QMMA_SAMPLE; i++) {
+				jobs[i].cfg = c[i];
+				jobs[i].key.m = c[i].v[bm_index];
+			}
+			n = QMMA_SAMPLE;
+			free(c);
+		}
+		ktune__parallel_for(n, 0, compile_one, jobs);
+		for (int i = 0; i < n; i++) {
+			fails += jobs[i].failed;
+			most = jobs[i].registers > most ? jobs[i].registers : most;
+			if (jobs[i].spills) {
+				fprintf(stderr, "FAIL %s: spills %d bytes\n", jobs[i].what, jobs[i].spills);
+				spills++;
+			}
+			if (all)
+				printf("%s: %d registers\n", jobs[i].what, jobs[i].registers);
+		}
+		printf("qmma bits %s group %s: %d compiled, %d failed, %d spill, at most %d registers\n",
+		       bits[formats[f][0]], groups[formats[f][1]], n, fails, spills, most);
+		fflush(stdout);
+		njobs += n;
+		failed += fails;
+		spilling += spills;
+	}
+	printf("qmma: %d configs in its space, %d admitted in 4 formats, %d compiled: %d failed, %d spill\n", w.n,
+	       admitted, njobs, failed, spilling);
+	assert_int_equal(failed, 0);
+	assert_int_equal(spilling, 0);
+	free(jobs);
+	free(w.cfgs);
+}
+
+/* quant.cuh reaches the three templates, and no other. */
 static void test_compile_quant__header_reaches_its_templates(void **state)
 {
 	(void)state;
 	const struct ktune_template_file *h[KTUNE_MAX_HEADERS];
-	static const char *const mine[] = { "qgemv.cu", "qgemm.cu" };
-	for (int i = 0; i < 2; i++) {
+	static const char *const mine[] = { "qgemv.cu", "qgemm.cu", "qmma.cu" };
+	for (int i = 0; i < 3; i++) {
 		const struct ktune_template_file *f = ktune__template_file(mine[i]);
 		assert_non_null(f);
 		assert_int_equal(ktune__template_headers(f->text, f->len, h), 1);
@@ -234,6 +322,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compile_quant__header_reaches_its_templates),
 		cmocka_unit_test(test_compile_quant__formats_and_suite),
+		cmocka_unit_test(test_compile_quant__qmma_space_without_spills),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
