@@ -520,12 +520,14 @@ int main(int argc, char **argv)
 	}
 	const char *name = argv[1];
 	/*
-	 * A program's recording and warming are asked through the environment
-	 * of the program: the contexts of this command and of its workers are
-	 * not the program's, and must neither record nor warm.
+	 * A program's recording, warming and tuning on use are asked through
+	 * the environment of the program: the contexts of this command and of
+	 * its workers (a background tune's too) are not the program's, and must
+	 * neither record, warm nor tune.
 	 */
 	unsetenv("KTUNE_RECORD");
 	unsetenv("KTUNE_WARM");
+	unsetenv("KTUNE_TUNE");
 	if (!strcmp(name, "__worker")) /* the tuner's worker process (tuner/protocol.h) */
 		return ktune__gpu_worker_main(argc - 1, argv + 1);
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
