@@ -5,7 +5,8 @@
  * in the tuner, prune, defines, workspace and the three launches of
  * kernels/templates/attention_bwd.cu or, on sm_90, attention_wgmma_bwd.cu
  * (the same launches, workspace and pre and dq kernels; its main kernel on
- * wgmma), and their default config (the mma.sync family's on every device).
+ * wgmma), and their default configs (the mma.sync family's; on sm_90, for
+ * 128 queries and keys or more, the wgmma family's: the op's arch_default).
  *
  * The tuner's problem: q, o, dout [sq, D], k, v [sk, D] and lse [sq], one
  * head's, read by every head (batch and head strides 0: the float64
@@ -389,4 +390,42 @@ struct ktune_config ktune__attn_bwd_default(const struct ktune_key *key)
 	int block_m = ktune__attn_head_dim(key) == 128 || key->m <= 32 || block_n == 32 || det ? 32 : 64;
 	const long values[] = { block_m, block_n, 2, 0, det ? 4 : 1 };
 	return ktune__attn_config(KTUNE_ATTN_FAMILY_BWD, names, values, 5);
+}
+
+/*
+ * The wgmma family's default, for sm_90: what the H100's sweep of the
+ * suite chose (db/sm_90/h100.yaml: BLOCK_M 64 and two consumer warpgroups,
+ * 128 keys a block, for all 16 bwd and bwd_det keys, both head dims, both
+ * masks, S 1024 and 4096; two stages won 10 of them, three the other 6 by
+ * no rule of head dim, mask or length), one consumer after it.  The
+ * deterministic pass's SPLITS: the smallest whose grid, SPLITS blocks for
+ * each K/V head (one resident a SM at this shared memory), reaches 7/8 of
+ * the SMs: 1 for 256 heads, 2 for 64 on the H100's 132 SMs, where the
+ * sweep chose 1, and 2 or 4 (2 three times of four).  The first the prune
+ * keeps for the key; 0 below 128 queries or keys, which the sweep did not
+ * measure and the mma.sync default's 32-row or 32-key tiles waste less on
+ * (as the forward's wgmma default), or where the prune keeps none (head
+ * dim 256, which the backward refuses anyway).
+ */
+int ktune__attn_bwd_wgmma_default(const struct ktune_key *key, int sm_count, struct ktune_config *out)
+{
+	static const char *const names[] = { "BLOCK_M", "CONSUMERS", "STAGES", "SPLITS" };
+	static const long prefs[][3] = { { 64, 2, 2 }, { 64, 1, 2 } };
+	int64_t kv_heads = key->k / ktune__attn_gqa(key) > 1 ? key->k / ktune__attn_gqa(key) : 1;
+	long splits = 1;
+	char why[160];
+	if (key->m < 128 || key->n < 128)
+		return 0;
+	if (ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET)
+		while (splits < 8 && 8 * splits * kv_heads < 7 * (int64_t)sm_count)
+			splits *= 2;
+	for (size_t i = 0; i < sizeof(prefs) / sizeof(prefs[0]); i++) {
+		const long values[] = { prefs[i][0], prefs[i][1], prefs[i][2], splits };
+		struct ktune_config c = ktune__attn_config(KTUNE_ATTN_FAMILY_WGMMA_BWD, names, values, 4);
+		if (!ktune__attn_bwd_prune(key, &c, why, sizeof(why))) {
+			*out = c;
+			return 1;
+		}
+	}
+	return 0;
 }

@@ -3,9 +3,8 @@
  * K^T + mask) V with the log-sum-exp of every row (FlashAttention-2's
  * forward, kernels/templates/attention.cu, and on sm_90 FlashAttention-3's,
  * attention_wgmma.cu), and its gradients dQ, dK, dV (the backward,
- * attention_bwd.cu, and on sm_90 attention_wgmma_bwd.cu, not the default
- * there; atomic or deterministic): the key, the table entry and
- * the public functions.  Each pass's problem, prune and launch are
+ * attention_bwd.cu, and on sm_90 attention_wgmma_bwd.cu; atomic or
+ * deterministic): the key, the table entry and the public functions.  Each pass's problem, prune and launch are
  * attention-fwd.c's and attention-bwd.c's.
  *
  * Key: dtype, pass (fwd, bwd, bwd_det), head dim, mask (none, causal) and
@@ -83,7 +82,7 @@ int ktune__attn_causal(const struct ktune_key *key)
 	return ktune__op_variant_index(&ktune__op_attention, key, "mask") == 1;
 }
 
-static int64_t gqa_bucket(const struct ktune_key *key)
+int64_t ktune__attn_gqa(const struct ktune_key *key)
 {
 	int i = ktune__op_variant_index(&ktune__op_attention, key, "gqa");
 	return i < 0 ? 1 : INT64_C(1) << i;
@@ -125,7 +124,7 @@ static void key_bucket(struct ktune_key *key)
 static double bytes(const struct ktune_key *key)
 {
 	double es = ktune__dtype_size(key->dtype), d = ktune__attn_head_dim(key), bh = (double)key->k;
-	double kv_heads = bh / (double)gqa_bucket(key) > 1 ? bh / (double)gqa_bucket(key) : 1;
+	double kv_heads = bh / (double)ktune__attn_gqa(key) > 1 ? bh / (double)ktune__attn_gqa(key) : 1;
 	double q_side = bh * (double)key->m * d * es, kv_side = kv_heads * (double)key->n * d * es;
 	double stats = 4 * bh * (double)key->m;
 	/* forward: q in, o out, k and v in, lse out; backward: q, o, dO in, dQ out, k, v in, dK, dV out, lse in */
@@ -288,13 +287,17 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 	return backward(key) ? ktune__attn_bwd_default(key) : ktune__attn_fwd_default(key);
 }
 
-/* On sm_90 the forward's default is the wgmma family's, where its prune keeps one for the key. */
+/*
+ * On sm_90 each pass's default is its wgmma family's (attention_wgmma,
+ * attention_wgmma_bwd), where the family's prune keeps one for the key.
+ */
 static int arch_default(const struct ktune_key *key, int sm_count, const char *arch, struct ktune_config *out)
 {
-	(void)sm_count;
-	if (backward(key) || !ktune__op_family_runs(&ktune__op_attention, KTUNE_ATTN_FAMILY_WGMMA, arch))
+	int family = backward(key) ? KTUNE_ATTN_FAMILY_WGMMA_BWD : KTUNE_ATTN_FAMILY_WGMMA;
+	if (!ktune__op_family_runs(&ktune__op_attention, family, arch))
 		return 0;
-	return ktune__attn_fwd_wgmma_default(key, out);
+	return backward(key) ? ktune__attn_bwd_wgmma_default(key, sm_count, out)
+			     : ktune__attn_fwd_wgmma_default(key, out);
 }
 
 const struct ktune_op ktune__op_attention = {

@@ -81,6 +81,8 @@ enum {
 enum ktune_attn_pass ktune__attn_pass(const struct ktune_key *key);
 int ktune__attn_head_dim(const struct ktune_key *key);
 int ktune__attn_causal(const struct ktune_key *key);
+/* The key's GQA bucket: query heads per K/V head, a power of two from 1 to 16. */
+int64_t ktune__attn_gqa(const struct ktune_key *key);
 
 /* The tuner's batch and heads for bh: one batch while the grid's y dimension holds the heads. */
 void ktune__attn_tuner_heads(int64_t bh, int64_t *batch, int64_t *hq);
@@ -121,6 +123,7 @@ int ktune__attn_bwd_steps(const struct ktune_key *key, const struct ktune_config
 size_t ktune__attn_bwd_workspace(const struct ktune_key *key, const struct ktune_config *c,
 				 const struct ktune_op_call *call, int sm_count);
 struct ktune_config ktune__attn_bwd_default(const struct ktune_key *key);
+int ktune__attn_bwd_wgmma_default(const struct ktune_key *key, int sm_count, struct ktune_config *out);
 
 /* A config of `family` with the named parameters' values (the space's nearest), the rest at their first. */
 struct ktune_config ktune__attn_config(int family, const char *const *names, const long *values, int n);

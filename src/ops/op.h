@@ -244,7 +244,8 @@ struct ktune_op {
 	struct ktune_config (*default_config)(const struct ktune_key *key, int sm_count);
 	/*
 	 * Optional: a better default on a device of this arch, from a family
-	 * that runs only there (attention's wgmma forward on sm_90): 1 with
+	 * that runs only there (attention's wgmma forward and backward on
+	 * sm_90): 1 with
 	 * *out set, or 0 where default_config's serves.  Dispatch asks it
 	 * first for a key with no tuned entry and no neighbour.
 	 */

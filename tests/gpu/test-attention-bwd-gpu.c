@@ -18,8 +18,9 @@
  * element, with the value got and wanted.
  *
  * The wgmma family (attention_wgmma_bwd.cu, sm_90 only) the same way, in a
- * test of its own (every_config runs the others): each config named on
- * stderr before it runs.
+ * test of its own (every_config runs the others), with each case's sm_90
+ * default (the op's arch_default) where it is the family's: each config
+ * named on stderr before it runs.
  *
  * Through the public API: lengths of 4097 checked on sampled rows and keys,
  * both passes; the deterministic pass twice and replayed from a CUDA graph
@@ -240,8 +241,10 @@ static void launch(struct ktune_kernel *kernel, const struct ktune_config *cfg, 
 
 /*
  * Every candidate of a variant for a long key, of the wgmma family alone
- * (wgmma) or of the others, each on every case; without wgmma, each case's
- * default too.  A wgmma config is named on stderr before it runs, so that
+ * (wgmma) or of the others, each on every case; and each case's default:
+ * without wgmma the op's default_config (mma.sync), with it the sm_90
+ * arch_default (the wgmma family's) of each case it serves (128 queries and
+ * keys or more, bucketed).  A wgmma config is named on stderr before it runs, so that
  * a hang (an mbarrier phase never completing) names its config.
  */
 static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic, int wgmma)
@@ -268,22 +271,32 @@ static int run_variant(ktune_dtype dtype, int d, int causal, int deterministic, 
 		if ((cfgs[i].family == KTUNE_ATTN_FAMILY_WGMMA_BWD) == (wgmma != 0))
 			cfgs[kept++] = cfgs[i];
 	n = kept;
-	const int ndefaults = wgmma ? 0 : NCASES;
+	int ndefaults = 0;
 	if (wgmma)
 		assert_true(n > 0); /* sm_90: the family runs (the caller checked) and the prune keeps some */
 	struct job *jobs = calloc((size_t)(n + NCASES), sizeof(*jobs));
 	assert_non_null(jobs);
 	for (int i = 0; i < n; i++)
 		jobs[i] = (struct job){ .key = rep, .cfg = cfgs[i] };
-	for (int c = 0; c < ndefaults; c++) {
+	for (int c = 0; c < NCASES; c++) {
 		struct ktune_attention_args a = bargs_of(&b[c]);
 		struct ktune_key k;
+		struct ktune_config d;
 		assert_int_equal(ktune__attention_bwd_call(&a, &k, &call, &e), 0);
 		op->key_bucket(&k);
-		jobs[n + c] = (struct job){ .key = rep, .cfg = op->default_config(&k, sm_count) };
-		/* the backward's default stays the mma.sync family's, on every device */
-		assert_int_equal(jobs[n + c].cfg.family, KTUNE_ATTN_FAMILY_BWD);
+		if (!wgmma) {
+			d = op->default_config(&k, sm_count);
+			/* default_config stays the mma.sync family's, on every device */
+			assert_int_equal(d.family, KTUNE_ATTN_FAMILY_BWD);
+		} else if (op->arch_default(&k, sm_count, ctx->id.arch, &d)) {
+			assert_int_equal(d.family, KTUNE_ATTN_FAMILY_WGMMA_BWD);
+		} else {
+			continue; /* shorter than 128: the mma.sync default serves it */
+		}
+		jobs[n + ndefaults++] = (struct job){ .key = rep, .cfg = d };
 	}
+	if (wgmma)
+		assert_true(ndefaults > 0); /* four of the six cases are 128 or more, bucketed */
 	ktune__parallel_for(n + ndefaults, 0, compile_job, jobs);
 
 	for (int i = 0; i < n + ndefaults; i++) {

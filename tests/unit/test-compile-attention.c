@@ -8,9 +8,10 @@
  * 17), and a seeded sample of the candidates the prune keeps; every one
  * compiles, holds the kernel its call launches, and the defaults do not
  * spill.  The wgmma families (attention_wgmma.cu for the forward,
- * attention_wgmma_bwd.cu for the backward, which has not run on a GPU yet):
+ * attention_wgmma_bwd.cu for the backward):
  * a seeded sample of WGMMA_SAMPLE of the admitted configs per variant of
- * the family's pass, every one printed with its registers (ptxas reports
+ * the family's pass, the variant's sm_90 default (arch_default) one of
+ * them, every one printed with its registers (ptxas reports
  * the launch's count, 65536 / threads; setmaxnreg moves them between the
  * warpgroups) and none may spill.  KTUNE_TEST_FULL=1 compiles the whole
  * space of every variant, every family's, admitted or not, and
@@ -106,7 +107,8 @@ static int add_config(const long *values, void *arg)
 
 /*
  * A wgmma family's admitted configs for a key of its pass: all of them, or
- * a seeded sample of WGMMA_SAMPLE (a partial shuffle of those just added).
+ * a seeded sample of WGMMA_SAMPLE (a partial shuffle of those just added)
+ * that holds the key's sm_90 default.
  */
 static void add_wgmma(struct collect *c, const struct ktune_key *key, int family, int all, unsigned seed)
 {
@@ -128,6 +130,17 @@ static void add_wgmma(struct collect *c, const struct ktune_key *key, int family
 		c->jobs[first + i].cfg = cfgs[i];
 	c->n = first + WGMMA_SAMPLE;
 	free(cfgs);
+	/* the key's sm_90 default (the op's arch_default) one of them, in the last place if not drawn: no spills */
+	struct ktune_config d;
+	const struct ktune_space *s = ktune__op_space(c->op, family, &e);
+	if (!c->op->arch_default(key, SM_COUNT, ARCH, &d) || d.family != family)
+		return;
+	int at = WGMMA_SAMPLE - 1;
+	for (int i = 0; i < WGMMA_SAMPLE; i++)
+		if (!memcmp(c->jobs[first + i].cfg.v, d.v, (size_t)s->nparams * sizeof(long)))
+			at = i;
+	c->jobs[first + at].cfg = d;
+	c->jobs[first + at].is_default = 1;
 }
 
 /* The op's variants: every pass, dtype, head dim (the backward: 64 and 128) and mask. */

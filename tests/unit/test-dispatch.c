@@ -634,8 +634,8 @@ static void test_dispatch__op_neighbour_kept_by_prune(void **state)
 
 /*
  * An attention key nobody tuned: on sm_90 the forward's default is the wgmma
- * family's, kept by the key's prune (D = 256 too); short lengths, the
- * backward and other archs keep the mma.sync defaults.
+ * family's, kept by the key's prune (D = 256 too); short lengths and other
+ * archs keep the mma.sync defaults (the backward's: the test below).
  */
 static void test_dispatch__attention_default_by_arch(void **state)
 {
@@ -662,10 +662,133 @@ static void test_dispatch__attention_default_by_arch(void **state)
 	assert_string_equal(choose(ctx, tiny, &cfg), "default");
 	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_FWD);
 	assert_string_equal(choose(ctx, bwd, &cfg), "default");
-	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_BWD);
+	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_WGMMA_BWD);
 	snprintf(ctx->id.arch, sizeof(ctx->id.arch), "sm_80");
 	assert_string_equal(choose(ctx, fwd, &cfg), "default");
 	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_FWD);
+	free_ctx(ctx);
+}
+
+/* Whether cfg is one of the key's candidates on the device: admitted by its family's space, kept by the prune. */
+static int attention_candidate(ktune_ctx *ctx, const struct ktune_key *key, const struct ktune_config *cfg)
+{
+	const struct ktune_op *op = ktune__op_find("attention");
+	struct ktune_config *cands = NULL;
+	struct ktune_err e;
+	char want[160], got[160];
+	int n = 0, found = 0;
+	assert_int_equal(ktune__op_candidates(op, key, ctx->id.arch, ctx->id.sm_count, 0, 1, &cands, &n, NULL, &e), 0);
+	ktune__op_config_format(op, cfg, want, sizeof(want));
+	for (int i = 0; i < n && !found; i++) {
+		ktune__op_config_format(op, &cands[i], got, sizeof(got));
+		found = cands[i].family == cfg->family && !strcmp(got, want);
+	}
+	free(cands);
+	return found;
+}
+
+/*
+ * The backward's default on sm_90: attention_wgmma_bwd for every pass
+ * (bwd, bwd_det), head dim, dtype and mask at 128 queries and keys or
+ * more: BLOCK_M 64, two consumers, two stages, as the H100's sweep chose;
+ * the deterministic pass's SPLITS by the grid's K/V heads against the SMs.
+ */
+static void test_dispatch__attention_bwd_default_is_wgmma_on_sm90(void **state)
+{
+	static const char *const passes[] = { "bwd", "bwd_det" }, *const masks[] = { "none", "causal" };
+	const struct ktune_op *op = ktune__op_find("attention");
+	struct ktune_config cfg;
+	char why[160];
+	(void)state;
+
+	ktune_ctx *ctx = make_ctx(NULL, 0);
+	for (int p = 0; p < 2; p++)
+		for (int d = 64; d <= 128; d *= 2)
+			for (int t = 0; t < 2; t++)
+				for (int mk = 0; mk < 2; mk++) {
+					struct ktune_key key = { .op = "attention", .dtype = t ? KTUNE_F16 : KTUNE_BF16,
+								 .m = 1024, .n = 1024, .k = 256, .aligned = 1 };
+					snprintf(key.variant, sizeof(key.variant), "%s,%d,%s,1", passes[p], d, masks[mk]);
+					assert_string_equal(choose(ctx, key, &cfg), "default");
+					assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_WGMMA_BWD);
+					assert_int_equal(op->prune(&key, &cfg, SMS, why, sizeof(why)), 0);
+					assert_true(attention_candidate(ctx, &key, &cfg));
+					assert_int_equal(ktune__op_param(op, &cfg, "BLOCK_M", 0), 64);
+					assert_int_equal(ktune__op_param(op, &cfg, "CONSUMERS", 0), 2);
+					assert_int_equal(ktune__op_param(op, &cfg, "STAGES", 0), 2);
+					assert_int_equal(ktune__op_param(op, &cfg, "SPLITS", 0), 1); /* 256 heads: a wave */
+					key.m = key.n = 4096;
+					key.k = 64;
+					assert_string_equal(choose(ctx, key, &cfg), "default");
+					assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_WGMMA_BWD);
+					assert_true(attention_candidate(ctx, &key, &cfg));
+					/* 64 K/V heads: two slices each to fill the 132 SMs, as the sweep chose */
+					assert_int_equal(ktune__op_param(op, &cfg, "SPLITS", 0), p ? 2 : 1);
+				}
+	/* the slices count K/V heads: 64 query heads in groups of 8 are 8 of them, 16 slices' worth */
+	struct ktune_key gqa = { .op = "attention", .dtype = KTUNE_BF16, .variant = "bwd_det,128,causal,8", .m = 4096,
+				 .n = 4096, .k = 64, .aligned = 1 };
+	assert_string_equal(choose(ctx, gqa, &cfg), "default");
+	assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_WGMMA_BWD);
+	assert_int_equal(ktune__op_param(op, &cfg, "SPLITS", 0), 8);
+	free_ctx(ctx);
+}
+
+/*
+ * Over awkward lengths (bucketed as dispatch buckets them), every head dim
+ * the backward takes, both passes, masks, GQA ratios and head counts: the
+ * sm_90 default is attention_wgmma_bwd at 128 queries and keys or more and
+ * one of the key's candidates (its space, its prune), for the bucketed key
+ * and the exact one; the mma.sync default below that, and on sm_80
+ * everywhere; for head dim 256, which the backward refuses, no wgmma default.
+ */
+static void test_dispatch__attention_bwd_default_by_shape(void **state)
+{
+	static const int64_t lens[] = { 1, 63, 77, 128, 129, 1000, 4097 }, bhs[] = { 1, 12, 64, 300 };
+	static const char *const variants[] = { "bwd,64,none,1",   "bwd,128,causal,1", "bwd_det,64,causal,2",
+						"bwd_det,128,none,1", "bwd_det,128,causal,16", "bwd,64,causal,4" };
+	const struct ktune_op *op = ktune__op_find("attention");
+	const int nlens = (int)(sizeof(lens) / sizeof(lens[0])), nbhs = (int)(sizeof(bhs) / sizeof(bhs[0]));
+	struct ktune_config cfg;
+	char why[160];
+	int wgmma = 0, mma = 0;
+	(void)state;
+
+	ktune_ctx *ctx = make_ctx(NULL, 0), *a100 = make_ctx(NULL, 0);
+	snprintf(a100->id.arch, sizeof(a100->id.arch), "sm_80");
+	a100->id.sm_count = 108;
+	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++)
+		for (int i = 0; i < nlens; i++)
+			for (int j = 0; j < nlens; j++)
+				for (int h = 0; h < nbhs; h++) {
+					struct ktune_key exact = { .op = "attention", .dtype = (i + j) % 2 ? KTUNE_F16 : KTUNE_BF16,
+								   .m = lens[i], .n = lens[j], .k = bhs[h], .aligned = 1 };
+					snprintf(exact.variant, sizeof(exact.variant), "%s", variants[v]);
+					struct ktune_key key = exact;
+					op->key_bucket(&key);
+					assert_string_equal(choose(ctx, key, &cfg), "default");
+					assert_int_equal(op->prune(&key, &cfg, SMS, why, sizeof(why)), 0);
+					assert_int_equal(op->prune(&exact, &cfg, SMS, why, sizeof(why)), 0);
+					assert_true(attention_candidate(ctx, &key, &cfg));
+					if (key.m >= 128 && key.n >= 128) {
+						assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_WGMMA_BWD);
+						wgmma++;
+					} else {
+						assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_BWD);
+						mma++;
+					}
+					assert_string_equal(choose(a100, key, &cfg), "default");
+					assert_int_equal(cfg.family, KTUNE_ATTN_FAMILY_BWD);
+					assert_int_equal(op->prune(&key, &cfg, 108, why, sizeof(why)), 0);
+				}
+	assert_true(wgmma > 0 && mma > 0);
+	/* head dim 256: the backward's key check refuses it; the wgmma prune keeps no default for it either */
+	struct ktune_key d256 = { .op = "attention", .dtype = KTUNE_BF16, .variant = "bwd,256,none,1", .m = 1024,
+				  .n = 1024, .k = 64, .aligned = 1 };
+	assert_int_equal(op->arch_default(&d256, SMS, "sm_90", &cfg), 0);
+	snprintf(d256.variant, sizeof(d256.variant), "bwd_det,256,causal,1");
+	assert_int_equal(op->arch_default(&d256, SMS, "sm_90", &cfg), 0);
+	free_ctx(a100);
 	free_ctx(ctx);
 }
 
@@ -687,6 +810,8 @@ int main(void)
 		cmocka_unit_test(test_dispatch__decision_is_pure),
 		cmocka_unit_test(test_dispatch__op_neighbour_kept_by_prune),
 		cmocka_unit_test(test_dispatch__attention_default_by_arch),
+		cmocka_unit_test(test_dispatch__attention_bwd_default_is_wgmma_on_sm90),
+		cmocka_unit_test(test_dispatch__attention_bwd_default_by_shape),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
