@@ -65,6 +65,8 @@ struct fiber {
 	std::vector<char> stack;
 	dim tid;
 	bool done = false, blocked = false;
+	const char *waits_on = "";             /* while blocked: what on (a deadlock's report) */
+	long long wait_a = 0, wait_b = 0;
 	std::vector<copy> open;                /* cp.async issued since the last commit */
 	std::vector<std::vector<copy>> groups; /* committed, oldest first */
 };
@@ -168,6 +170,9 @@ static void wait(barrier &b, int expected)
 	}
 	b.waiters.push_back(g->cur);
 	me().blocked = true;
+	me().waits_on = "barrier (arrived, expected)";
+	me().wait_a = b.count;
+	me().wait_b = expected;
 	yield();
 }
 
@@ -216,9 +221,11 @@ static void run_block(dim idx, dim grid, int threads, size_t smem_bytes, copy_mo
 	 * warpgroup runs slowly: picked, it gives way to another runnable
 	 * thread 15 times in 16, so the others get far ahead of it, as a
 	 * descheduled warpgroup would let them (a missing barrier between
-	 * warpgroups shows).  Off by default: the wgmma forward's simulation
-	 * deadlocked under it (2026-11-28, not yet looked into: a sim artifact
-	 * or a real hazard).
+	 * warpgroups shows).  On for the tests that ask (the wgmma forward's
+	 * and backward's).  Their lanes run far apart too, which a warp's
+	 * converged instructions do not: wgmma-sim.h's mbarrier waits are
+	 * therefore a warp's (the forward deadlocked under it while each lane
+	 * waited on its own: 2026-11-28, a simulator artefact).
 	 */
 	int slow = -1;
 	if (slow_warpgroups && threads >= 256 && next_random() % 2)
@@ -238,6 +245,22 @@ static void run_block(dim idx, dim grid, int threads, size_t smem_bytes, copy_mo
 		if (runnable.empty()) {
 			fprintf(stderr, "sim: block (%u, %u, %u): every live thread waits: deadlock\n", idx.x, idx.y,
 				idx.z);
+			/* what each live thread waits on, a line per run of threads waiting on the same */
+			for (int t = 0, first = 0; t < threads; t++) {
+				const fiber &f = b.fibers[(size_t)t];
+				const fiber *nx = t + 1 < threads ? &b.fibers[(size_t)t + 1] : nullptr;
+				if (nx && nx->done == f.done &&
+				    (f.done || (!strcmp(nx->waits_on, f.waits_on) && nx->wait_a == f.wait_a &&
+						nx->wait_b == f.wait_b)))
+					continue;
+				if (f.done)
+					fprintf(stderr, "sim:   threads %d-%d: done\n", first, t);
+				else
+					fprintf(stderr, "sim:   threads %d-%d%s: wait on %s (%lld, %lld)\n", first,
+						t, slow >= 0 && first >= slow && t < slow + 128 ? " (slow)" : "",
+						f.waits_on, f.wait_a, f.wait_b);
+				first = t + 1;
+			}
 			abort();
 		}
 		b.cur = runnable[next_random() % runnable.size()];

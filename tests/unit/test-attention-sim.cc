@@ -754,7 +754,8 @@ static void test_attention_sim__forward_every_case(void **state)
 
 /*
  * The wgmma family on every case (head dim 256 on the smallest three and the
- * causal edge), copies landing at once and held back: its producer and
+ * causal edge), copies landing at once and held back, in half the blocks
+ * one warpgroup run slowly: its producer and
  * consumer warpgroups, mbarrier phases through several rounds of the ring,
  * the descriptors' swizzled layouts, S's accumulators as P V's A fragment,
  * the overlapped loop, causal tiles a warpgroup skips, and the epilogue.
@@ -763,6 +764,7 @@ static void test_attention_sim__wgmma_forward_every_case(void **state)
 {
 	(void)state;
 	int bad = 0, runs = 0;
+	sim::slow_warpgroups = true; /* a warpgroup far behind the others: the ring's barriers must hold */
 	for (const struct fwd_config *cfg : wgmma_configs)
 		for (size_t c = 0; c < sizeof(fwd_cases) / sizeof(fwd_cases[0]); c++) {
 			if (cfg->d == 256 && c >= 2 && c != 5)
@@ -775,6 +777,7 @@ static void test_attention_sim__wgmma_forward_every_case(void **state)
 				runs++;
 			}
 		}
+	sim::slow_warpgroups = false;
 	printf("%d simulated wgmma runs, %d wrong values; worst error of O %.3g (f16), %.3g (bf16)\n", runs, bad,
 	       worst[0][0], worst[0][1]);
 	assert_int_equal(bad, 0);
@@ -828,6 +831,64 @@ static void test_attention_sim__mma_and_ldmatrix_layouts(void **state)
 	int before = sim::failures;
 	sim::launch({ 1, 1, 1 }, 32, 512, sim::COPY_EAGER, 1, body);
 	assert_int_equal(sim::failures, before);
+}
+
+/*
+ * The simulation's mbarrier waits are a warp's, as a converged warp's
+ * try_wait: a ring of one slot, a consumer warp whose lane 0 reads and
+ * frees the slot after each wait (the kernels' one arrive per warp; the
+ * wgmma forward's drain of the tiles a warpgroup skips) and a producer
+ * warp that refills it; the consumer's other lanes give way many times
+ * before each wait.  Were lanes waiting on their own (as the simulation had
+ * it until 2026-11-28), lane 0 would free the slot, the producer refill it
+ * and the barrier go a second phase on while the other lanes had not yet
+ * looked at the first: they would wait for ever, a deadlock (the wgmma
+ * forward's under the slow warpgroup).  Every lane passes every round, and
+ * lane 0 reads each round's value.
+ */
+static void test_attention_sim__mbarrier_wait_is_a_warps(void **state)
+{
+	(void)state;
+	static int value[64][8];
+	std::function<void()> body = [] {
+		const int t = (int)threadIdx.x, lane = t % 32;
+		const u32 full = 0, empty = 8, slot = 64;
+		if (t == 0) {
+			mbar_init(full, 1);
+			mbar_init(empty, 1);
+		}
+		__syncthreads();
+		for (int r = 0; r < 8; r++) {
+			if (t >= 32) { /* the producer */
+				mbar_wait(empty, ((u32)r & 1) ^ 1);
+				if (lane == 0) {
+					const int v = 100 + r;
+					memcpy(dynamic_smem() + slot, &v, 4);
+					mbar_arrive(full);
+				}
+				continue;
+			}
+			for (int y = 0; lane && y < 64; y++)
+				sim::yield();
+			mbar_wait(full, (u32)r & 1);
+			value[t][r] = 100 + r; /* passed; only lane 0 reads the slot (the others may be late) */
+			if (lane == 0) {
+				memcpy(&value[t][r], dynamic_smem() + slot, 4);
+				mbar_arrive(empty);
+			}
+		}
+	};
+	int before = sim::failures, wrong = 0;
+	for (uint64_t seed = 1; seed <= 4; seed++) {
+		memset(value, 0, sizeof(value));
+		sim::launch({ 1, 1, 1 }, 64, 128, sim::COPY_EAGER, seed, body);
+		for (int t = 0; t < 32; t++)
+			for (int r = 0; r < 8; r++)
+				if (value[t][r] != 100 + r && wrong++ < 5)
+					fprintf(stderr, "FAIL lane %d read %d in round %d\n", t, value[t][r], r);
+	}
+	assert_int_equal(sim::failures, before);
+	assert_int_equal(wrong, 0);
 }
 
 /*
@@ -894,6 +955,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_attention_sim__mma_and_ldmatrix_layouts),
 		cmocka_unit_test(test_attention_sim__wgmma_layouts),
+		cmocka_unit_test(test_attention_sim__mbarrier_wait_is_a_warps),
 		cmocka_unit_test(test_attention_sim__forward_every_case),
 		cmocka_unit_test(test_attention_sim__wgmma_forward_every_case),
 		cmocka_unit_test(test_attention_sim__backward_every_case),

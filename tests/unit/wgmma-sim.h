@@ -2,10 +2,19 @@
  * wgmma-sim.h - the Hopper PTX of kernels/templates/attention_wgmma.cuh on
  * the host, for test-attention-sim.cc, on top of cta-sim.h's fibers:
  *
- *   - mbarriers: init, arrive, and waits on a phase's parity that block the
- *     fiber until the phase completes (PTX ISA "mbarrier": a fresh barrier
- *     is in phase 0; try_wait.parity(P) succeeds once the current phase's
- *     parity is not P);
+ *   - mbarriers: init, arrive, and waits on a phase's parity (PTX ISA
+ *     "mbarrier": a fresh barrier is in phase 0; try_wait.parity(P)
+ *     succeeds once the current phase's parity is not P).  A wait is a
+ *     warp's, as a converged warp executes try_wait: once all its lanes
+ *     have reached it, the barrier is looked at once for all of them (a
+ *     lane cannot be a phase behind its warp's leader, which the kernels'
+ *     one-arrive-per-warp barriers need), and a warp that has to wait is
+ *     suspended on the barrier and resumes, having passed, when the phase
+ *     completes, however late its lanes then run (as try_wait's suspended
+ *     thread).  A warp that reaches a wait only after the barrier has gone
+ *     two phases on waits for ever, as on the hardware; so does one whose
+ *     lanes do not all reach the wait (or wait on different barriers: a
+ *     fault);
  *   - cp.async.mbarrier.arrive.noinc: the arrive happens when the thread's
  *     earlier copies land.  With COPY_EAGER they landed when issued; with
  *     COPY_LAZY (shared memory starts as NaN) the copies and their arrive
@@ -67,9 +76,17 @@ struct held_copies {
 	u32 bar; /* the mbarrier to arrive on once they land */
 };
 
+/* A warp's lanes meeting at an mbarrier wait (mbar_wait): the barrier is looked at once they all have. */
+struct warp_wait {
+	int arrived = 0;
+	u32 bar = 0, parity = 0;
+	std::vector<int> lanes; /* those arrived, blocked until the last decides */
+};
+
 struct hopper_state {
 	unsigned serial = 0;
 	std::map<u32, mbarrier> bars;
+	std::vector<warp_wait> warp_waits;
 	std::map<u32, barrier> named;
 	std::vector<warpgroup_state> wgs;
 	std::vector<std::vector<held_copies>> held; /* per thread, oldest first */
@@ -84,6 +101,7 @@ static hopper_state &hop(void)
 		hopper = hopper_state();
 		hopper.serial = g->serial;
 		hopper.wgs.resize((size_t)(g->n + 127) / 128);
+		hopper.warp_waits.resize((size_t)(g->n + 31) / 32);
 		hopper.held.resize((size_t)g->n);
 	}
 	return hopper;
@@ -127,10 +145,10 @@ static void mbar_do_arrive(u32 addr)
 	b->waiters.clear();
 }
 
-/* Lands the oldest `count` of the current thread's held-back copies and does their arrives. */
-static void land_held(size_t count)
+/* Lands the oldest `count` of thread t's held-back copies and does their arrives. */
+static void land_held_of(int t, size_t count)
 {
-	std::vector<held_copies> &q = hop().held[(size_t)g->cur];
+	std::vector<held_copies> &q = hop().held[(size_t)t];
 	for (size_t i = 0; i < count && !q.empty(); i++) {
 		held_copies h = q.front();
 		q.erase(q.begin());
@@ -138,6 +156,12 @@ static void land_held(size_t count)
 			land(c);
 		mbar_do_arrive(h.bar);
 	}
+}
+
+/* The same for the current thread. */
+static void land_held(size_t count)
+{
+	land_held_of(g->cur, count);
 }
 
 /* ------------------------------------------------------------ wgmma */
@@ -320,31 +344,68 @@ static inline void mbar_arrive(u32 bar)
 }
 
 /*
- * Blocks until the phase of this parity has completed.  Before blocking,
- * the thread's held-back copies land (their arrives may be what it waits
- * for, and a real thread's copies land by themselves); after a wait that
- * succeeds, one of them may land, at random.
+ * Blocks until the phase of this parity has completed, as its warp: each
+ * lane waits for the rest; the last looks at the barrier for all of them.
+ * Before the warp blocks, its lanes' held-back copies land (their arrives
+ * may be what it waits for, and a real thread's copies land by
+ * themselves); after a wait that succeeds, one of a lane's may land, at
+ * random.  A suspended warp's lanes resume, having passed, when the phase
+ * completes (mbar_do_arrive), whenever each of them runs next.
  */
 static inline void mbar_wait(u32 bar, u32 parity)
 {
+	sim::mbarrier *b = sim::mbar_at(bar);
+	if (!b)
+		return;
+	const int me = sim::g->cur, warp = me / 32, lanes = sim::g->n - 32 * warp < 32 ? sim::g->n - 32 * warp : 32;
+	sim::warp_wait &ww = sim::hop().warp_waits[(size_t)warp];
+	if (ww.arrived && (ww.bar != bar || ww.parity != parity))
+		sim::fault("mbarrier wait: the lanes of a warp wait on different barriers or parities", bar, parity);
+	ww.bar = bar;
+	ww.parity = parity;
+	if (++ww.arrived < lanes) {
+		ww.lanes.push_back(me);
+		sim::me().blocked = true;
+		sim::me().waits_on = "mbarrier wait: the rest of its warp (address, parity)";
+		sim::me().wait_a = bar;
+		sim::me().wait_b = parity;
+		sim::yield();
+		return; /* the warp passed, or its phase completed */
+	}
+	std::vector<int> warp_lanes;
+	warp_lanes.swap(ww.lanes);
+	ww.arrived = 0;
 	for (;;) {
-		sim::mbarrier *b = sim::mbar_at(bar);
-		if (!b)
-			return;
 		if ((b->phase & 1) != parity) {
+			for (int t : warp_lanes) {
+				sim::g->fibers[(size_t)t].blocked = false;
+				if (sim::next_random() % 4 == 0)
+					sim::land_held_of(t, 1);
+			}
 			if (sim::next_random() % 4 == 0)
 				sim::land_held(1);
 			sim::maybe_yield();
 			return;
 		}
-		if (!sim::hop().held[(size_t)sim::g->cur].empty()) {
-			sim::land_held((size_t)-1);
-			continue;
+		bool landed = !sim::hop().held[(size_t)me].empty();
+		sim::land_held((size_t)-1);
+		for (int t : warp_lanes) {
+			landed = landed || !sim::hop().held[(size_t)t].empty();
+			sim::land_held_of(t, (size_t)-1);
 		}
-		b->waiters.push_back(sim::g->cur);
-		sim::me().blocked = true;
-		sim::yield();
+		if (!landed)
+			break;
 	}
+	warp_lanes.push_back(me);
+	for (int t : warp_lanes) {
+		sim::fiber &f = sim::g->fibers[(size_t)t];
+		b->waiters.push_back(t);
+		f.blocked = true;
+		f.waits_on = "mbarrier (address, phases completed); parity";
+		f.wait_a = bar;
+		f.wait_b = (long long)b->phase * 10 + parity;
+	}
+	sim::yield();
 }
 
 static inline void cp_async_arrive_noinc(u32 bar)
