@@ -2,9 +2,12 @@
 # bench/gpu-check.sh - the whole GPU check in one go, on a machine with a GPU,
 # over a build made by scripts/build-device.sh.  Logs go under $OUT.
 #
-#   bash bench/gpu-check.sh [tests] [tune] [sweep] [bench] [ops] [quant] ...  (default: tests tune sweep bench)
+#   bash bench/gpu-check.sh [tests] [compile] [tune] [sweep] [bench] [ops] [quant] ...  (default: tests compile tune sweep bench)
 #
 #   tests  the GPU tests and the example program
+#   compile  the GEMM NVRTC compile test in full (KTUNE_TEST_FULL=1: every kernel of
+#          both families in every variant; CI compiles a seeded sample and the
+#          shipped configs' kernels), on this machine's cores
 #   quick  the dispatch and planted-candidate tests alone
 #   tune   'ktune tune' on a few keys
 #   sweep  'ktune sweep' on the built-in default suite, then show, verify and bench
@@ -92,7 +95,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 export KTUNE_DB=${KTUNE_DB:-$OUT/ktune.db}
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ktune-cache}
-steps=${*:-tests tune sweep bench}
+steps=${*:-tests compile tune sweep bench}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then # peer libraries for bench/ops, as wheels
 	python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 		--target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -127,6 +130,9 @@ for step in $steps; do
 		run tests.log timeout $T $B/tests/test-record-gpu
 		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 16 4096 4096
 		run tests.log env KTUNE_DB=/tmp/example.db timeout $T $B/examples/gemm_example 333 1000 77
+		;;
+	compile)
+		run compile.log env KTUNE_TEST_FULL=1 timeout 1800 $B/tests/test-compile
 		;;
 	quick)
 		run tests.log timeout $T $B/tests/test-dispatch-gpu

@@ -1,9 +1,13 @@
 /*
  * test-compile.c - NVRTC compiles of the embedded templates (no GPU needed):
- * every compiled kernel of the GEMM space for sm_90, the disk cache, the
- * helper kernels, and compile failures that must come back as clean errors.
+ * the kernels of the GEMM space for sm_90, the disk cache, the helper
+ * kernels, and compile failures that must come back as clean errors.
  *
- * The full compile takes about two minutes on two cores.
+ * By default a seeded quarter of the mma.sync kernels and two of each wgmma
+ * kernel's eight variants, plus the kernel of every shipped GEMM entry (the
+ * configs users run without tuning); KTUNE_TEST_FULL=1 compiles every
+ * kernel in every variant (about 17 minutes on two cores: the GPU check's
+ * `compile` step runs it on the GPU machine's cores).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db/share.h"
 #include "ops/gemm.h"
 #include "runtime/compile.h"
 #include "runtime/context.h"
@@ -34,6 +39,55 @@
 #define NKERNELS_WGMMA 34
 
 static char tmp_dir[4096];
+
+static int full_compile(void)
+{
+	const char *v = getenv("KTUNE_TEST_FULL");
+	return v && !strcmp(v, "1");
+}
+
+/* The seeded sample: index i of a space's kernels is compiled (always, with KTUNE_TEST_FULL=1). */
+static int sampled(unsigned i, unsigned one_in)
+{
+	return full_compile() || ((i * 2654435761u) >> 11) % one_in == 0;
+}
+
+/* Adds (key, cfg) to jobs unless a job compiles to the same kernel already. */
+static void add_job(struct ktune_compile_job *jobs, int *n, const struct ktune_key *key,
+		    const struct ktune_config *cfg)
+{
+	for (int i = 0; i < *n; i++)
+		if (ktune__kernel_same(&jobs[i].key, &jobs[i].cfg, key, cfg))
+			return;
+	jobs[*n].key = *key;
+	jobs[*n].cfg = *cfg;
+	(*n)++;
+}
+
+/* The kernels of the shipped GEMM entries of one family, added to jobs (cap: room for them). */
+static int add_shipped(int family, struct ktune_compile_job *jobs, int *n, int cap)
+{
+	int added = 0;
+	for (const struct ktune_template_file *f = ktune__shipped_files; f->name; f++) {
+		struct ktune_share share;
+		struct ktune_err e;
+		if (ktune__share_parse(f->text, f->len, f->name, &share, &e))
+			fail_msg("%s: %s", f->name, e.msg);
+		for (long i = 0; i < share.count; i++) {
+			const struct ktune_result *r = &share.entries[i];
+			struct ktune_config cfg;
+			if (strcmp(r->key.op, "gemm") || share.stale[i] ||
+			    ktune__gemm_config_parse(r->config, &cfg, NULL) || cfg.family != family)
+				continue;
+			int before = *n;
+			assert_true(*n < cap);
+			add_job(jobs, n, &r->key, &cfg);
+			added += *n > before;
+		}
+		ktune__share_free(&share);
+	}
+	return added;
+}
 
 static int setup(void **state)
 {
@@ -113,7 +167,7 @@ static struct ktune_key variant(int i)
 static void test_compile__every_gemm_kernel_then_cache(void **state)
 {
 	struct ktune_config *kernels;
-	int nkernels;
+	int nkernels, njobs = 0, nshipped;
 	struct ktune_compile_job *jobs, *again;
 	struct ktune_err e;
 	char cache[4200];
@@ -124,27 +178,32 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 		fail_msg("gemm kernels: %s", e.msg);
 	assert_int_equal(nkernels, NKERNELS);
 
-	jobs = calloc(NKERNELS, sizeof(*jobs));
-	again = calloc(NKERNELS, sizeof(*again));
+	int cap = NKERNELS + 512;
+	jobs = calloc((size_t)cap, sizeof(*jobs));
+	again = calloc((size_t)cap, sizeof(*again));
 	assert_non_null(jobs);
 	assert_non_null(again);
-	for (int i = 0; i < NKERNELS; i++) {
-		jobs[i].key = variant(i);
-		jobs[i].cfg = kernels[i];
-		covered[i % 16]++;
+	for (int i = 0; i < NKERNELS; i++)
+		if (sampled((unsigned)i, 4)) {
+			struct ktune_key key = variant(i);
+			add_job(jobs, &njobs, &key, &kernels[i]);
+			covered[i % 16]++;
+		}
+	for (int v = 0; v < 16; v++)
+		assert_true(covered[v] >= (full_compile() ? NKERNELS / 16 : 1));
+	nshipped = add_shipped(KTUNE_GEMM_MMA, jobs, &njobs, cap);
+	for (int i = 0; i < njobs; i++) {
 		again[i].key = jobs[i].key;
 		again[i].cfg = jobs[i].cfg;
 	}
-	for (int v = 0; v < 16; v++)
-		assert_true(covered[v] >= NKERNELS / 16);
 
 	fresh_dir("cubin", cache, sizeof(cache));
 	double t0 = ktune__now();
-	ktune__compile_jobs(jobs, NKERNELS, ARCH, cache, 0);
+	ktune__compile_jobs(jobs, njobs, ARCH, cache, 0);
 	double cold = ktune__now() - t0;
-	assert_int_equal(count_files(cache), 2 * NKERNELS); /* a .cubin and a .res each */
+	assert_int_equal(count_files(cache), 2 * njobs); /* a .cubin and a .res each */
 
-	for (int i = 0; i < NKERNELS; i++) {
+	for (int i = 0; i < njobs; i++) {
 		struct ktune_compile_job *j = &jobs[i];
 		char cfg[256], key[128];
 		check_compiled(j, "gemm_kernel", key, cfg);
@@ -159,9 +218,9 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 	}
 
 	t0 = ktune__now();
-	ktune__compile_jobs(again, NKERNELS, ARCH, cache, 0);
+	ktune__compile_jobs(again, njobs, ARCH, cache, 0);
 	double warm = ktune__now() - t0;
-	for (int i = 0; i < NKERNELS; i++) {
+	for (int i = 0; i < njobs; i++) {
 		assert_int_equal(again[i].status, KTUNE_OK);
 		assert_int_equal(again[i].cubin.cached, 1);
 		assert_true(again[i].cubin.seconds == 0);
@@ -170,13 +229,14 @@ static void test_compile__every_gemm_kernel_then_cache(void **state)
 		assert_memory_equal(&again[i].cubin.res, &jobs[i].cubin.res,
 				    sizeof(struct ktune_resources));
 	}
-	print_message("%d kernels for %s: %.1f s compiled, %.3f s from the cache; %d spill\n",
-		      NKERNELS, ARCH, cold, warm, nspill);
+	print_message("%d kernels for %s (%s of %d, and %d more of shipped entries): %.1f s compiled, "
+		      "%.3f s from the cache; %d spill\n", njobs, ARCH, full_compile() ? "all" : "a sample",
+		      NKERNELS, nshipped, cold, warm, nspill);
 	assert_true(warm * 20 < cold);
 
-	ktune__compile_jobs_free(jobs, NKERNELS);
-	ktune__compile_jobs_free(again, NKERNELS);
-	for (int i = 0; i < NKERNELS; i++) {
+	ktune__compile_jobs_free(jobs, njobs);
+	ktune__compile_jobs_free(again, njobs);
+	for (int i = 0; i < njobs; i++) {
 		assert_null(jobs[i].cubin.data);
 		assert_null(again[i].log);
 	}
@@ -202,17 +262,21 @@ static void test_compile__every_wgmma_kernel(void **state)
 	if (ktune__gemm_space_kernels(KTUNE_GEMM_WGMMA, &kernels, &nkernels, &e))
 		fail_msg("wgmma kernels: %s", e.msg);
 	assert_int_equal(nkernels, NKERNELS_WGMMA);
-	int njobs = nkernels * 8;
-	struct ktune_compile_job *jobs = calloc((size_t)njobs, sizeof(*jobs));
+	int cap = nkernels * 8 + 512, njobs = 0;
+	struct ktune_compile_job *jobs = calloc((size_t)cap, sizeof(*jobs));
 	assert_non_null(jobs);
-	for (int i = 0; i < njobs; i++) {
+	/* every variant of every kernel, or two variants of each, the sample's, and the shipped */
+	for (int i = 0; i < nkernels * 8; i++) {
 		static const char *const layouts[4] = { "nn", "nt", "tn", "tt" };
 		int v = i % 8;
-		jobs[i].key = (struct ktune_key){ .op = "gemm", .m = 1024, .n = 1024, .k = 1024,
-						  .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16, .aligned = 1 };
-		assert_int_equal(ktune__layout_parse(layouts[v >> 1], &jobs[i].key), 0);
-		jobs[i].cfg = kernels[i / 8];
+		if (!full_compile() && v != (i / 8) % 8 && v != ((i / 8) + 5) % 8)
+			continue;
+		struct ktune_key key = { .op = "gemm", .m = 1024, .n = 1024, .k = 1024,
+					 .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16, .aligned = 1 };
+		assert_int_equal(ktune__layout_parse(layouts[v >> 1], &key), 0);
+		add_job(jobs, &njobs, &key, &kernels[i / 8]);
 	}
+	int nshipped = add_shipped(KTUNE_GEMM_WGMMA, jobs, &njobs, cap);
 	fresh_dir("cubin-wgmma", cache, sizeof(cache));
 	double t0 = ktune__now();
 	ktune__compile_jobs(jobs, njobs, "sm_90a", cache, 0);
@@ -226,8 +290,8 @@ static void test_compile__every_wgmma_kernel(void **state)
 				 j->cubin.res.spill_stores, j->cubin.res.spill_loads, j->cubin.res.stack);
 		nspill += j->cubin.res.spill_stores + j->cubin.res.spill_loads > 0;
 	}
-	print_message("%d wgmma kernels x 8 variants for sm_90a: %.1f s; %d spill\n", nkernels,
-		      took, nspill);
+	print_message("%d wgmma kernels, %s, and %d more of shipped entries, for sm_90a: %.1f s; %d spill\n",
+		      nkernels, full_compile() ? "x 8 variants" : "2 variants each", nshipped, took, nspill);
 	ktune__compile_jobs_free(jobs, njobs);
 
 	/* "sm_90" compiles as sm_90a; an arch without wgmma is refused before NVRTC */
