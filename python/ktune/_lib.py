@@ -38,6 +38,9 @@ class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
         ("warm_cached", c_int64),     # kernels it found there already
         ("warm_failed", c_int64),     # kernels that failed to compile
         ("warm_seconds", c_double),   # its wall time
+        ("tune_queued", c_int64),     # KTUNE_TUNE=background: keys waiting or being tuned
+        ("tune_done", c_int64),       # keys tuned and stored, served by their tuning since
+        ("tune_failed", c_int64),     # tunes that failed
     ]
 
 

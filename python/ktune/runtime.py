@@ -32,6 +32,9 @@ class Stats:
     warm_cached: int
     warm_failed: int
     warm_seconds: float
+    tune_queued: int
+    tune_done: int
+    tune_failed: int
 
     @property
     def tuned_calls(self):
@@ -53,7 +56,8 @@ def stats(device=None):
     """The counters of the context of `device` (None: torch's current CUDA
     device, else 0), opening it if needed: calls, keys and how many of each
     were served without a tuned entry (missed), kernels loaded, NVRTC
-    compiles and their seconds, cubin cache loads, and the last warm."""
+    compiles and their seconds, cubin cache loads, the last warm, and the
+    keys KTUNE_TUNE=background queued, tuned and failed to tune."""
     lib = _lib.library()
     ctx = context(_device(device))
     s = _lib.ktune_stats()
