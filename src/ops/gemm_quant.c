@@ -261,6 +261,21 @@ static long qmma_regs(const struct ktune_quant_shape *s, const struct ktune_conf
 	return (4200 + 190 * acc + 210 * inflight + 130 * mt * turn_k + 15 * nfrag * turn_k) / 100;
 }
 
+/* The tiled families' rule on tile height: not far taller than the key's rows, nor far shorter. */
+static int tile_height_prune(const struct ktune_key *key, long bm, char *why, size_t len)
+{
+	if (bm > 16 && bm > key->m) {
+		snprintf(why, len, "BLOCK_M %ld for %lld rows of A", bm, (long long)key->m);
+		return 1;
+	}
+	if (4 * bm < (key->m < 128 ? key->m : 128)) {
+		snprintf(why, len, "BLOCK_M %ld for %lld rows of A: each weight dequantised %lld times", bm,
+			 (long long)key->m, (long long)cdiv(key->m, bm));
+		return 1;
+	}
+	return 0;
+}
+
 static int qmma_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
 		      int sms, char *why, size_t len)
 {
@@ -277,15 +292,8 @@ static int qmma_prune(const struct ktune_key *key, const struct ktune_quant_shap
 		snprintf(why, len, "VEC 2, UNROLL 4 for BLOCK_M %ld: registers (VEC 4, UNROLL 2 loads as much)", bm);
 		return 1;
 	}
-	if (bm > 16 && bm > key->m) {
-		snprintf(why, len, "BLOCK_M %ld for %lld rows of A", bm, (long long)key->m);
+	if (tile_height_prune(key, bm, why, len))
 		return 1;
-	}
-	if (4 * bm < (key->m < 128 ? key->m : 128)) {
-		snprintf(why, len, "BLOCK_M %ld for %lld rows of A: each weight dequantised %lld times", bm,
-			 (long long)key->m, (long long)cdiv(key->m, bm));
-		return 1;
-	}
 	if ((nfrag - 1) * 8 >= key->n || (wn - 1) * nfrag * 8 >= key->n) {
 		snprintf(why, len, "%ld x %ld n8 tiles for n = %lld: a warp or tile past the rows of W", wn, nfrag,
 			 (long long)key->n);
@@ -347,15 +355,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		snprintf(why, len, "%ld bytes of shared memory (48 KiB static at most)", smem);
 		return 1;
 	}
-	if (bm > 16 && bm > key->m) {
-		snprintf(why, len, "BLOCK_M %ld for %lld rows of A", bm, (long long)key->m);
+	if (tile_height_prune(key, bm, why, len))
 		return 1;
-	}
-	if (4 * bm < (key->m < 128 ? key->m : 128)) {
-		snprintf(why, len, "BLOCK_M %ld for %lld rows of A: each weight dequantised %lld times", bm,
-			 (long long)key->m, (long long)cdiv(key->m, bm));
-		return 1;
-	}
 	if (bk > key->k) {
 		snprintf(why, len, "BLOCK_K %ld past k = %lld", bk, (long long)key->k);
 		return 1;

@@ -342,12 +342,7 @@ void ktune_close(ktune_ctx *ctx)
 	if (ctx->cu) {
 		int pushed = 0;
 		if (!ktune__ctx_enter(ctx, &pushed, NULL)) {
-			/* timings still in flight: their events live in this context */
-			for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
-				for (struct ktune_resolved *r = ctx->resolved[i]; r; r = r->next)
-					ktune__race_free(r->race);
-			for (struct ktune_resolved *r = ctx->retired; r; r = r->next)
-				ktune__race_free(r->race);
+			ktune__resolved_free(ctx); /* races in flight: their events live in this context */
 			ktune__cublas_close(ctx->blas); /* its handle lives in this context */
 			workspaces_free(ctx);
 			if (ctx->constants)
@@ -363,15 +358,7 @@ void ktune_close(ktune_ctx *ctx)
 		free(k->maps);
 		free(k);
 	}
-	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
-		for (struct ktune_resolved *r = ctx->resolved[i], *next; r; r = next) {
-			next = r->next;
-			free(r);
-		}
-	for (struct ktune_resolved *r = ctx->retired, *next; r; r = next) {
-		next = r->next;
-		free(r);
-	}
+	ktune__resolved_free(ctx); /* what is left if the context could not be entered */
 	free(ctx->entries);
 	free(ctx->db_path);
 	free(ctx->cache_dir);

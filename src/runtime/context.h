@@ -290,6 +290,23 @@ int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_res
 		   struct ktune_err *e);
 
 /*
+ * Takes a key's resolved choice out of the table onto ctx->retired, not
+ * freed (a call may be using it outside the lock), so that its next call
+ * resolves it again.  Caller holds ctx->lock.
+ */
+void ktune__resolve_retire(ktune_ctx *ctx, const struct ktune_key *key);
+
+/* The bucket of ctx->resolved a key lives in. */
+unsigned ktune__resolve_bucket(const struct ktune_key *key);
+
+/*
+ * Frees the table's and the retired choices, and their races in flight
+ * (whose events want the context current: ktune_close calls it entered,
+ * and again after, when it could not enter).
+ */
+void ktune__resolved_free(ktune_ctx *ctx);
+
+/*
  * Launches one call of an op other than GEMM with a given kernel and config:
  * the op's kernels (geometry and arguments, or its steps), with scratch from
  * the stream's workspace where the op asks for it.  Caller has the context

@@ -163,22 +163,7 @@ int ktune__dispatch_adopt(ktune_ctx *ctx, const struct ktune_result *r)
 	add_entry_from(&st, r, 0);
 	if (ctx->nentries == before)
 		return 0;
-	/*
-	 * The key's resolved choice is retired, not freed: a call may be using
-	 * it outside the lock.  The next call resolves the key again.
-	 */
-	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
-		for (struct ktune_resolved **p = &ctx->resolved[i]; *p;) {
-			struct ktune_resolved *res = *p;
-			if (ktune__key_same(&res->key, &r->key)) {
-				*p = res->next;
-				res->next = ctx->retired;
-				ctx->retired = res;
-				ctx->keys--;
-			} else {
-				p = &res->next;
-			}
-		}
+	ktune__resolve_retire(ctx, &r->key); /* its next call resolves it again */
 	return 1;
 }
 

@@ -12,7 +12,7 @@
 
 #include "runtime/context.h"
 
-static unsigned key_hash(const struct ktune_key *k)
+unsigned ktune__resolve_bucket(const struct ktune_key *k)
 {
 	uint64_t h = 1469598103934665603ull;
 	uint64_t parts[4] = { (uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k,
@@ -30,10 +30,39 @@ static unsigned key_hash(const struct ktune_key *k)
 	return (unsigned)(h % KTUNE_RESOLVED_BUCKETS);
 }
 
+void ktune__resolve_retire(ktune_ctx *ctx, const struct ktune_key *key)
+{
+	for (struct ktune_resolved **p = &ctx->resolved[ktune__resolve_bucket(key)]; *p; p = &(*p)->next)
+		if (ktune__key_same(&(*p)->key, key)) {
+			struct ktune_resolved *r = *p;
+			*p = r->next;
+			r->next = ctx->retired;
+			ctx->retired = r;
+			ctx->keys--;
+			return;
+		}
+}
+
+void ktune__resolved_free(ktune_ctx *ctx)
+{
+	struct ktune_resolved **lists[KTUNE_RESOLVED_BUCKETS + 1];
+	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
+		lists[i] = &ctx->resolved[i];
+	lists[KTUNE_RESOLVED_BUCKETS] = &ctx->retired;
+	for (int i = 0; i <= KTUNE_RESOLVED_BUCKETS; i++) {
+		for (struct ktune_resolved *r = *lists[i], *next; r; r = next) {
+			next = r->next;
+			ktune__race_free(r->race);
+			free(r);
+		}
+		*lists[i] = NULL;
+	}
+}
+
 int ktune__resolve(ktune_ctx *ctx, const struct ktune_key *key, struct ktune_resolved **out,
 		   struct ktune_err *e)
 {
-	unsigned h = key_hash(key);
+	unsigned h = ktune__resolve_bucket(key);
 	struct ktune_resolved *r;
 
 	ctx->calls++;

@@ -48,15 +48,7 @@ static ktune_ctx *make_ctx(const char *db)
 static void free_ctx(ktune_ctx *ctx)
 {
 	ktune__bg_close(ctx);
-	for (int i = 0; i < KTUNE_RESOLVED_BUCKETS; i++)
-		for (struct ktune_resolved *r = ctx->resolved[i], *next; r; r = next) {
-			next = r->next;
-			free(r);
-		}
-	for (struct ktune_resolved *r = ctx->retired, *next; r; r = next) {
-		next = r->next;
-		free(r);
-	}
+	ktune__resolved_free(ctx);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx->entries);
 	free(ctx->db_path);
@@ -80,8 +72,9 @@ static struct ktune_resolved *resolved_like_a_call(ktune_ctx *ctx, const struct 
 	r->cfg = c.cfg;
 	r->source = c.source;
 	r->own = c.own;
-	r->next = ctx->resolved[7];
-	ctx->resolved[7] = r;
+	unsigned b = ktune__resolve_bucket(key);
+	r->next = ctx->resolved[b];
+	ctx->resolved[b] = r;
 	return r;
 }
 
@@ -134,7 +127,7 @@ static void test_tune_on_use__tunes_beside_the_caller(void **state)
 	pthread_mutex_unlock(&ctx->lock);
 	assert_string_equal(c.source, KTUNE_SRC_EXACT);
 	assert_ptr_equal(ctx->retired, r);
-	assert_null(ctx->resolved[7]);
+	assert_null(ctx->resolved[ktune__resolve_bucket(&key)]);
 
 	/* and the database holds it, for the next program */
 	struct ktune_db *d;
