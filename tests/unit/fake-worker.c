@@ -96,10 +96,13 @@ static double faster(const struct ktune_config *cfg)
 	return config_at("KTUNE_FAKE_FASTER", cfg, &rest) && *rest == '@' ? atof(rest + 1) : 1;
 }
 
-/* The planted action for a config, or NULL. */
-static const char *planted(const struct ktune_config *cfg)
+/*
+ * The planted action for a config, in action[32], or NULL.  The caller's
+ * buffer: compile threads ask at once, and one static buffer let one
+ * thread's answer overwrite another's.
+ */
+static const char *planted(const struct ktune_config *cfg, char action[32])
 {
-	static char action[32];
 	const char *plan = getenv("KTUNE_FAKE_PLAN");
 	char text[256];
 	if (!plan)
@@ -111,7 +114,7 @@ static const char *planted(const struct ktune_config *cfg)
 			end = p + strlen(p);
 		if (eq && eq < end) {
 			size_t alen = (size_t)(eq - p), clen = (size_t)(end - eq - 1);
-			if (clen == strlen(text) && !strncmp(eq + 1, text, clen) && alen < sizeof(action)) {
+			if (clen == strlen(text) && !strncmp(eq + 1, text, clen) && alen < 32) {
 				memcpy(action, p, alen);
 				action[alen] = 0;
 				return action;
@@ -123,14 +126,14 @@ static const char *planted(const struct ktune_config *cfg)
 }
 
 /* Same compiled kernel: a compile action applies to every config that shares it. */
-static const char *planted_kernel(const struct ktune_config *cfg)
+static const char *planted_kernel(const struct ktune_config *cfg, char action[32])
 {
 	for (int g = 1; g <= 8; g *= 8)
 		for (int s = 1; s <= 16; s *= 2) {
 			struct ktune_config c = *cfg;
 			c.group_size = g;
 			c.split_k = s;
-			const char *a = planted(&c);
+			const char *a = planted(&c, action);
 			if (a && !strncmp(a, "compile_", 8))
 				return a;
 		}
@@ -186,7 +189,8 @@ static int fake_problem(void *state, const struct ktune_problem *in, struct ktun
 static int fake_compile(void *state, const struct ktune_key *key, const struct ktune_config *cfg,
 			struct ktune_cubin *out, struct ktune_err *e)
 {
-	const char *a = planted_kernel(cfg);
+	char action[32];
+	const char *a = planted_kernel(cfg, action);
 	(void)state;
 	(void)key;
 	__atomic_store_n(&hot, 0, __ATOMIC_RELAXED); /* compile threads share it */
@@ -224,7 +228,8 @@ static int fake_run(void *state, const struct ktune_config *cfg, const struct kt
 		    enum ktune_run_mode mode, struct ktune_trial *trial, struct ktune_timing *timing,
 		    struct ktune_err *e)
 {
-	const char *a = planted(cfg);
+	char action[32];
+	const char *a = planted(cfg, action);
 	const char *ms = getenv("KTUNE_FAKE_RUN_MS");
 	(void)state;
 	(void)cubin;
