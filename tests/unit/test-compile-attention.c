@@ -36,7 +36,7 @@
 #define ARCH "sm_90"
 #define SM_COUNT 132
 #define SAMPLE 2
-#define WGMMA_SAMPLE 4
+#define WGMMA_SAMPLE 2
 
 struct job {
 	struct ktune_key key;
