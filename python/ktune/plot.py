@@ -6,6 +6,14 @@ the floor, as PNG and SVG, from the CSVs the benchmarks write:
                                          eager and Liger in GB/s, each the best of eager and
                                          CUDA-graph (report.py's rule), the run's copy
                                          bandwidth as the floor
+  bench/ops/quant.py                     the same columns, op gemm_quant: over M, a panel per
+                                         weight shape (N, K), the speedup over bf16 cuBLAS
+                                         (ktune, gemlite) and the weight bandwidth (each
+                                         library's own weight bytes) against the copy
+  bench/ops/attention.py                 columns setting,direction,...,seqlen,head_dim,library,
+                                         tflops: TFLOP/s over the sequence length, ktune (and
+                                         its deterministic backward) and SDPA's cuDNN and flash
+                                         backends, a figure per pass and dtype
   bench/report.py (results/<gpu>.csv)    GEMM: ktune and cuBLAS TFLOP/s, the Triton tutorial's
                                          (the anchors' Triton/cuBLAS ratio times this run's
                                          cuBLAS), and the roofline (floor_us)
@@ -22,7 +30,8 @@ import os
 import sys
 
 STYLE = {"ktune": ("-o", "C0"), "torch": ("--s", "C1"), "liger": (":^", "C2"), "cublas": ("--s", "C1"),
-         "triton": (":^", "C2"), "baseline": ("--s", "C1")}
+         "triton": (":^", "C2"), "baseline": ("--s", "C1"), "gemlite": (":^", "C2"), "cudnn": ("--s", "C1"),
+         "flash": (":^", "C2"), "ktune-det": ("-.D", "C4")}
 
 
 def _read(path):
@@ -31,15 +40,17 @@ def _read(path):
 
 
 def kind(rows):
-    """'ops', 'gemm' or 'show', by the CSV's columns; ValueError otherwise."""
+    """'ops', 'attention', 'gemm' or 'show', by the CSV's columns; ValueError otherwise."""
     cols = set(rows[0]) if rows else set()
+    if {"seqlen", "head_dim", "library", "tflops"} <= cols:
+        return "attention"
     if {"library", "gbps", "elements", "shape"} <= cols:
         return "ops"
     if {"ktune_tflops", "cublas_tflops", "floor_us"} <= cols:
         return "gemm"
     if {"op", "time_us", "baseline_us", "tflops", "gbps"} <= cols:
         return "show"
-    raise ValueError("not a CSV of bench/ops, bench/report.py or 'ktune show --format csv' "
+    raise ValueError("not a CSV of bench/ops (attention's included), bench/report.py or 'ktune show --format csv' "
                      f"(columns: {', '.join(sorted(cols)) or 'none'})")
 
 
@@ -53,27 +64,41 @@ def _size_label(shape):
     return str(n)
 
 
-def ops_series(rows):
-    """{op: {(variant, dtype): {library: [(elements, shape, gbps, failed)]}}} and the
-    copy floor (GB/s, the largest copy measured), from a bench/ops CSV."""
-    copies = [float(r["gbps"]) for r in rows if r["library"] == "copy" and r["gbps"]
-              and not r["check"].startswith("FAIL")]
+def _failed(r):
+    return r["check"].startswith("FAIL")
+
+
+def _best(rows, key, rate):
+    """{key(r): (r, failed)}: per key the row of the highest rate(r) among those whose check
+    passed (the best of eager and CUDA-graph); a failed row only where none passed."""
     best = {}
     for r in rows:
-        if r["library"] in ("copy", "-") or not r["gbps"]:
-            continue
-        key = (r["op"], r["variant"], r["dtype"], r["shape"], r["library"])
-        failed = r["check"].startswith("FAIL")
-        gb = float(r["gbps"])
-        old = best.get(key)
-        # the best of eager and graph among rows that passed; a failed row only where none passed
-        if old is None or (old[2] and not failed) or (old[2] == failed and gb > old[1]):
-            best[key] = (int(r["elements"]), gb, failed)
+        k, failed = key(r), _failed(r)
+        old = best.get(k)
+        if old is None or (old[1] and not failed) or (old[1] == failed and rate(r) > rate(old[0])):
+            best[k] = (r, failed)
+    return best
+
+
+def copy_floor(rows):
+    """The run's copy bandwidth in GB/s (the largest copy measured), or None."""
+    copies = [float(r["gbps"]) for r in rows if r["library"] == "copy" and r["gbps"] and not _failed(r)]
+    return max(copies) if copies else None
+
+
+def ops_series(rows):
+    """{op: {(variant, dtype): {library: [(elements, shape, gbps, failed)]}}} and the
+    copy floor (GB/s, the largest copy measured), from a bench/ops CSV; gemm_quant's
+    rows are quant_series's."""
+    mine = [r for r in rows if r["library"] not in ("copy", "-") and r["gbps"] and r["op"] != "gemm_quant"]
+    best = {k: (int(r["elements"]), float(r["gbps"]), failed) for k, (r, failed) in
+            _best(mine, lambda r: (r["op"], r["variant"], r["dtype"], r["shape"], r["library"]),
+                  lambda r: float(r["gbps"])).items()}
     out = {}
     for (op, variant, dtype, shape, lib), (el, gb, failed) in best.items():
         out.setdefault(op, {}).setdefault((variant, dtype), {}).setdefault(lib, []).append(
             (el, shape, gb, failed))
-    return out, (max(copies) if copies else None)
+    return out, copy_floor(rows)
 
 
 def _panels(n):
@@ -120,6 +145,121 @@ def plot_ops(plt, rows, outdir, title, formats):
         fig.suptitle(f"{title}{op}: GB/s (the op's fewest bytes / median time), higher is better", fontsize=10)
         fig.tight_layout()
         paths += _save(fig, outdir, op, formats)
+        plt.close(fig)
+    return paths
+
+
+def quant_series(rows):
+    """{(variant, dtype): {(n, k): {library: [(m, time_us, gbps, failed)]}}} of a bench/ops
+    CSV's gemm_quant rows (shape "MxNxK"), each the best of eager and graph."""
+    mine = [r for r in rows if r["op"] == "gemm_quant" and r["time_us"]]
+    out = {}
+    for (variant, dtype, shape, lib), (r, failed) in _best(
+            mine, lambda r: (r["variant"], r["dtype"], r["shape"], r["library"]),
+            lambda r: -float(r["time_us"])).items():
+        m, n, k = (int(v) for v in shape.split("x"))
+        out.setdefault((variant, dtype), {}).setdefault((n, k), {}).setdefault(lib, []).append(
+            (m, float(r["time_us"]), float(r["gbps"]), failed))
+    for panels in out.values():
+        for libs in panels.values():
+            for pts in libs.values():
+                pts.sort()
+    return out
+
+
+def _quant_panels(axes, col, libs, floor):
+    """Column `col`: above, each library's speedup over bf16 cuBLAS at each M; below, its weight GB/s."""
+    base = {m: t for m, t, _, failed in libs.get("cublas", []) if not failed}
+    up, bw = axes[0][col], axes[1][col]
+    for lib in sorted(libs, key=lambda name: (name != "ktune", name)):
+        pts = libs[lib]
+        style, color = STYLE.get(lib, ("-.", None))
+        bw.plot([p[0] for p in pts], [p[2] for p in pts], style, color=color, label=lib, ms=4)
+        ratio = [(m, base[m] / t) for m, t, _, _ in pts if m in base]
+        if lib != "cublas" and ratio:
+            up.plot(*zip(*ratio), style, color=color, label=lib, ms=4)
+        bad = [p for p in pts if p[3]]
+        if bad:
+            bw.plot([p[0] for p in bad], [p[2] for p in bad], "rx", ms=9, label=f"{lib}: check failed")
+    up.axhline(1.0, color="C1", lw=1, ls="--", label="bf16 cuBLAS")
+    if floor:
+        bw.axhline(floor, color="k", lw=1, ls="-.", label=f"copy {floor:.0f} GB/s")
+    ms = sorted({p[0] for pts in libs.values() for p in pts})
+    for ax, ylabel in ((up, "x bf16 cuBLAS"), (bw, "weight GB/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ms, [str(m) for m in ms], fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7, loc="best")
+    bw.set_xlabel("M (tokens)")
+
+
+def plot_quant(plt, rows, outdir, title, formats):
+    """gemm_quant over M: a figure per format and dtype, a column per weight shape (N, K)."""
+    paths, floor = [], copy_floor(rows)
+    for (variant, dtype), panels in sorted(quant_series(rows).items()):
+        nc = len(panels)
+        fig, axes = plt.subplots(2, nc, figsize=(max(4.2 * nc, 7.5), 6.4), squeeze=False)
+        for col, ((n, k), libs) in enumerate(sorted(panels.items())):
+            _quant_panels(axes, col, libs, floor)
+            axes[0][col].set_title(f"N={n}, K={k}", fontsize=9)
+        fig.suptitle(f"{title}gemm_quant {variant} {dtype}: speedup over bf16 cuBLAS; weight GB/s "
+                     "(a library's own weight bytes / time)", fontsize=10)
+        fig.tight_layout()
+        paths += _save(fig, outdir, f"gemm_quant-{variant}-{dtype}", formats)
+        plt.close(fig)
+    return paths
+
+
+def attention_series(rows):
+    """{(direction, dtype): {(setting, head_dim, causal): {library: [(seqlen, tflops, failed)]}}}
+    of a bench/ops/attention.py CSV, each the best of eager and graph."""
+    out = {}
+    for (direction, dtype, setting, d, causal, s, lib), (r, failed) in _best(
+            [r for r in rows if r["tflops"]],
+            lambda r: (r["direction"], r["dtype"], r["setting"], int(r["head_dim"]), int(r["causal"]),
+                       int(r["seqlen"]), r["library"]),
+            lambda r: float(r["tflops"])).items():
+        out.setdefault((direction, dtype), {}).setdefault((setting, d, causal), {}).setdefault(lib, []).append(
+            (s, float(r["tflops"]), failed))
+    for panels in out.values():
+        for libs in panels.values():
+            for pts in libs.values():
+                pts.sort()
+    return out
+
+
+def plot_attention(plt, rows, outdir, title, formats):
+    """TFLOP/s over the sequence length: a figure per pass and dtype, a panel per setting,
+    head dim and mask."""
+    paths = []
+    for (direction, dtype), panels in sorted(attention_series(rows).items()):
+        nr, nc = _panels(len(panels))
+        fig, axes = plt.subplots(nr, nc, figsize=(max(4.6 * nc, 7.5), 3.5 * nr), squeeze=False)
+        for ax, ((setting, d, causal), libs) in zip(axes.flat, sorted(panels.items())):
+            for lib in sorted(libs, key=lambda name: (name != "ktune", name)):
+                pts = libs[lib]
+                style, color = STYLE.get(lib, ("-.", None))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=lib, ms=4)
+                bad = [p for p in pts if p[2]]
+                if bad:
+                    ax.plot([p[0] for p in bad], [p[1] for p in bad], "rx", ms=9, label=f"{lib}: check failed")
+            seqs = sorted({p[0] for pts in libs.values() for p in pts})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(seqs, [_size_label(str(s)) for s in seqs], fontsize=8)
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel("TFLOP/s")
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.set_title(f"{setting}, head dim {d}{', causal' if causal else ''}", fontsize=9)
+            ax.legend(fontsize=7, loc="lower right")
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        rule = "4·B·H·S²·D, halved when causal" + (", x2.5 for the backward" if direction != "fwd" else "")
+        fig.suptitle(f"{title}attention {direction} {dtype}: TFLOP/s ({rule}), higher is better", fontsize=10)
+        fig.tight_layout()
+        paths += _save(fig, outdir, f"attention-{direction}-{dtype}", formats)
         plt.close(fig)
     return paths
 
@@ -234,8 +374,14 @@ def plot_files(paths, outdir, title="", formats=("png", "svg")):
     for p in paths:
         rows = _read(p)
         k = kind(rows)
-        draw = {"ops": plot_ops, "gemm": plot_gemm, "show": plot_show}[k]
-        written += draw(plt, rows, outdir, prefix, formats)
+        draws = {"ops": (plot_ops, plot_quant), "attention": (plot_attention,), "gemm": (plot_gemm,),
+                 "show": (plot_show,)}[k]
+        for draw in draws:
+            paths = draw(plt, rows, outdir, prefix, formats)
+            again = sorted(set(paths) & set(written))
+            if again:  # two CSVs of the same op and variant: the second would hide the first
+                raise ValueError(f"{p} draws {', '.join(again)} again: plot it into another directory (-o)")
+            written += paths
     return written
 
 

@@ -47,3 +47,53 @@ def test_unknown_csv_is_refused(matplotlib, tmp_path):
     p = subprocess.run([sys.executable, "-m", "ktune.cli", "plot", str(bad), "-o", str(tmp_path)], env=env,
                        capture_output=True, text=True)
     assert p.returncode == 1 and "not a CSV of bench/ops" in p.stderr
+
+
+def test_attention_and_quant_figures(matplotlib, tmp_path):
+    from ktune import plot
+    files = ["h100-attention-tuned.csv", "h100-quant.csv"]
+    written = plot.plot_files([os.path.join(RESULTS, f) for f in files], str(tmp_path), "H100", ["png"])
+    names = {os.path.basename(p) for p in written}
+    assert {"attention-fwd-bf16.png", "attention-bwd-bf16.png", "gemm_quant-w4g128-bf16.png"} <= names
+    assert not any(n.startswith("copy") for n in names)  # the copy is the floor, not an op
+    # the same op twice in one call would draw over itself: refused
+    with pytest.raises(ValueError, match="again"):
+        plot.plot_files([os.path.join(RESULTS, "h100-attention-tuned.csv"),
+                         os.path.join(RESULTS, "h100-attention-bwd-tuned.csv")], str(tmp_path / "twice"), "", ["png"])
+
+
+ATTENTION = ("setting,direction,dtype,batch,heads,seqlen,head_dim,causal,flops,library,mode,time_us,p20_us,p80_us,"
+             "tflops,check,dispatch\n")
+
+
+def test_attention_series_takes_the_best_row_that_passed(tmp_path):
+    from ktune import plot
+    rows = [dict(zip(ATTENTION.strip().split(","), line.split(","))) for line in (
+        "fa3,fwd,bf16,16,16,1024,128,0,1,ktune,eager,1,1,1,450.0,ok,exact",
+        "fa3,fwd,bf16,16,16,1024,128,0,1,ktune,graph,1,1,1,500.0,ok,exact",
+        "fa3,fwd,bf16,4,16,4096,128,0,1,ktune,eager,1,1,1,610.0,FAIL err 1,exact",
+        "fa3,fwd,bf16,4,16,4096,128,0,1,ktune,graph,1,1,1,590.0,ok,exact",
+        "fa3,fwd,bf16,4,16,4096,128,0,1,cudnn,graph,1,1,1,620.0,FAIL err 2,-",
+        "fa3,bwd,bf16,4,16,4096,128,1,1,ktune-det,eager,1,1,1,190.0,ok,exact")]
+    assert plot.kind(rows) == "attention"
+    s = plot.attention_series(rows)
+    fwd = s[("fwd", "bf16")][("fa3", 128, 0)]
+    assert fwd["ktune"] == [(1024, 500.0, False), (4096, 590.0, False)]  # the failed 610 is not the best
+    assert fwd["cudnn"] == [(4096, 620.0, True)]  # failed everywhere: kept, marked
+    assert s[("bwd", "bf16")][("fa3", 128, 1)]["ktune-det"] == [(4096, 190.0, False)]
+
+
+def test_quant_series_is_time_and_bandwidth_over_m(tmp_path):
+    from ktune import plot
+    head = "op,variant,dtype,shape,elements,bytes,library,mode,time_us,p20_us,p80_us,gbps,check,dispatch"
+    rows = [dict(zip(head.split(","), line.split(","))) for line in (
+        "copy,first,u8,1024,1024,2048,copy,eager,1,1,1,3000.0,ok,-",
+        "gemm_quant,w4g128,bf16,16x4096x4096,1,8912896,ktune,eager,20.0,1,1,445.6,ok,exact",
+        "gemm_quant,w4g128,bf16,16x4096x4096,1,8912896,ktune,graph,18.0,1,1,495.2,ok,exact",
+        "gemm_quant,w4g128,bf16,1x4096x4096,1,8912896,ktune,graph,12.0,1,1,742.7,ok,exact",
+        "gemm_quant,w4g128,bf16,16x4096x4096,1,33554432,cublas,graph,19.0,1,1,1766.0,ok,-")]
+    s = plot.quant_series(rows)
+    ktune = s[("w4g128", "bf16")][(4096, 4096)]["ktune"]
+    assert ktune == [(1, 12.0, 742.7, False), (16, 18.0, 495.2, False)]  # sorted by M, the faster of the two
+    assert plot.copy_floor(rows) == 3000.0
+    assert "gemm_quant" not in plot.ops_series(rows)[0]  # its own figure, not a GB/s one
