@@ -274,7 +274,7 @@ for step in $steps; do
 				;;
 			peers)
 				run quant-peers.log python3 bench/ops/quant.py --lib $B/install/lib/libktune.so \
-					--db "$KTUNE_DB" --csv "$OUT/quant.csv" --plot "$OUT/quant.png"
+					--db "$KTUNE_DB" --csv "$OUT/quant.csv" --plot "$OUT"
 				;;
 			esac
 		done

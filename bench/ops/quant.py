@@ -3,7 +3,7 @@
 cuBLAS and gemlite, in the same process on the same GPU.
 
     python3 bench/ops/quant.py --lib build-device/install/lib/libktune.so --db DB --csv $OUT/quant.csv \\
-        --plot $OUT/quant.png
+        --plot $OUT
     python3 bench/ops/quant.py --dry-run              # the plan of cases, no GPU needed
     python3 bench/ops/quant.py --quick                # a smoke test
 
@@ -35,7 +35,8 @@ over gemlite; the weight bandwidth (the weight bytes a library reads:
 packed words, scales and zeros for ktune and gemlite, bf16 for cuBLAS, over
 the time) and its fraction of the copy ceiling; then per format the
 geometric mean of the speedups at M = 1..16 and the worst at M = 128 (issue
-28's goals), and with --plot a PNG of the speedup over cuBLAS against M.
+28's goals), and with --plot DIR ktune plot's figure over M (the speedup
+over cuBLAS and the weight bandwidth: python/ktune/plot.py) in DIR.
 The CSV (elementwise.py's columns, gbps = weight bandwidth) is written row
 by row.  Exit status 0, 2 when a check failed, 1 on a fatal error.
 """
@@ -169,7 +170,9 @@ class QuantBench(ew.Bench):
                 self.gemlite_why = f"not importable: {type(e).__name__}: {e}"
                 ew.log(f"gemlite: {self.gemlite_why}: its column is skipped")
         meta = super().run(cases)
-        summarize(self.rows, meta.get("copy_ceiling_gbps"), self.args.plot)
+        summarize(self.rows, meta.get("copy_ceiling_gbps"))
+        if self.args.plot:
+            draw(self.args.csv, self.args.plot, meta.get("device", ""))
         return meta
 
 
@@ -194,7 +197,7 @@ def geomean(v):
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
 
 
-def summarize(rows, ceiling, plot):
+def summarize(rows, ceiling):
     best = best_times(rows)
     if not best:
         return
@@ -223,32 +226,17 @@ def summarize(rows, ceiling, plot):
         print(f"  {fmt}: x cuBLAS {f(gc, 5, 2)} (geomean, M <= 16), x gemlite {f(gg, 5, 2)} (geomean), "
               f"{f(least_g, 5, 2)} (least); M = 128: x cuBLAS {f(min(big) if big else None, 5, 2)} (least)")
     sys.stdout.flush()
-    if plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except Exception as e:
-            ew.log(f"--plot: matplotlib not importable ({e}): no plot")
-            return
-        fmts = list(per_fmt)
-        fig, axes = plt.subplots(1, len(fmts), figsize=(5 * len(fmts), 4), squeeze=False)
-        for ax, fmt in zip(axes[0], fmts):
-            for n, k in sorted({(x[1], x[2]) for x in per_fmt[fmt]}):
-                pts = sorted((x[0], x[3], x[4]) for x in per_fmt[fmt] if (x[1], x[2]) == (n, k))
-                line = ax.plot([p[0] for p in pts if p[1]], [p[1] for p in pts if p[1]], marker="o",
-                               label=f"{n}x{k}")[0]
-                ax.plot([p[0] for p in pts if p[2] and p[1]], [p[1] / p[2] for p in pts if p[2] and p[1]],
-                        linestyle="--", color=line.get_color(), alpha=0.6)
-            ax.set_xscale("log", base=2)
-            ax.axhline(1.0, color="gray", linewidth=0.8)
-            ax.set_xlabel("M")
-            ax.set_ylabel("speedup over bf16 cuBLAS")
-            ax.set_title(f"{fmt}: ktune (solid), gemlite (dashed)")
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(plot, dpi=120)
-        ew.log(f"plot: {plot}")
+
+
+def draw(csv_path, outdir, title):
+    """The figure over M of ktune plot (python/ktune/plot.py: plot_quant) from this run's CSV."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    try:
+        from ktune import plot
+        for path in plot.plot_files([csv_path], outdir, title, ["png"]):
+            ew.log(f"plot: {path}")
+    except ImportError as e:
+        ew.log(f"--plot: {e}: no plot")
 
 
 def main(argv=None):
@@ -258,7 +246,9 @@ def main(argv=None):
     ap.add_argument("--db", default=None, help="tuning database for ktune_open (default: the default database)")
     ap.add_argument("--csv", default="bench-quant.csv", help="output CSV (default %(default)s)")
     ap.add_argument("--formats", default=",".join(FORMATS), help="subset of " + ",".join(FORMATS))
-    ap.add_argument("--plot", default=None, help="a PNG of the speedup over cuBLAS against M (needs matplotlib)")
+    ap.add_argument("--plot", default=None, metavar="DIR",
+                    help="ktune plot's figure over M into DIR: the speedup over bf16 cuBLAS and the weight "
+                         "bandwidth (needs matplotlib)")
     ap.add_argument("--quick", action="store_true", help="two shapes, M = 1, 16, 128, fewer reps")
     ap.add_argument("--dry-run", action="store_true", help="print the plan of cases and exit (no GPU, no torch)")
     ap.add_argument("--budget", type=float, default=None, help="seconds per timed batch (default 0.15)")
