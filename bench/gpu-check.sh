@@ -46,7 +46,8 @@
 #   attention  flash attention: its GPU tests (every config, forward and
 #          backward; up to 35 minutes), a sweep of the default suite's attention
 #          keys alone, verify and bench of them, and both passes against SDPA's
-#          cuDNN and flash backends (bench/ops/attention.py); ATTENTION_STEPS
+#          cuDNN and flash backends (bench/ops/attention.py) with ktune plot's
+#          figures over S; ATTENTION_STEPS
 #          picks among test, sweep, peers
 #   stored 'ktune bench' of the shipped tuning ($SHIPPED imported into a fresh
 #          database): every key against cuBLAS again, ROUNDS rounds (default 3);
@@ -297,6 +298,11 @@ for step in $steps; do
 			peers)
 				run attention-peers.log python3 bench/ops/attention.py --lib $B/install/lib/libktune.so \
 					--db "$KTUNE_DB" --csv "$OUT/attention.csv"
+				# the figures over S (ktune plot: python/ktune/plot.py), PNG only, where matplotlib is
+				if python3 -c "import matplotlib" 2>/dev/null; then
+					PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} run attention-plot.log \
+						python3 -m ktune.plot "$OUT/attention.csv" -o "$OUT" --formats png
+				fi
 				;;
 			esac
 		done
