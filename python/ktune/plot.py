@@ -106,6 +106,19 @@ def _panels(n):
     return math.ceil(n / cols), cols
 
 
+def _finish(ax, ylabel, legend="lower right"):
+    """What every panel has: its unit, a y axis from zero, a light grid and a small legend."""
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc=legend)
+
+
+def _hide_unused(axes, used):
+    for ax in list(axes.flat)[used:]:
+        ax.set_visible(False)
+
+
 def _save(fig, outdir, name, formats):
     paths = []
     for ext in formats:
@@ -136,12 +149,8 @@ def plot_ops(plt, rows, outdir, title, formats):
             ax.set_xticks(range(len(shapes)), [_size_label(sh) for _, sh in shapes],
                           rotation=30 if any("x" in sh for _, sh in shapes) else 0, fontsize=8)
             ax.set_title(" ".join(s for s in (variant if variant != "-" else "", dtype) if s), fontsize=9)
-            ax.set_ylim(bottom=0)
-            ax.grid(True, alpha=0.3)
-            ax.set_ylabel("GB/s")
-            ax.legend(fontsize=7, loc="lower right")
-        for ax in list(axes.flat)[len(panels):]:
-            ax.set_visible(False)
+            _finish(ax, "GB/s")
+        _hide_unused(axes, len(panels))
         fig.suptitle(f"{title}{op}: GB/s (the op's fewest bytes / median time), higher is better", fontsize=10)
         fig.tight_layout()
         paths += _save(fig, outdir, op, formats)
@@ -188,10 +197,7 @@ def _quant_panels(axes, col, libs, floor):
     for ax, ylabel in ((up, "x bf16 cuBLAS"), (bw, "weight GB/s")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ms, [str(m) for m in ms], fontsize=8)
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7, loc="best")
+        _finish(ax, ylabel, "best")
     bw.set_xlabel("M (tokens)")
 
 
@@ -249,13 +255,9 @@ def plot_attention(plt, rows, outdir, title, formats):
             ax.set_xscale("log", base=2)
             ax.set_xticks(seqs, [_size_label(str(s)) for s in seqs], fontsize=8)
             ax.set_xlabel("sequence length")
-            ax.set_ylabel("TFLOP/s")
-            ax.set_ylim(bottom=0)
-            ax.grid(True, alpha=0.3)
             ax.set_title(f"{setting}, head dim {d}{', causal' if causal else ''}", fontsize=9)
-            ax.legend(fontsize=7, loc="lower right")
-        for ax in list(axes.flat)[len(panels):]:
-            ax.set_visible(False)
+            _finish(ax, "TFLOP/s")
+        _hide_unused(axes, len(panels))
         rule = "4·B·H·S²·D, halved when causal" + (", x2.5 for the backward" if direction != "fwd" else "")
         fig.suptitle(f"{title}attention {direction} {dtype}: TFLOP/s ({rule}), higher is better", fontsize=10)
         fig.tight_layout()
@@ -279,10 +281,7 @@ def _gemm_panel(ax, pts, xkey, xlabel):
     ax.set_xscale("log", base=2)
     ax.set_xticks(x, [str(v) for v in x], fontsize=8)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("TFLOP/s")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    _finish(ax, "TFLOP/s")
 
 
 def plot_gemm(plt, rows, outdir, title, formats):
@@ -299,8 +298,7 @@ def plot_gemm(plt, rows, outdir, title, formats):
         for ax, ((dt, lay), pts) in zip(axes.flat, square):
             _gemm_panel(ax, pts, "m", "M = N = K")
             ax.set_title(f"{dt} {lay}", fontsize=9)
-        for ax in list(axes.flat)[len(square):]:
-            ax.set_visible(False)
+        _hide_unused(axes, len(square))
         fig.suptitle(f"{title}GEMM, square: TFLOP/s, higher is better", fontsize=10)
         fig.tight_layout()
         paths += _save(fig, outdir, "gemm-square", formats)
@@ -315,8 +313,7 @@ def plot_gemm(plt, rows, outdir, title, formats):
         for ax, (n, k) in zip(axes.flat, shapes):
             _gemm_panel(ax, [r for r in mine if (int(r["n"]), int(r["k"])) == (n, k)], "m", "M (tokens)")
             ax.set_title(f"N={n}, K={k}", fontsize=9)
-        for ax in list(axes.flat)[len(shapes):]:
-            ax.set_visible(False)
+        _hide_unused(axes, len(shapes))
         fig.suptitle(f"{title}GEMM {dt} {lay}, LLM weight shapes: TFLOP/s over M", fontsize=10)
         fig.tight_layout()
         paths += _save(fig, outdir, f"gemm-llm-{dt}-{lay}", formats)
@@ -348,13 +345,9 @@ def plot_show(plt, rows, outdir, title, formats):
             ax.plot(xs, rate, "-o", color="C0", label="ktune", ms=4)
             ax.plot(xs, base, "--s", color="C1" if gemm else "k", label="cuBLAS" if gemm else "copy (floor)", ms=4)
             ax.set_xticks(list(xs), [label(r) for r in pts], rotation=40, fontsize=7)
-            ax.set_ylabel("TFLOP/s" if gemm else "GB/s")
-            ax.set_ylim(bottom=0)
-            ax.grid(True, alpha=0.3)
             ax.set_title(f"{dt} {var}", fontsize=9)
-            ax.legend(fontsize=7, loc="lower right")
-        for ax in list(axes.flat)[len(panels):]:
-            ax.set_visible(False)
+            _finish(ax, "TFLOP/s" if gemm else "GB/s")
+        _hide_unused(axes, len(panels))
         fig.suptitle(f"{title}{op}: stored results against their baseline", fontsize=10)
         fig.tight_layout()
         paths += _save(fig, outdir, f"{op}-stored", formats)
