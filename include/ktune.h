@@ -210,6 +210,14 @@ KTUNE_API const char *ktune_last_dispatch(const ktune_ctx *ctx);
  *                       or another value than "off" or "background", and
  *                       KTUNE_ERR_NOT_FOUND when no ktune executable is
  *                       found.  ktune_get_stats counts the tunes.
+ *   KTUNE_TUNE_MAX=N    the keys a context queues in all (default 64; 0: no
+ *                       limit): a service whose shapes keep changing (a
+ *                       batch of every size) tunes its first N keys, not
+ *                       one after another for as long as it runs; the
+ *                       later ones stay as served, counted in tune_skipped
+ *                       (record them and sweep what mattered instead).
+ *                       ktune_open fails with KTUNE_ERR_INVALID for a
+ *                       value that is not a count.
  */
 
 /*
@@ -253,6 +261,7 @@ typedef struct {
 	int64_t tune_queued;    /* KTUNE_TUNE=background: keys waiting or being tuned */
 	int64_t tune_done;      /* keys tuned and stored, served by their tuning since */
 	int64_t tune_failed;    /* tunes that failed (the key stays as it was served) */
+	int64_t tune_skipped;   /* keys not queued: KTUNE_TUNE_MAX reached (they stay as served) */
 } ktune_stats;
 
 /*

@@ -41,6 +41,7 @@ class ktune_stats(ctypes.Structure):  # noqa: N801 (the C name)
         ("tune_queued", c_int64),     # KTUNE_TUNE=background: keys waiting or being tuned
         ("tune_done", c_int64),       # keys tuned and stored, served by their tuning since
         ("tune_failed", c_int64),     # tunes that failed
+        ("tune_skipped", c_int64),    # keys not queued: KTUNE_TUNE_MAX reached
     ]
 
 

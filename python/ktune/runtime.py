@@ -35,6 +35,7 @@ class Stats:
     tune_queued: int
     tune_done: int
     tune_failed: int
+    tune_skipped: int
 
     @property
     def tuned_calls(self):
@@ -57,7 +58,8 @@ def stats(device=None):
     device, else 0), opening it if needed: calls, keys and how many of each
     were served without a tuned entry (missed), kernels loaded, NVRTC
     compiles and their seconds, cubin cache loads, the last warm, and the
-    keys KTUNE_TUNE=background queued, tuned and failed to tune."""
+    keys KTUNE_TUNE=background queued, tuned, failed to tune and skipped
+    (past KTUNE_TUNE_MAX)."""
     lib = _lib.library()
     ctx = context(_device(device))
     s = _lib.ktune_stats()

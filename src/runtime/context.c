@@ -46,11 +46,12 @@ ktune_status ktune_get_stats(ktune_ctx *ctx, ktune_stats *out, size_t size)
 	s.warm_seconds = ctx->warm.seconds;
 	pthread_mutex_unlock(&ctx->lock);
 	ktune__record_totals(&ctx->record, &s.missed_keys, &s.missed_calls);
-	int queued, tuned, failed;
-	ktune__bg_counts(ctx, &queued, &tuned, &failed);
+	int queued, tuned, failed, skipped;
+	ktune__bg_counts(ctx, &queued, &tuned, &failed, &skipped);
 	s.tune_queued = queued;
 	s.tune_done = tuned;
 	s.tune_failed = failed;
+	s.tune_skipped = skipped;
 	/* a caller built against an older, shorter struct gets its fields */
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
 	return KTUNE_OK;

@@ -332,13 +332,14 @@ void ktune__record_close(ktune_ctx *ctx);
 /*
  * KTUNE_TUNE=background (tune-on-use.c): read at ktune_open; a key served
  * without a tuned entry of its own queued at its first call (cheap: a
- * mutex and a signal; the thread starts at the first); the counts of keys
- * queued or being tuned, tuned and failed; ktune_close drops the queue and
- * waits for the tune in progress.
+ * mutex and a signal; the thread starts at the first) while fewer than
+ * KTUNE_TUNE_MAX have been; the counts of keys queued or being tuned,
+ * tuned, failed and skipped (the limit reached); ktune_close drops the
+ * queue and waits for the tune in progress.
  */
 int ktune__bg_open(ktune_ctx *ctx, struct ktune_err *e);
 void ktune__bg_enqueue(ktune_ctx *ctx, const struct ktune_key *key);
-void ktune__bg_counts(ktune_ctx *ctx, int *queued, int *tuned, int *failed);
+void ktune__bg_counts(ktune_ctx *ctx, int *queued, int *tuned, int *failed, int *skipped);
 void ktune__bg_close(ktune_ctx *ctx);
 
 #endif

@@ -11,6 +11,10 @@
  * time the tuning takes beside its work.  The winner's kernel is in the
  * cubin cache by then (the worker compiled it there), so the call that
  * takes the new entry loads rather than compiles it.
+ *
+ * A context queues KTUNE_TUNE_MAX keys in all (default 64): a program whose
+ * shapes never stop changing would otherwise share its GPU with a tuning
+ * for as long as it runs.  Past the limit, keys are counted, not queued.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,6 +28,9 @@
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
 
+/* Keys a context queues in all unless KTUNE_TUNE_MAX says otherwise. */
+#define KTUNE_TUNE_MAX_DEFAULT 64
+
 struct ktune_bg {
 	pthread_mutex_t lock; /* guards everything below */
 	pthread_cond_t wake;
@@ -32,6 +39,7 @@ struct ktune_bg {
 	int head, n, cap;
 	int started, stop, busy;
 	int tuned, failed;     /* keys tuned and stored, and tunes that failed */
+	int max, skipped;      /* KTUNE_TUNE_MAX (0: no limit), and keys past it */
 	pthread_t thread;
 };
 
@@ -66,6 +74,15 @@ int ktune__bg_open(ktune_ctx *ctx, struct ktune_err *e)
 		return KTUNE_OK;
 	if (strcmp(v, "background"))
 		return ktune__fail(e, KTUNE_ERR_INVALID, "KTUNE_TUNE='%.32s' is not one of off, background", v);
+	long max = KTUNE_TUNE_MAX_DEFAULT;
+	const char *m = getenv("KTUNE_TUNE_MAX");
+	if (m && *m) {
+		char *end;
+		errno = 0;
+		max = strtol(m, &end, 10);
+		if (errno || *end || max < 0 || max > INT_MAX)
+			return ktune__fail(e, KTUNE_ERR_INVALID, "KTUNE_TUNE_MAX='%.32s' is not a count of keys", m);
+	}
 	if (!ctx->db_path[0])
 		return ktune__fail(e, KTUNE_ERR_INVALID,
 				   "KTUNE_TUNE=background needs a database to store what it tunes (this context has none)");
@@ -77,6 +94,7 @@ int ktune__bg_open(ktune_ctx *ctx, struct ktune_err *e)
 		return ktune__fail(e, KTUNE_ERR_NOT_FOUND,
 				   "KTUNE_TUNE=background: no ktune executable to tune with (set KTUNE_CLI to its path)");
 	}
+	bg->max = (int)max;
 	pthread_mutex_init(&bg->lock, NULL);
 	pthread_cond_init(&bg->wake, NULL);
 	ctx->bg = bg;
@@ -126,6 +144,7 @@ static void *bg_main(void *arg)
 		} else {
 			bg->tuned++;
 		}
+		bg->busy = 0; /* with the count: a key is queued, tuned or failed, never two at once */
 		pthread_mutex_unlock(&bg->lock);
 		if (rc && t) { /* a tuner that failed is started afresh for the next key */
 			ktune__tuner_close(t);
@@ -143,6 +162,11 @@ void ktune__bg_enqueue(ktune_ctx *ctx, const struct ktune_key *key)
 	if (!bg)
 		return;
 	pthread_mutex_lock(&bg->lock);
+	if (bg->max && bg->n >= bg->max) {
+		bg->skipped++;
+		pthread_mutex_unlock(&bg->lock);
+		return;
+	}
 	if (!bg->stop && bg->n == bg->cap) {
 		int cap = bg->cap ? 2 * bg->cap : 16;
 		struct ktune_key *grown = realloc(bg->queue, (size_t)cap * sizeof(*grown));
@@ -160,16 +184,17 @@ void ktune__bg_enqueue(ktune_ctx *ctx, const struct ktune_key *key)
 	pthread_mutex_unlock(&bg->lock);
 }
 
-void ktune__bg_counts(ktune_ctx *ctx, int *queued, int *tuned, int *failed)
+void ktune__bg_counts(ktune_ctx *ctx, int *queued, int *tuned, int *failed, int *skipped)
 {
 	struct ktune_bg *bg = ctx->bg;
-	*queued = *tuned = *failed = 0;
+	*queued = *tuned = *failed = *skipped = 0;
 	if (!bg)
 		return;
 	pthread_mutex_lock(&bg->lock);
 	*queued = bg->n - bg->head + bg->busy;
 	*tuned = bg->tuned;
 	*failed = bg->failed;
+	*skipped = bg->skipped;
 	pthread_mutex_unlock(&bg->lock);
 }
 

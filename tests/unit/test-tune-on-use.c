@@ -5,7 +5,8 @@
  * thread while the caller goes on (the queueing returns at once, the
  * context's lock stays free), stored in the database and handed to
  * dispatch, and the key's resolved choice is retired so that its next
- * call takes the tuned entry; bad settings are clear errors at open.
+ * call takes the tuned entry; KTUNE_TUNE_MAX keys are queued in all;
+ * bad settings are clear errors at open.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -84,7 +85,7 @@ static void test_tune_on_use__tunes_beside_the_caller(void **state)
 	char db[4200];
 	struct ktune_err e;
 	struct ktune_choice c;
-	int queued, tuned, failed;
+	int queued, tuned, failed, skipped;
 	(void)state;
 
 	snprintf(db, sizeof(db), "%s/bg.db", dir);
@@ -113,12 +114,13 @@ static void test_tune_on_use__tunes_beside_the_caller(void **state)
 		pthread_mutex_unlock(&ctx->lock);
 		if (ktune__now() - t1 > worst)
 			worst = ktune__now() - t1;
-		ktune__bg_counts(ctx, &queued, &tuned, &failed);
+		ktune__bg_counts(ctx, &queued, &tuned, &failed, &skipped);
 		usleep(2000);
 	} while (queued && ktune__now() < deadline);
 	assert_int_equal(queued, 0);
 	assert_int_equal(failed, 0);
 	assert_int_equal(tuned, 1);
+	assert_int_equal(skipped, 0);
 	assert_true(worst < 0.5); /* the lock is held to adopt the result, never to tune */
 
 	/* dispatch serves the key from its new entry; the old choice is retired, not freed */
@@ -154,10 +156,47 @@ static void test_tune_on_use__close_drops_the_queue(void **state)
 		struct ktune_key key = { "gemm", KTUNE_BF16, "nn", 32 + i, 64, 64, 1 };
 		ktune__bg_enqueue(ctx, &key);
 	}
-	int queued, tuned, failed;
-	ktune__bg_counts(ctx, &queued, &tuned, &failed);
+	int queued, tuned, failed, skipped;
+	ktune__bg_counts(ctx, &queued, &tuned, &failed, &skipped);
 	assert_true(queued > 0);
+	assert_int_equal(skipped, 0); /* 20 keys: under the default limit */
 	free_ctx(ctx); /* ktune__bg_close: joins the thread */
+}
+
+/* KTUNE_TUNE_MAX keys are queued in all; the later ones are counted, not tuned. */
+static void test_tune_on_use__max_keys(void **state)
+{
+	char db[4200];
+	struct ktune_err e;
+	int queued, tuned, failed, skipped;
+	(void)state;
+
+	snprintf(db, sizeof(db), "%s/max.db", dir);
+	ktune_ctx *ctx = make_ctx(db);
+	env_for("background");
+	setenv("KTUNE_TUNE_MAX", "3", 1);
+	assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_OK);
+	for (int i = 0; i < 5; i++) {
+		struct ktune_key key = { "gemm", KTUNE_F16, "nt", 16 + 16 * i, 64, 64, 1 };
+		ktune__bg_enqueue(ctx, &key);
+		ktune__bg_counts(ctx, &queued, &tuned, &failed, &skipped);
+		assert_int_equal(queued + tuned + failed, i < 3 ? i + 1 : 3); /* each key counted once */
+		assert_int_equal(skipped, i < 3 ? 0 : i - 2);
+	}
+	double deadline = ktune__now() + 120;
+	do { /* the three tune to the end; the queue stays shut */
+		usleep(5000);
+		ktune__bg_counts(ctx, &queued, &tuned, &failed, &skipped);
+		assert_int_equal(queued + tuned + failed, 3);
+	} while (queued && ktune__now() < deadline);
+	assert_int_equal(tuned, 3);
+	assert_int_equal(failed, 0);
+	ktune__bg_enqueue(ctx, &(struct ktune_key){ "gemm", KTUNE_F16, "nt", 999, 64, 64, 1 });
+	ktune__bg_counts(ctx, &queued, &tuned, &failed, &skipped);
+	assert_int_equal(queued, 0);
+	assert_int_equal(skipped, 3);
+	free_ctx(ctx);
+	unsetenv("KTUNE_TUNE_MAX");
 }
 
 /* Off unless asked; a bad value, no database or no ktune to tune with are errors at open. */
@@ -178,6 +217,16 @@ static void test_tune_on_use__settings(void **state)
 	setenv("KTUNE_TUNE", "foreground", 1);
 	assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_ERR_INVALID);
 	assert_non_null(strstr(e.msg, "not one of off, background"));
+
+	static const char *const not_counts[] = { "-1", "many", "3x", "99999999999" };
+	env_for("background");
+	for (size_t i = 0; i < sizeof(not_counts) / sizeof(not_counts[0]); i++) {
+		setenv("KTUNE_TUNE_MAX", not_counts[i], 1);
+		assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_ERR_INVALID);
+		assert_non_null(strstr(e.msg, "KTUNE_TUNE_MAX"));
+		assert_null(ctx->bg);
+	}
+	unsetenv("KTUNE_TUNE_MAX");
 
 	env_for("background");
 	setenv("KTUNE_CLI", "/nonexistent/ktune", 1);
@@ -200,6 +249,7 @@ int main(void)
 		cmocka_unit_test(test_tune_on_use__settings),
 		cmocka_unit_test(test_tune_on_use__tunes_beside_the_caller),
 		cmocka_unit_test(test_tune_on_use__close_drops_the_queue),
+		cmocka_unit_test(test_tune_on_use__max_keys),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -87,7 +87,7 @@ API size_t ktune_test_stats_layout(size_t *offsets, int n)
 		offsetof(ktune_stats, warm_compiled), offsetof(ktune_stats, warm_cached),
 		offsetof(ktune_stats, warm_failed), offsetof(ktune_stats, warm_seconds),
 		offsetof(ktune_stats, tune_queued), offsetof(ktune_stats, tune_done),
-		offsetof(ktune_stats, tune_failed),
+		offsetof(ktune_stats, tune_failed), offsetof(ktune_stats, tune_skipped),
 	};
 	for (int i = 0; i < n && i < (int)(sizeof(off) / sizeof(off[0])); i++)
 		offsets[i] = off[i];
