@@ -9,7 +9,8 @@ the floor, as PNG and SVG, from the CSVs the benchmarks write:
   bench/ops/quant.py                     the same columns, op gemm_quant: over M, a panel per
                                          weight shape (N, K), the speedup over bf16 cuBLAS
                                          (ktune, gemlite) and the weight bandwidth (each
-                                         library's own weight bytes) against the copy
+                                         library's own weight bytes) against the copy, its
+                                         fraction of the copy on the right axis
   bench/ops/attention.py                 columns setting,direction,...,seqlen,head_dim,library,
                                          tflops: TFLOP/s over the sequence length, ktune (and
                                          its deterministic backward) and SDPA's cuDNN and flash
@@ -20,6 +21,9 @@ the floor, as PNG and SVG, from the CSVs the benchmarks write:
   ktune show --format csv                what a sweep or tune stored: ktune and its baseline
                                          (cuBLAS; for the other ops a copy of as many bytes:
                                          the floor)
+
+A check that failed is a red cross (where none of eager and graph passed). An SVG drawn again
+from the same CSV is the same file.
 
     ktune plot bench/results/h100-elementwise.csv -o plots/ [--title H100] [--formats png,svg]
 """
@@ -119,11 +123,19 @@ def _hide_unused(axes, used):
         ax.set_visible(False)
 
 
+def _failures(ax, lib, pts, y):
+    """A red cross on each point of `pts` (x first, `failed` last, the value at index y) whose
+    check failed."""
+    bad = [p for p in pts if p[-1]]
+    if bad:
+        ax.plot([p[0] for p in bad], [p[y] for p in bad], "rx", ms=9, label=f"{lib}: check failed")
+
+
 def _save(fig, outdir, name, formats):
     paths = []
     for ext in formats:
         p = os.path.join(outdir, f"{name}.{ext}")
-        fig.savefig(p, dpi=110)
+        fig.savefig(p, dpi=110, metadata={"Date": None} if ext == "svg" else None)
         paths.append(p)
     return paths
 
@@ -176,23 +188,35 @@ def quant_series(rows):
     return out
 
 
-def _quant_panels(axes, col, libs, floor):
-    """Column `col`: above, each library's speedup over bf16 cuBLAS at each M; below, its weight GB/s."""
+def quant_speedups(libs):
+    """{library: [(m, speedup, failed)]}: each library but cuBLAS against bf16 cuBLAS (its time
+    over the library's) at the M where cuBLAS's check passed; a failed row keeps its flag, to be
+    drawn as a failure and not read as a win."""
     base = {m: t for m, t, _, failed in libs.get("cublas", []) if not failed}
+    return {lib: [(m, base[m] / t, failed) for m, t, _, failed in pts if m in base]
+            for lib, pts in libs.items() if lib != "cublas"}
+
+
+def _quant_panels(axes, col, libs, floor):
+    """Column `col`: above, each library's speedup over bf16 cuBLAS at each M; below, its weight
+    GB/s, with its fraction of the copy on the right axis (the issue's "fraction of the copy
+    ceiling next to each ratio")."""
     up, bw = axes[0][col], axes[1][col]
+    speedups = quant_speedups(libs)
     for lib in sorted(libs, key=lambda name: (name != "ktune", name)):
         pts = libs[lib]
         style, color = STYLE.get(lib, ("-.", None))
         bw.plot([p[0] for p in pts], [p[2] for p in pts], style, color=color, label=lib, ms=4)
-        ratio = [(m, base[m] / t) for m, t, _, _ in pts if m in base]
-        if lib != "cublas" and ratio:
-            up.plot(*zip(*ratio), style, color=color, label=lib, ms=4)
-        bad = [p for p in pts if p[3]]
-        if bad:
-            bw.plot([p[0] for p in bad], [p[2] for p in bad], "rx", ms=9, label=f"{lib}: check failed")
+        _failures(bw, lib, pts, 2)
+        if speedups.get(lib):
+            up.plot([p[0] for p in speedups[lib]], [p[1] for p in speedups[lib]], style, color=color, label=lib,
+                    ms=4)
+            _failures(up, lib, speedups[lib], 1)
     up.axhline(1.0, color="C1", lw=1, ls="--", label="bf16 cuBLAS")
     if floor:
         bw.axhline(floor, color="k", lw=1, ls="-.", label=f"copy {floor:.0f} GB/s")
+        frac = bw.secondary_yaxis("right", functions=(lambda gb: gb / floor, lambda f: f * floor))
+        frac.set_ylabel("of the copy", fontsize=8)
     ms = sorted({p[0] for pts in libs.values() for p in pts})
     for ax, ylabel in ((up, "x bf16 cuBLAS"), (bw, "weight GB/s")):
         ax.set_xscale("log", base=2)
@@ -248,9 +272,7 @@ def plot_attention(plt, rows, outdir, title, formats):
                 pts = libs[lib]
                 style, color = STYLE.get(lib, ("-.", None))
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=lib, ms=4)
-                bad = [p for p in pts if p[2]]
-                if bad:
-                    ax.plot([p[0] for p in bad], [p[1] for p in bad], "rx", ms=9, label=f"{lib}: check failed")
+                _failures(ax, lib, pts, 1)
             seqs = sorted({p[0] for pts in libs.values() for p in pts})
             ax.set_xscale("log", base=2)
             ax.set_xticks(seqs, [_size_label(str(s)) for s in seqs], fontsize=8)
@@ -360,6 +382,8 @@ def plot_files(paths, outdir, title="", formats=("png", "svg")):
     import matplotlib
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable SVGs
+    matplotlib.rcParams["svg.hashsalt"] = "ktune plot"  # with no date: an SVG drawn again from the same CSV is
+    # the same file, so git shows only the figures whose content changed
     import matplotlib.pyplot as plt
     os.makedirs(outdir, exist_ok=True)
     prefix = f"{title}: " if title else ""

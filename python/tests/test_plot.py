@@ -97,3 +97,33 @@ def test_quant_series_is_time_and_bandwidth_over_m(tmp_path):
     assert ktune == [(1, 12.0, 742.7, False), (16, 18.0, 495.2, False)]  # sorted by M, the faster of the two
     assert plot.copy_floor(rows) == 3000.0
     assert "gemm_quant" not in plot.ops_series(rows)[0]  # its own figure, not a GB/s one
+
+
+def test_quant_speedups_keep_failures_marked():
+    from ktune import plot
+    libs = {"cublas": [(1, 24.0, 1400.0, False), (4, 30.0, 1700.0, False), (16, 40.0, 1300.0, True)],
+            "ktune": [(1, 12.0, 700.0, False), (4, 20.0, 500.0, False), (16, 20.0, 500.0, False)],
+            "gemlite": [(1, 16.0, 600.0, True), (4, 60.0, 200.0, False)]}
+    s = plot.quant_speedups(libs)
+    assert set(s) == {"ktune", "gemlite"}  # cuBLAS is the 1.0 line
+    assert s["ktune"] == [(1, 2.0, False), (4, 1.5, False)]  # none at M = 16: cuBLAS failed there
+    assert s["gemlite"] == [(1, 1.5, True), (4, 0.5, False)]  # a failed 1.5x stays a failure
+
+
+def test_h100_gemlite_failures_are_marked():
+    from ktune import plot
+    rows = plot._read(os.path.join(RESULTS, "h100-quant.csv"))
+    s = plot.quant_speedups(plot.quant_series(rows)[("w4g128", "bf16")][(4096, 4096)])
+    assert [m for m, _, failed in s["gemlite"] if failed] == [1]  # both of its M = 1 rows failed the check
+    assert not any(failed for _, _, failed in s["ktune"])
+    m1 = s["ktune"][0]
+    assert m1[0] == 1 and 1.7 < m1[1] < 1.9  # 23.84 us (cuBLAS, graph) over 13.088 (ktune, graph)
+
+
+def test_svg_drawn_again_is_the_same_file(matplotlib, tmp_path):
+    from ktune import plot
+    csv = os.path.join(RESULTS, "h200-quant.csv")
+    a, b = (plot.plot_files([csv], str(tmp_path / d), "H200", ["svg"]) for d in ("a", "b"))
+    assert [os.path.basename(p) for p in a] == ["gemm_quant-w4g128-bf16.svg"]
+    with open(a[0], "rb") as fa, open(b[0], "rb") as fb:
+        assert fa.read() == fb.read()
