@@ -170,22 +170,27 @@ def plot_ops(plt, rows, outdir, title, formats):
     return paths
 
 
-def quant_series(rows):
-    """{(variant, dtype): {(n, k): {library: [(m, time_us, gbps, failed)]}}} of a bench/ops
-    CSV's gemm_quant rows (shape "MxNxK"), each the best of eager and graph."""
-    mine = [r for r in rows if r["op"] == "gemm_quant" and r["time_us"]]
+def _nest(items):
+    """{figure: {panel: {library: [point, ...] in order}}} of (figure, panel, library, point)s."""
     out = {}
-    for (variant, dtype, shape, lib), (r, failed) in _best(
-            mine, lambda r: (r["variant"], r["dtype"], r["shape"], r["library"]),
-            lambda r: -float(r["time_us"])).items():
-        m, n, k = (int(v) for v in shape.split("x"))
-        out.setdefault((variant, dtype), {}).setdefault((n, k), {}).setdefault(lib, []).append(
-            (m, float(r["time_us"]), float(r["gbps"]), failed))
+    for figure, panel, lib, point in items:
+        out.setdefault(figure, {}).setdefault(panel, {}).setdefault(lib, []).append(point)
     for panels in out.values():
         for libs in panels.values():
             for pts in libs.values():
                 pts.sort()
     return out
+
+
+def quant_series(rows):
+    """{(variant, dtype): {(n, k): {library: [(m, time_us, gbps, failed)]}}} of a bench/ops
+    CSV's gemm_quant rows (shape "MxNxK"), each the best of eager and graph."""
+    mine = [r for r in rows if r["op"] == "gemm_quant" and r["time_us"]]
+    best = _best(mine, lambda r: (r["variant"], r["dtype"], r["shape"], r["library"]),
+                 lambda r: -float(r["time_us"]))
+    return _nest(((variant, dtype), tuple(int(v) for v in shape.split("x")[1:]), lib,
+                  (int(shape.split("x")[0]), float(r["time_us"]), float(r["gbps"]), failed))
+                 for (variant, dtype, shape, lib), (r, failed) in best.items())
 
 
 def quant_speedups(libs):
@@ -245,19 +250,12 @@ def plot_quant(plt, rows, outdir, title, formats):
 def attention_series(rows):
     """{(direction, dtype): {(setting, head_dim, causal): {library: [(seqlen, tflops, failed)]}}}
     of a bench/ops/attention.py CSV, each the best of eager and graph."""
-    out = {}
-    for (direction, dtype, setting, d, causal, s, lib), (r, failed) in _best(
-            [r for r in rows if r["tflops"]],
-            lambda r: (r["direction"], r["dtype"], r["setting"], int(r["head_dim"]), int(r["causal"]),
-                       int(r["seqlen"]), r["library"]),
-            lambda r: float(r["tflops"])).items():
-        out.setdefault((direction, dtype), {}).setdefault((setting, d, causal), {}).setdefault(lib, []).append(
-            (s, float(r["tflops"]), failed))
-    for panels in out.values():
-        for libs in panels.values():
-            for pts in libs.values():
-                pts.sort()
-    return out
+    best = _best([r for r in rows if r["tflops"]],
+                 lambda r: (r["direction"], r["dtype"], r["setting"], int(r["head_dim"]), int(r["causal"]),
+                            int(r["seqlen"]), r["library"]),
+                 lambda r: float(r["tflops"]))
+    return _nest(((direction, dtype), (setting, d, causal), lib, (s, float(r["tflops"]), failed))
+                 for (direction, dtype, setting, d, causal, s, lib), (r, failed) in best.items())
 
 
 def plot_attention(plt, rows, outdir, title, formats):

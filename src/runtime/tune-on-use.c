@@ -105,7 +105,6 @@ int ktune__bg_open(ktune_ctx *ctx, struct ktune_err *e)
 static int next_key(struct ktune_bg *bg, struct ktune_key *key)
 {
 	pthread_mutex_lock(&bg->lock);
-	bg->busy = 0;
 	while (!bg->stop && bg->head == bg->n)
 		pthread_cond_wait(&bg->wake, &bg->lock);
 	int got = !bg->stop;

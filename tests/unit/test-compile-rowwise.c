@@ -226,32 +226,24 @@ static void test_compile_rowwise__cross_entropy_shifted_candidates(void **state)
 	struct ktune_key k = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 8192, .n = 50257 };
 	struct ktune_config *cfgs = NULL;
 	struct ktune_err e;
-	int n = 0, npruned = 0, njobs = 0, failed = 0, spills = 0;
+	int n = 0, npruned = 0, nvec = 0, failed = 0, spills = 0;
 	(void)state;
 	assert_int_equal(ktune__op_variant_set(op, &k, values, NULL), 0);
 	op->key_bucket(&k);
 	assert_int_equal(ktune__op_candidates(op, &k, ARCH, SM_COUNT, 0, 1, &cfgs, &n, &npruned, &e), 0);
-	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
-	assert_non_null(jobs);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) /* the candidates with vectors, in their order, at the front */
 		if (ktune__op_param(op, &cfgs[i], "VEC", 1) > 1)
-			jobs[njobs].cfg = cfgs[i], njobs++;
-	free(cfgs);
-	int nvec = njobs;
+			cfgs[nvec++] = cfgs[i];
 	assert_true(nvec >= 50);
-	if (!full_compile()) { /* CI: a seeded sample; every one ran on the GPU (rowwise.md) */
-		struct ktune_config *vec = calloc((size_t)nvec, sizeof(*vec));
-		assert_non_null(vec);
-		for (int i = 0; i < nvec; i++)
-			vec[i] = jobs[i].cfg;
-		ktune__sample_configs(vec, nvec, SHIFTED_SAMPLE, 3);
-		njobs = SHIFTED_SAMPLE;
-		for (int i = 0; i < njobs; i++)
-			jobs[i].cfg = vec[i];
-		free(vec);
-	}
+	/* CI: a seeded sample; every one ran on the GPU (rowwise.md) */
+	int njobs = full_compile() ? nvec : SHIFTED_SAMPLE;
+	if (njobs < nvec)
+		ktune__sample_configs(cfgs, nvec, njobs, 3);
+	struct job *jobs = calloc((size_t)njobs + 1, sizeof(*jobs));
+	assert_non_null(jobs);
 	for (int i = 0; i < njobs; i++)
-		jobs[i] = (struct job){ .key = k, .cfg = jobs[i].cfg };
+		jobs[i] = (struct job){ .key = k, .cfg = cfgs[i] };
+	free(cfgs);
 	ktune__parallel_for(njobs, 0, compile_one, jobs);
 	for (int i = 0; i < njobs; i++) {
 		failed += jobs[i].failed;

@@ -62,6 +62,18 @@ static void env_for(const char *tune)
 	setenv("KTUNE_CLI", test_program("fake-worker"), 1);
 }
 
+/* A context with KTUNE_TUNE=background open on the fake worker, its database `name` in the scratch (into db). */
+static ktune_ctx *open_background(const char *name, char *db, size_t len)
+{
+	struct ktune_err e;
+	snprintf(db, len, "%s/%s", dir, name);
+	ktune_ctx *ctx = make_ctx(db);
+	env_for("background");
+	assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_OK);
+	assert_non_null(ctx->bg);
+	return ctx;
+}
+
 /* The key's resolved choice, as a call's first resolve would leave it. */
 static struct ktune_resolved *resolved_like_a_call(ktune_ctx *ctx, const struct ktune_key *key)
 {
@@ -88,11 +100,7 @@ static void test_tune_on_use__tunes_beside_the_caller(void **state)
 	int queued, tuned, failed, skipped;
 	(void)state;
 
-	snprintf(db, sizeof(db), "%s/bg.db", dir);
-	ktune_ctx *ctx = make_ctx(db);
-	env_for("background");
-	assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_OK);
-	assert_non_null(ctx->bg);
+	ktune_ctx *ctx = open_background("bg.db", db, sizeof(db));
 
 	ktune__dispatch_decide(ctx, &key, &c);
 	assert_false(ktune__source_tuned(c.own));
@@ -145,13 +153,9 @@ static void test_tune_on_use__tunes_beside_the_caller(void **state)
 static void test_tune_on_use__close_drops_the_queue(void **state)
 {
 	char db[4200];
-	struct ktune_err e;
 	(void)state;
 
-	snprintf(db, sizeof(db), "%s/drop.db", dir);
-	ktune_ctx *ctx = make_ctx(db);
-	env_for("background");
-	assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_OK);
+	ktune_ctx *ctx = open_background("drop.db", db, sizeof(db));
 	for (int i = 0; i < 20; i++) {
 		struct ktune_key key = { "gemm", KTUNE_BF16, "nn", 32 + i, 64, 64, 1 };
 		ktune__bg_enqueue(ctx, &key);
@@ -167,15 +171,11 @@ static void test_tune_on_use__close_drops_the_queue(void **state)
 static void test_tune_on_use__max_keys(void **state)
 {
 	char db[4200];
-	struct ktune_err e;
 	int queued, tuned, failed, skipped;
 	(void)state;
 
-	snprintf(db, sizeof(db), "%s/max.db", dir);
-	ktune_ctx *ctx = make_ctx(db);
-	env_for("background");
 	setenv("KTUNE_TUNE_MAX", "3", 1);
-	assert_int_equal(ktune__bg_open(ctx, &e), KTUNE_OK);
+	ktune_ctx *ctx = open_background("max.db", db, sizeof(db));
 	for (int i = 0; i < 5; i++) {
 		struct ktune_key key = { "gemm", KTUNE_F16, "nt", 16 + 16 * i, 64, 64, 1 };
 		ktune__bg_enqueue(ctx, &key);
