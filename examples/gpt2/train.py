@@ -45,11 +45,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, os.pardir, os.pardir))
 
 
-def corpus(limit=8 << 20):
-    """The repository's text files as one byte tensor (sorted paths: the same
-    bytes every run)."""
+def corpus(path=None, limit=8 << 20):
+    """The bytes of the file `path`, else the repository's text files (sorted
+    paths: the same bytes every run of one checkout), as one tensor."""
     chunks, total = [], 0
-    for top in ("docs", "src", "include", "kernels", "cli", "bench", "python"):
+    if path:
+        with open(path, "rb") as fh:
+            chunks.append(fh.read(limit))
+    for top in () if path else ("docs", "src", "include", "kernels", "cli", "bench", "python"):
         for root, dirs, files in sorted(os.walk(os.path.join(REPO, top))):
             dirs.sort()
             for f in sorted(files):
@@ -61,7 +64,7 @@ def corpus(limit=8 << 20):
                         break
     data = torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8).long()
     if data.numel() < 4096:
-        sys.exit("train.py: found too little text in the repository")
+        sys.exit(f"train.py: too little text in {path or 'the repository'}")
     return data
 
 
@@ -295,6 +298,7 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--data", metavar="FILE", help="train on this file's bytes (default: the repository's text)")
     ap.add_argument("--tol", type=float, default=0.05, help="largest |loss difference| at any step (nats)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (both runs)")
     ap.add_argument("--torch-attention", action="store_true",
@@ -317,7 +321,7 @@ def main(argv=None):
         ap.error("--record records the ktune run's misses: not with --mode stock")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("train.py: no CUDA device (use --device cpu with the host double for a functional run)")
-    data = corpus()
+    data = corpus(args.data)
     print(f"GPT-2: {args.n_layer} layers, {args.n_head} heads, {args.n_embd} wide, vocab {args.vocab}; "
           f"batch {args.batch} x {args.seq} tokens, {args.steps} steps, seed {args.seed}, device {args.device}"
           + (", torch.compile" if args.compile else ""), flush=True)
