@@ -121,6 +121,27 @@ static __device__ __forceinline__ elem load_meta(const elem *p)
 	return *p;
 }
 
+/*
+ * The codes of a word, code e as q_e * 2^(j b) with j = e % HALF_CODES: each
+ * read in place within its 16-bit half (no shift but the half's), so that
+ * a code costs an AND-OR and an add (code_float); q 2^(j b) < 2^16 is exact.
+ * code_unit(e) = 2^-(j b) scales the activation it meets instead.
+ */
+#define HALF_CODES (16 / BITS)
+
+static __device__ __forceinline__ void codes_scaled(u32 x, float q[PER_WORD])
+{
+	const u32 hi = x >> 16;
+#pragma unroll
+	for (int e = 0; e < PER_WORD; e++)
+		q[e] = code_float((e < HALF_CODES ? x : hi) & (QMASK << (e % HALF_CODES * BITS)));
+}
+
+static __device__ __forceinline__ constexpr float code_unit(int e)
+{
+	return 1.0f / (float)(1u << (e % HALF_CODES * BITS));
+}
+
 /* ------------------------------------------------------------------ kernel */
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -180,7 +201,11 @@ qgemv_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 				}
 			}
 
-			/* compute: per word, per slice, dequantise every row's weights, then each row of a */
+			/*
+			 * compute: per word, every row's codes as floats, then for each
+			 * row of a the word's two sums, sum q a and sum a, and acc +=
+			 * mul * sum q a + add * sum a (= sum w a: w = q mul + add).
+			 */
 #pragma unroll
 			for (int u = 0; u < UNROLL; u++) {
 				const i64 ch = base + (i64)u * THREADS;
@@ -192,31 +217,40 @@ qgemv_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 					if (word >= kw) /* the row's last chunk, cut short */
 						continue;
 					const int g = CHUNK_GROUPS > 1 ? v * PER_WORD / GROUP : 0;
-					qparams p[ROWS];
+					float qf[ROWS][PER_WORD];
 #pragma unroll
 					for (int r = 0; r < ROWS; r++)
-						p[r] = qparams_of(sc[u][r][g], ze[u][r][g]);
+						codes_scaled(wv[u][r].w[v], qf[r]);
+					const i64 l = word * PER_WORD;
 #pragma unroll
-					for (int sl = 0; sl < SLICES; sl++) {
-						float wf[ROWS][SLICE];
+					for (int i = 0; i < MAX_M; i++) {
+						if (i >= mcount)
+							break;
+						float sqa[ROWS], sa = 0.0f;
 #pragma unroll
 						for (int r = 0; r < ROWS; r++)
+							sqa[r] = 0.0f;
 #pragma unroll
-							for (int e = 0; e < SLICE; e++)
-								wf[r][e] = dequant((wv[u][r].w[v] >> ((sl * SLICE + e) * BITS)) & QMASK,
-										   p[r]);
-						const i64 l = word * PER_WORD + sl * SLICE;
-#pragma unroll
-						for (int i = 0; i < MAX_M; i++) {
-							if (i >= mcount)
-								break;
+						for (int sl = 0; sl < SLICES; sl++) {
 							float x[SLICE];
-							load_slice(a0 + i * lda + l, x);
+							load_slice(a0 + i * lda + l + sl * SLICE, x);
 #pragma unroll
-							for (int r = 0; r < ROWS; r++)
+							for (int e = 0; e < SLICE; e++) {
+								const int code = sl * SLICE + e;
+								if (HAS_ZERO)
+									sa += x[e];
+								const float xs = x[e] * code_unit(code);
 #pragma unroll
-								for (int e = 0; e < SLICE; e++)
-									acc[r][i] = __fmaf_rn(x[e], wf[r][e], acc[r][i]);
+								for (int r = 0; r < ROWS; r++)
+									sqa[r] = __fmaf_rn(qf[r][code], xs, sqa[r]);
+							}
+						}
+#pragma unroll
+						for (int r = 0; r < ROWS; r++) {
+							const qparams p = qparams_of(sc[u][r][g], ze[u][r][g]);
+							acc[r][i] = __fmaf_rn(p.mul, sqa[r], acc[r][i]);
+							if (HAS_ZERO)
+								acc[r][i] = __fmaf_rn(p.add, sa, acc[r][i]);
 						}
 					}
 				}

@@ -203,6 +203,18 @@ static __device__ __forceinline__ void mma_16816(float d[4], const u32 a[4], con
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* x - y on two packed f16 or bf16 values (as fma(x, 1, -y): sm_80 has no bf16x2 subtraction), rounded to nearest. */
+static __device__ __forceinline__ u32 sub_pair(u32 x, u32 y)
+{
+	u32 r;
+#if DTYPE == 1
+	asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0x3F803F80u), "r"(y ^ 0x80008000u));
+#else
+	asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0x3C003C00u), "r"(y ^ 0x80008000u));
+#endif
+	return r;
+}
+
 #endif /* KTUNE_QUANT_HOST */
 
 /* ------------------------------------------------------------ dequantisation */

@@ -1,11 +1,12 @@
 /*
  * gemm_quant.c - the op "gemm_quant": C[M, N] = A[M, K] * dequant(Wq)[N, K]^T
  * (+ bias), weights packed at 8, 4, 2 or 1 bits with gemlite's four
- * dequantisation modes (src/ops/quant.h, docs/quant.md).  Three families:
+ * dequantisation modes (src/ops/quant.h, docs/quant.md).  Four families:
  * a split-K GEMV for few rows of A (kernels/templates/qgemv.cu), a tiled
- * mma.sync kernel (qgemm.cu) and a register-streamed mma.sync kernel for M
- * of 1 to 128 (qmma.cu); a split call adds its fp32 partials in order with
- * a second kernel (quant.cuh's quant_reduce_kernel).
+ * mma.sync kernel (qgemm.cu), a register-streamed mma.sync kernel for M
+ * of 1 to 128 (qmma.cu), and one for few rows of A that puts the codes
+ * themselves on the tensor cores (qcode.cu); a split call adds its fp32
+ * partials in order with a second kernel (quant.cuh's quant_reduce_kernel).
  *
  * Key: dtype of A, C, scales and zeros (f16, bf16), bits, group (32, 64,
  * 128, chan), mode and the packing's version (compiled in), M (tuned by
@@ -24,7 +25,7 @@
 #include "ops/quant-ref.h"
 #include "runtime/op_run.h"
 
-enum { GEMV, MMA, QMMA };
+enum { GEMV, MMA, QMMA, QCODE };
 enum { BUF_A, BUF_WQ, BUF_SCALES, BUF_ZEROS, BUF_BIAS, BUF_C };
 
 static const char *const bits_choices[] = { "4", "8", "2", "1", NULL };
@@ -47,6 +48,7 @@ static const struct ktune_family families[] = {
 	{ "qgemv", "qgemv.cu", "qgemv.yaml", { "qgemv_kernel", "quant_reduce_kernel" } },
 	{ "qgemm", "qgemm.cu", "qgemm.yaml", { "qgemm_kernel", "quant_reduce_kernel" } },
 	{ "qmma", "qmma.cu", "qmma.yaml", { "qmma_kernel", "quant_reduce_kernel" } },
+	{ "qcode", "qcode.cu", "qcode.yaml", { "qcode_kernel", "quant_reduce_kernel" } },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -55,8 +57,10 @@ extern const struct ktune_op ktune__op_gemm_quant;
 
 #define OP (&ktune__op_gemm_quant)
 
-/* The GEMV holds at most this many rows of A at a time (MAX_M); more are the tiled family's. */
+/* The GEMV and qcode hold at most this many rows of A at a time (MAX_M); the GEMV leaves more to the tiled families. */
 #define GEMV_MAX_M 16
+/* qcode walks more rows of A in passes of 16, each reading the weights again: up to this many. */
+#define QCODE_MAX_M 64
 
 /* The format a key's variant names (one zero per group: a scalar zero is a runtime matter). */
 static int key_format(const struct ktune_key *key, ktune_quant_format *f)
@@ -276,6 +280,25 @@ static int tile_height_prune(const struct ktune_key *key, long bm, char *why, si
 	return 0;
 }
 
+/*
+ * The register-streamed families' rule on splitting k: WARPS_K only where
+ * each warp gets a k-block, SPLIT_K only where each block does and the
+ * grid is short of two waves.
+ */
+static int k_split_prune(long wk, long split, int64_t k_blocks, int64_t blocks, int sms, char *why, size_t len)
+{
+	if (wk > 1 && wk > cdiv(k_blocks, split)) {
+		snprintf(why, len, "WARPS_K %ld for %lld k-blocks a block", wk, (long long)cdiv(k_blocks, split));
+		return 1;
+	}
+	if (split > 1 && (split > k_blocks || blocks >= 2L * sms)) {
+		snprintf(why, len, "split %ld of %lld k-blocks over %lld blocks", split, (long long)k_blocks,
+			 (long long)blocks);
+		return 1;
+	}
+	return 0;
+}
+
 static int qmma_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
 		      int sms, char *why, size_t len)
 {
@@ -299,16 +322,41 @@ static int qmma_prune(const struct ktune_key *key, const struct ktune_quant_shap
 			 (long long)key->n);
 		return 1;
 	}
-	if (wk > 1 && wk > cdiv(k_blocks, split)) {
-		snprintf(why, len, "WARPS_K %ld for %lld k-blocks a block", wk, (long long)cdiv(k_blocks, split));
+	return k_split_prune(wk, split, k_blocks, blocks, sms, why, len);
+}
+
+/* qcode's rows of A a pass: n8 tiles of the key's MAX_M. */
+static long qcode_tokens(const struct ktune_key *key)
+{
+	return cdiv(gemv_max_m(key), 8) * 8;
+}
+
+static int qcode_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
+		       int sms, char *why, size_t len)
+{
+	long mfrag = param(c, "MFRAG", 2), wn = param(c, "WARPS_N", 1), wk = param(c, "WARPS_K", 4);
+	long split = param(c, "SPLIT_K", 1), min_warps = param(c, "MIN_WARPS", 0);
+	long kb = 4 * param(c, "VEC", 4) * s->per_word;
+	int64_t k_blocks = cdiv(key->k, kb), blocks = cdiv(key->n, wn * mfrag * 16) * cdiv(key->m, qcode_tokens(key));
+	if (key->m > QCODE_MAX_M) {
+		snprintf(why, len, "%lld rows of A: qcode reads the weights again every 16 (%d at most)",
+			 (long long)key->m, QCODE_MAX_M);
 		return 1;
 	}
-	if (split > 1 && (split > k_blocks || blocks >= 2L * sms)) {
-		snprintf(why, len, "split %ld of %lld k-blocks over %lld blocks", split, (long long)k_blocks,
-			 (long long)blocks);
+	if (!s->channel && (int64_t)s->group % kb) {
+		snprintf(why, len, "a k-block of %ld codes is not inside one group of %lld", kb, (long long)s->group);
 		return 1;
 	}
-	return 0;
+	if ((mfrag - 1) * 16 >= key->n || (wn - 1) * mfrag * 16 >= key->n) {
+		snprintf(why, len, "%ld x %ld m16 tiles for n = %lld: a warp or tile past the rows of W", wn, mfrag,
+			 (long long)key->n);
+		return 1;
+	}
+	if (min_warps > 0 && min_warps * 32 / (32 * wn * wk) <= 1) {
+		snprintf(why, len, "MIN_WARPS %ld for blocks of %ld warps: no cap (MIN_WARPS 0)", min_warps, wn * wk);
+		return 1;
+	}
+	return k_split_prune(wk, split, k_blocks, blocks, sms, why, len);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why, size_t len)
@@ -348,6 +396,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 	}
 	if (c->family == QMMA)
 		return qmma_prune(key, &s, c, sms, why, len);
+	if (c->family == QCODE)
+		return qcode_prune(key, &s, c, sms, why, len);
 	long bm = param(c, "BLOCK_M", 16), bn = param(c, "BLOCK_N", 64), bk = param(c, "BLOCK_K", 64);
 	long smem = qgemm_smem(&s, c);
 	int64_t tiles = cdiv(key->n, bn) * cdiv(key->m, bm), k_tiles = cdiv(key->k, bk);
@@ -384,7 +434,7 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 	snprintf(opts[n++], 48, "-DBITS=%d", s.bits);
 	snprintf(opts[n++], 48, "-DGROUP=%lld", s.channel ? 0LL : (long long)s.group);
 	snprintf(opts[n++], 48, "-DMODE=%d", (int)s.mode);
-	if (c->family == GEMV)
+	if (c->family == GEMV || c->family == QCODE)
 		snprintf(opts[n++], 48, "-DMAX_M=%d", gemv_max_m(key));
 	for (int i = 0; i < sp->nparams; i++)
 		if (strcmp(sp->params[i].name, "SPLIT_K"))
@@ -416,6 +466,12 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 		int64_t mblocks = cdiv(m, gemv_max_m(key));
 		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, rows), (unsigned)split,
 						 (unsigned)(mblocks < 65535 ? mblocks : 65535) },
+					       { (unsigned)threads, 1, 1 }, 0 };
+	} else if (c->family == QCODE) {
+		long wn = param(c, "WARPS_N", 1), threads = 32 * wn * param(c, "WARPS_K", 4);
+		int64_t passes = cdiv(m, qcode_tokens(key));
+		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, wn * param(c, "MFRAG", 2) * 16),
+						 (unsigned)(passes < 65535 ? passes : 65535), (unsigned)split },
 					       { (unsigned)threads, 1, 1 }, 0 };
 	} else { /* qgemm and qmma: tiles of BLOCK_M x BLOCK_N */
 		long bm = param(c, "BLOCK_M", 16), wn = param(c, "WARPS_N", 1);
@@ -540,7 +596,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.fields = fields,
 	.nfields = 7,
 	.families = families,
-	.nfamilies = 3,
+	.nfamilies = 4,
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"

@@ -1,5 +1,5 @@
 /*
- * quant-emu.cc - the weight-quantized GEMM templates (qgemv.cu, qgemm.cu, qmma.cu)
+ * quant-emu.cc - the weight-quantized GEMM templates (qgemv.cu, qgemm.cu, qmma.cu, qcode.cu)
  * compiled for the host and run on the CPU, one thread per CUDA thread,
  * against a float64 reference: their index arithmetic, bounds, pipeline,
  * split and reductions checked where no GPU is.  Not a GPU test: the
@@ -286,6 +286,9 @@ static void gemm_body(void *p)
 #if defined(IS_QGEMM)
 	qgemm_kernel(g->a, g->wq, g->scales, g->zeros, g->bias, g->c, g->partials, g->m, g->n, g->k, g->lda, g->ldc,
 		     g->zero_per_group);
+#elif defined(IS_QCODE)
+	qcode_kernel(g->a, g->wq, g->scales, g->zeros, g->bias, g->c, g->partials, g->m, g->n, g->k, g->lda, g->ldc,
+		     g->zero_per_group);
 #elif defined(IS_QMMA)
 	qmma_kernel(g->a, g->wq, g->scales, g->zeros, g->bias, g->c, g->partials, g->m, g->n, g->k, g->lda, g->ldc,
 		    g->zero_per_group);
@@ -367,7 +370,11 @@ int main(int argc, char **argv)
 
 	gemm_args g = { a, wq, HAS_SCALE ? scales : NULL, HAS_ZERO ? zeros : NULL, with_bias ? bias : NULL, c,
 			split > 1 ? partials : NULL, m, n, k, lda, ldc, !zero_scalar };
-#if defined(IS_QGEMM) || defined(IS_QMMA)
+#if defined(IS_QCODE)
+	const long long passes = (m + TOK - 1) / TOK;
+	dim3 grid = { (unsigned)((n + BLOCK_N - 1) / BLOCK_N), (unsigned)(passes < 65535 ? passes : 65535), (unsigned)split };
+	run_grid(grid, NTHREADS, gemm_body, &g);
+#elif defined(IS_QGEMM) || defined(IS_QMMA)
 	const long long mtiles = (m + BLOCK_M - 1) / BLOCK_M;
 	dim3 grid = { (unsigned)((n + BLOCK_N - 1) / BLOCK_N), (unsigned)(mtiles < 65535 ? mtiles : 65535), (unsigned)split };
 	run_grid(grid, NTHREADS, gemm_body, &g);

@@ -143,3 +143,12 @@ static void mma_16816(float d[4], const u32 a[4], const u32 b[2])
 	}
 }
 
+
+/* x - y on two packed values of the element type, each rounded to nearest. */
+static u32 sub_pair(u32 x, u32 y)
+{
+	u32 r = 0;
+	for (int h = 0; h < 2; h++)
+		r |= (u32)from_float(to_float((elem)(x >> (16 * h))) - to_float((elem)(y >> (16 * h)))) << (16 * h);
+	return r;
+}

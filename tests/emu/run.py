@@ -9,13 +9,15 @@
 What it builds (g++ -std=c++17, one binary per kernel configuration, in
 --dir) and runs:
   * every bits x mode x group in bf16 (and a quarter of them in f16), with
-    the GEMV (qgemv.cu, MAX_M 4), the tiled kernel (qgemm.cu) and the
-    register-streamed one (qmma.cu) at a mid configuration of each space, on awkward shapes: m in {1, 3, 16, 33},
+    the GEMV (qgemv.cu, MAX_M 4), the tiled kernel (qgemm.cu), the
+    register-streamed one (qmma.cu) and the codes-on-tensor-cores one
+    (qcode.cu, MAX_M 16; formats whose groups hold its k-block) at a mid
+    configuration of each space, on awkward shapes: m in {1, 3, 16, 33},
     n in {1, 8, 37}, k = the group (or 96 per channel) and three times it,
     split 1 and 3, the zero per group or one scalar, with and without bias;
   * a seeded sample of each family's space (--sample configurations of
     each, constraints and the 48 KiB of shared memory kept) in random
-    formats and dtypes, each on m in {1, 3, 16, 33, 128} (the GEMV to 33), n
+    formats and dtypes, each on m in {1, 3, 16, 33, 128} (the GEMV and qcode to 33), n
     in {1, 8, 70}, k of three groups.
 --family limits both to one family.  Exit 0 when every problem passes.  It checks index arithmetic, bounds,
 the pipeline's order, splits and reductions as the emulation reads the PTX
@@ -36,7 +38,7 @@ TEMPLATES = os.path.join(HERE, "..", "..", "kernels", "templates")
 BITS = [8, 4, 2, 1]
 GROUPS = [32, 64, 128, 0]
 MODES = [0, 1, 2, 3]
-FAMILIES = ["qgemv", "qgemm", "qmma"]
+FAMILIES = ["qgemv", "qgemm", "qmma", "qcode"]
 
 
 def space(name):
@@ -72,6 +74,11 @@ def qgemm_smem(cfg, bits, group):
     return max(cfg["STAGES"] * stage, red)
 
 
+def qcode_fits(cfg, bits, group):
+    """qcode's k-block (4 VEC words of a quad's lanes) lies inside one group."""
+    return group == 0 or group % (4 * cfg["VEC"] * 32 // bits) == 0
+
+
 def sample(name, n, rng, fmt_of):
     params, constraints = space(name)
     names = [p for p in params if p != "SPLIT_K"]
@@ -85,6 +92,8 @@ def sample(name, n, rng, fmt_of):
         fmt = fmt_of(rng)
         if name == "qgemm" and qgemm_smem(cfg, fmt[0], fmt[1]) > 48 * 1024:
             continue
+        if name == "qcode" and not qcode_fits(cfg, fmt[0], fmt[1]):
+            continue
         out.append((cfg, fmt))
     return out
 
@@ -94,6 +103,7 @@ def defines(name, cfg, fmt):
     d = [f"-DBITS={bits}", f"-DGROUP={group}", f"-DMODE={mode}", f"-DDTYPE={dtype}"]
     d += [f"-D{k}={v}" for k, v in sorted(cfg.items())]
     d += {"qgemm": ["-DKERNEL=\"qgemm.cu\"", "-DIS_QGEMM"], "qmma": ["-DKERNEL=\"qmma.cu\"", "-DIS_QMMA"],
+          "qcode": ["-DKERNEL=\"qcode.cu\"", "-DIS_QCODE"],
           "qgemv": ["-DKERNEL=\"qgemv.cu\""]}[name]
     return d
 
@@ -134,7 +144,8 @@ def main():
 
     mid = {"qgemv": dict(THREADS=64, ROWS=2, VEC=4, UNROLL=2, CACHE=1, MIN_WARPS=0, MAX_M=4),
            "qgemm": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3),
-           "qmma": dict(BLOCK_M=16, NFRAG=2, WARPS_N=2, WARPS_K=2, VEC=4, UNROLL=2)}
+           "qmma": dict(BLOCK_M=16, NFRAG=2, WARPS_N=2, WARPS_K=2, VEC=4, UNROLL=2),
+           "qcode": dict(MFRAG=2, WARPS_N=2, WARPS_K=2, VEC=1, UNROLL=2, MIN_WARPS=0, MAX_M=16)}
     families = [args.family] if args.family else FAMILIES
     jobs = []  # (family, cfg, fmt, problems)
     formats = list(itertools.product(BITS, GROUPS, MODES))
@@ -148,6 +159,8 @@ def main():
                 zs, bias = (m + n + split) % 2, (m + k // 32) % 2
                 probs.append((m, n, k, split, zs, bias, m * 131 + n * 7 + k + split))
             for name in families:
+                if name == "qcode" and not qcode_fits(mid[name], bits, group):
+                    continue
                 jobs.append((name, mid[name], (bits, group, mode, dtype), probs))
 
     def rand_fmt(r):
@@ -156,11 +169,12 @@ def main():
     nsample = 3 if args.quick else args.sample
     for name in families:
         for cfg, fmt in sample(name, nsample, rng, rand_fmt):
-            if name == "qgemv":
+            if name in ("qgemv", "qcode"):
                 cfg = dict(cfg, MAX_M=rng.choice([1, 2, 4, 8, 16]))
             k = 3 * (fmt[1] or 32)
             probs = []
-            for m, n in itertools.product([1, 3, 16, 33] + ([128] if name != "qgemv" else []), [1, 8, 70]):
+            for m, n in itertools.product([1, 3, 16, 33] + ([128] if name not in ("qgemv", "qcode") else []),
+                                          [1, 8, 70]):
                 split = rng.choice([1, 1, 2, 3, 8])
                 probs.append((m, n, k, split, rng.choice([0, 1]), rng.choice([0, 1]), rng.randrange(1 << 30)))
             jobs.append((name, cfg, fmt, probs))

@@ -1,6 +1,6 @@
 /*
  * test-quant-gpu.c - the weight-quantized GEMM (gemm_quant: qgemv.cu,
- * qgemm.cu, qmma.cu and the split-K sum) on a GPU against its float64 reference
+ * qgemm.cu, qmma.cu, qcode.cu and the split-K sum) on a GPU against its float64 reference
  * (src/ops/quant-ref.c).  Skipped where no GPU is present.
  *
  * Every config: through the tuner's own problem (src/tuner/worker-op.c:
@@ -18,7 +18,8 @@
  *     channel, bf16 and f16 in turns, on m in {1, 3, 16, 33, 128} x n in
  *     {8, 4104}, k = 3 groups and 4096: a seeded sample of
  *     KTUNE_TEST_QMMA_SAMPLE (default 8) of its candidates a key, all of
- *     them with KTUNE_TEST_QMMA_SAMPLE=0 (or KTUNE_TEST_FULL=1).
+ *     them with KTUNE_TEST_QMMA_SAMPLE=0 (or KTUNE_TEST_FULL=1);
+ *   - the qcode family alone the same way (KTUNE_TEST_QCODE_SAMPLE).
  * Through the public API: weights quantised on the host by
  * ktune_quant_pack, uploaded and multiplied with strides past the rows
  * (lda, ldc), every mode with a zero per group and a scalar zero, with and
@@ -185,17 +186,21 @@ static void test_quant_gpu__every_format_awkward_shapes(void **state)
 	assert_int_equal(failures, 0);
 }
 
-/* The qmma family alone on awkward and full-size shapes: its k-permutation, k-block tails and clamped rows. */
-static void test_quant_gpu__qmma_every_format(void **state)
+/*
+ * One family alone on awkward and full-size shapes: every bits x mode,
+ * groups of 32, 128 and per channel, bf16 and f16 in turns; a seeded
+ * sample of the family's candidates a key, its size from the environment
+ * variable `sample_env` (default 8; 0 or KTUNE_TEST_FULL=1: all).
+ */
+static void one_family_every_format(const char *name, const char *sample_env)
 {
-	(void)state;
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
 	static const int64_t ms[] = { 1, 3, 16, 33, 128 }, ns[] = { 8, 4104 };
 	static const int gs[] = { 0, 2, 3 }; /* groups of 32, 128, per channel */
-	const char *env = getenv("KTUNE_TEST_QMMA_SAMPLE"), *full = getenv("KTUNE_TEST_FULL");
+	const char *env = getenv(sample_env), *full = getenv("KTUNE_TEST_FULL");
 	int budget = full && !strcmp(full, "1") ? 0 : env ? atoi(env) : 8, family = -1, f = 0;
 	for (int i = 0; i < op->nfamilies; i++)
-		if (!strcmp(op->families[i].name, "qmma"))
+		if (!strcmp(op->families[i].name, name))
 			family = i;
 	assert_true(family >= 0);
 	failures = 0;
@@ -209,6 +214,20 @@ static void test_quant_gpu__qmma_every_format(void **state)
 							       budget, family);
 					}
 	assert_int_equal(failures, 0);
+}
+
+/* qmma: its k-permutation, k-block tails and clamped rows. */
+static void test_quant_gpu__qmma_every_format(void **state)
+{
+	(void)state;
+	one_family_every_format("qmma", "KTUNE_TEST_QMMA_SAMPLE");
+}
+
+/* qcode: its swapped k-permutation, codes as integers, the per-k-block fold of the sums, passes of rows of A. */
+static void test_quant_gpu__qcode_every_format(void **state)
+{
+	(void)state;
+	one_family_every_format("qcode", "KTUNE_TEST_QCODE_SAMPLE");
 }
 
 /* ------------------------------------------------------------ the public API */
@@ -440,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_quant_gpu__packed_on_the_host_every_mode),
 		cmocka_unit_test(test_quant_gpu__every_candidate),
 		cmocka_unit_test(test_quant_gpu__qmma_every_format),
+		cmocka_unit_test(test_quant_gpu__qcode_every_format),
 		cmocka_unit_test(test_quant_gpu__every_format_awkward_shapes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,13 +1,13 @@
 /*
  * test-compile-quant.c - NVRTC compiles of the weight-quantized GEMM's
- * templates (qgemv.cu, qgemm.cu, qmma.cu; no GPU needed) for sm_90, through the
+ * templates (qgemv.cu, qgemm.cu, qmma.cu, qcode.cu; no GPU needed) for sm_90, through the
  * registry: every format (dtype x bits x group x mode: 128 variants) with
  * its default config, for M cycling through 1, 16 and 128 (the GEMV, the
  * tiled kernel for short and tall A) on a 4104 x 384 weight, compiles
  * without spilling; a seeded sample of 12 configs of each family's whole
  * space (6 of qmma's) (whatever a key's prune would say, but the tiled
- * kernel's 48 KiB of shared memory and qmma's registers, which depend on
- * the format) in formats taken in turn,
+ * kernel's 48 KiB of shared memory, qmma's registers and qcode's k-block
+ * inside a group, which depend on the format) in formats taken in turn,
  * and of 3 candidates of each suite key, compiles; every cubin holds the
  * kernels its call's steps launch (the split-K sum too).  quant.cuh reaches
  * NVRTC as an in-memory header.  KTUNE_TEST_FULL=1 compiles every config
@@ -121,13 +121,16 @@ static int collect(const long *values, void *arg)
 	return 0;
 }
 
-/* 1 unless the key's format takes the tiled kernel past 48 KiB of static shared memory, or qmma past its registers. */
+/*
+ * 1 unless the key's format takes the tiled kernel past 48 KiB of static
+ * shared memory, qmma past its registers, or qcode's k-block past a group.
+ */
 static int fits(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c)
 {
 	char why[160];
 	if (c->family == 0 || !op->prune(key, c, SM_COUNT, why, sizeof(why)))
 		return 1;
-	return !strstr(why, "shared memory") && !strstr(why, "registers");
+	return !strstr(why, "shared memory") && !strstr(why, "registers") && !strstr(why, "inside one group");
 }
 
 static void test_compile_quant__formats_and_suite(void **state)
@@ -177,7 +180,8 @@ static void test_compile_quant__formats_and_suite(void **state)
 		ktune__sample_configs(w.cfgs, w.n, keep, 3);
 		for (int i = 0; i < w.n && taken < keep && njobs < cap; i++) {
 			int f = (i * 37 + fam) % 64;
-			int64_t rows = fam == 0 ? gemv_m[i % 5] : mma_m[i % 2];
+			int few = fam == 0 || !strcmp(op->families[fam].name, "qcode"); /* the families of few rows */
+			int64_t rows = few ? gemv_m[i % 5] : mma_m[i % 2];
 			struct ktune_key key = format_key(op, i % 3 ? KTUNE_BF16 : KTUNE_F16, f / 16, (f / 4) % 4, f % 4, rows);
 			if (!fits(op, &key, &w.cfgs[i]))
 				continue;
@@ -298,13 +302,13 @@ static void test_compile_quant__qmma_space_without_spills(void **state)
 	free(w.cfgs);
 }
 
-/* quant.cuh reaches the three templates, and no other. */
+/* quant.cuh reaches the four templates, and no other. */
 static void test_compile_quant__header_reaches_its_templates(void **state)
 {
 	(void)state;
 	const struct ktune_template_file *h[KTUNE_MAX_HEADERS];
-	static const char *const mine[] = { "qgemv.cu", "qgemm.cu", "qmma.cu" };
-	for (int i = 0; i < 3; i++) {
+	static const char *const mine[] = { "qgemv.cu", "qgemm.cu", "qmma.cu", "qcode.cu" };
+	for (int i = 0; i < 4; i++) {
 		const struct ktune_template_file *f = ktune__template_file(mine[i]);
 		assert_non_null(f);
 		assert_int_equal(ktune__template_headers(f->text, f->len, h), 1);

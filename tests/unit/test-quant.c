@@ -662,7 +662,8 @@ static void test_quant__steps_and_workspace(void **state)
 /*
  * The prune keeps the GEMV to 16 rows of A, the tiled kernel's shared
  * memory to 48 KiB; the register-streamed qmma serves every M, its tiles of
- * rows within 4x of M (up to 128) and its registers in flight within the bound.
+ * rows within 4x of M (up to 128) and its registers in flight within the bound;
+ * qcode serves M up to 64, each k-block (4 VEC words of 8-bit codes) inside a group.
  */
 static void test_quant__prune(void **state)
 {
@@ -673,7 +674,7 @@ static void test_quant__prune(void **state)
 		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_F16, .m = m, .n = 4096, .k = 4096, .aligned = 1 };
 		const char *values[] = { "8", "32", "fma", NULL, NULL, NULL, NULL };
 		struct ktune_config *cfgs;
-		int n, pruned, gemv = 0, qmma = 0;
+		int n, pruned, gemv = 0, qmma = 0, qcode = 0;
 		assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
 		assert_int_equal(ktune__op_candidates(op, &key, "sm_90", 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
 		for (int c = 0; c < n; c++) {
@@ -684,8 +685,16 @@ static void test_quant__prune(void **state)
 				assert_true(bm == 16 || bm <= m);
 				assert_true(4 * bm >= (m < 128 ? m : 128));
 			}
+			if (!strcmp(op->families[cfgs[c].family].name, "qcode")) {
+				qcode++;
+				assert_int_equal(32 % (4 * 4 * ktune__op_param(op, &cfgs[c], "VEC", 0)), 0);
+			}
 		}
 		assert_true(qmma > 0);
+		if (m <= 64)
+			assert_true(qcode > 0);
+		else
+			assert_int_equal(qcode, 0);
 		if (m <= 16)
 			assert_true(gemv > 0);
 		else
