@@ -331,13 +331,19 @@ static long qcode_tokens(const struct ktune_key *key)
 	return cdiv(gemv_max_m(key), 8) * 8;
 }
 
+/* qcode's rows of W a block (its BLOCK_N): WARPS_N warps of MFRAG m16 tiles. */
+static long qcode_block_n(const struct ktune_config *c)
+{
+	return param(c, "WARPS_N", 1) * param(c, "MFRAG", 2) * 16;
+}
+
 static int qcode_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
 		       int sms, char *why, size_t len)
 {
 	long mfrag = param(c, "MFRAG", 2), wn = param(c, "WARPS_N", 1), wk = param(c, "WARPS_K", 4);
 	long split = param(c, "SPLIT_K", 1), min_warps = param(c, "MIN_WARPS", 0);
 	long kb = 4 * param(c, "VEC", 4) * s->per_word;
-	int64_t k_blocks = cdiv(key->k, kb), blocks = cdiv(key->n, wn * mfrag * 16) * cdiv(key->m, qcode_tokens(key));
+	int64_t k_blocks = cdiv(key->k, kb), blocks = cdiv(key->n, qcode_block_n(c)) * cdiv(key->m, qcode_tokens(key));
 	if (key->m > QCODE_MAX_M) {
 		snprintf(why, len, "%lld rows of A: qcode reads the weights again every 16 (%d at most)",
 			 (long long)key->m, QCODE_MAX_M);
@@ -347,7 +353,7 @@ static int qcode_prune(const struct ktune_key *key, const struct ktune_quant_sha
 		snprintf(why, len, "a k-block of %ld codes is not inside one group of %lld", kb, (long long)s->group);
 		return 1;
 	}
-	if ((mfrag - 1) * 16 >= key->n || (wn - 1) * mfrag * 16 >= key->n) {
+	if ((mfrag - 1) * 16 >= key->n || qcode_block_n(c) - mfrag * 16 >= key->n) {
 		snprintf(why, len, "%ld x %ld m16 tiles for n = %lld: a warp or tile past the rows of W", wn, mfrag,
 			 (long long)key->n);
 		return 1;
@@ -468,9 +474,9 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 						 (unsigned)(mblocks < 65535 ? mblocks : 65535) },
 					       { (unsigned)threads, 1, 1 }, 0 };
 	} else if (c->family == QCODE) {
-		long wn = param(c, "WARPS_N", 1), threads = 32 * wn * param(c, "WARPS_K", 4);
+		long threads = 32 * param(c, "WARPS_N", 1) * param(c, "WARPS_K", 4);
 		int64_t passes = cdiv(m, qcode_tokens(key));
-		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, wn * param(c, "MFRAG", 2) * 16),
+		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, qcode_block_n(c)),
 						 (unsigned)(passes < 65535 ? passes : 65535), (unsigned)split },
 					       { (unsigned)threads, 1, 1 }, 0 };
 	} else { /* qgemm and qmma: tiles of BLOCK_M x BLOCK_N */

@@ -143,7 +143,6 @@ static void mma_16816(float d[4], const u32 a[4], const u32 b[2])
 	}
 }
 
-
 /* x - y on two packed values of the element type, each rounded to nearest. */
 static u32 sub_pair(u32 x, u32 y)
 {

@@ -39,6 +39,7 @@ BITS = [8, 4, 2, 1]
 GROUPS = [32, 64, 128, 0]
 MODES = [0, 1, 2, 3]
 FAMILIES = ["qgemv", "qgemm", "qmma", "qcode"]
+FEW_ROWS = ("qgemv", "qcode")  # the families compiled for the key's rows of A (MAX_M), run to m = 33
 
 
 def space(name):
@@ -169,12 +170,11 @@ def main():
     nsample = 3 if args.quick else args.sample
     for name in families:
         for cfg, fmt in sample(name, nsample, rng, rand_fmt):
-            if name in ("qgemv", "qcode"):
+            if name in FEW_ROWS:
                 cfg = dict(cfg, MAX_M=rng.choice([1, 2, 4, 8, 16]))
             k = 3 * (fmt[1] or 32)
             probs = []
-            for m, n in itertools.product([1, 3, 16, 33] + ([128] if name not in ("qgemv", "qcode") else []),
-                                          [1, 8, 70]):
+            for m, n in itertools.product([1, 3, 16, 33] + ([128] if name not in FEW_ROWS else []), [1, 8, 70]):
                 split = rng.choice([1, 1, 2, 3, 8])
                 probs.append((m, n, k, split, rng.choice([0, 1]), rng.choice([0, 1]), rng.randrange(1 << 30)))
             jobs.append((name, cfg, fmt, probs))
