@@ -82,6 +82,8 @@ def weight_bytes(fmt, n, k):
 def plan(args):
     shapes = SHAPES[:2] if args.quick else SHAPES
     ms = [1, 16, 128] if args.quick else MS
+    if args.m:
+        ms = [m for m in ms if m in args.m]
     cases = []
     for fmt in args.formats:
         for n, k in shapes:
@@ -250,6 +252,8 @@ def main(argv=None):
                     help="ktune plot's figure over M into DIR: the speedup over bf16 cuBLAS and the weight "
                          "bandwidth (needs matplotlib)")
     ap.add_argument("--quick", action="store_true", help="two shapes, M = 1, 16, 128, fewer reps")
+    ap.add_argument("--m", type=lambda v: [int(x) for x in v.split(",")], default=None, metavar="M,...",
+                    help="only these M (of " + ",".join(map(str, MS)) + ")")
     ap.add_argument("--dry-run", action="store_true", help="print the plan of cases and exit (no GPU, no torch)")
     ap.add_argument("--budget", type=float, default=None, help="seconds per timed batch (default 0.15)")
     ap.add_argument("--no-graph", action="store_true", help="eager mode only")
