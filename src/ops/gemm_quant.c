@@ -219,6 +219,43 @@ static int gemv_max_m(const struct ktune_key *key)
 	return key->m < GEMV_MAX_M ? (int)(key->m < 1 ? 1 : key->m) : GEMV_MAX_M;
 }
 
+/*
+ * The cap MIN_WARPS puts on a qgemv thread's registers: __launch_bounds__
+ * asks for MIN_BLOCKS blocks an SM (qgemv.cu), so 65536 registers over
+ * that many threads, in ptxas's units of 8, at most 255.
+ */
+static long qgemv_reg_cap(const struct ktune_config *c)
+{
+	long threads = param(c, "THREADS", 128), min_warps = param(c, "MIN_WARPS", 0);
+	long blocks = min_warps * 32 / threads > 1 ? min_warps * 32 / threads : 1;
+	long cap = 65536 / (blocks * threads) / 8 * 8;
+	return cap < 255 ? cap : 255;
+}
+
+/*
+ * A bound on the registers a qgemv thread needs, fitted to what ptxas did
+ * with the configs of the space (THREADS 128, CACHE 1, bf16, groups of
+ * 128) at MAX_M 1 to 16 in 8, 4, 2 and 1 bits, each compiled for sm_90
+ * under the caps of MIN_WARPS 16 and 32 (776 kernels, 407 of them
+ * spilling): none within the bound spilled, and 92 past it did not (most
+ * at or near the cap).  The accumulators (ROWS x MAX_M), the words in
+ * flight twice (loaded, and unpacked), a base a row and more a row
+ * unrolled, the codes of a word past 8 a row (2 and 1 bits), the loop over
+ * the rows of A (MAX_M > 1), and a scale and a zero more for each group
+ * past the first a chunk spans.  Past MIN_WARPS' cap the config is pruned,
+ * so that the tuner does not compile it and dispatch does not borrow, for
+ * a key with more rows of A, a config that spills there (docs/quant.md).
+ */
+static long qgemv_regs(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c)
+{
+	long rows = param(c, "ROWS", 4), vec = param(c, "VEC", 4), unroll = param(c, "UNROLL", 1);
+	long max_m = gemv_max_m(key), per_word = s->per_word;
+	long chunk_groups = !s->channel && vec * per_word > s->group ? vec * per_word / s->group : 1;
+	return rows * max_m + 2 * rows * unroll * vec + 6 * rows + 4 * (unroll - 1) * rows +
+	       (per_word > 8 ? 3 * rows * (per_word - 8) / 2 : 0) + (max_m > 1 ? 40 : 0) +
+	       2 * unroll * rows * (chunk_groups - 1);
+}
+
 /* qgemm.cu's SMEM_BYTES for the key's format. */
 static long qgemm_smem(const struct ktune_quant_shape *s, const struct ktune_config *c)
 {
@@ -385,6 +422,11 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		if (rows * gemv_max_m(key) > 64) {
 			snprintf(why, len, "%ld rows x %d of A: %ld accumulators a thread", rows, gemv_max_m(key),
 				 rows * gemv_max_m(key));
+			return 1;
+		}
+		if (param(c, "MIN_WARPS", 0) > 0 && qgemv_regs(key, &s, c) > qgemv_reg_cap(c)) {
+			snprintf(why, len, "about %ld registers a thread over MIN_WARPS' cap of %ld: spills",
+				 qgemv_regs(key, &s, c), qgemv_reg_cap(c));
 			return 1;
 		}
 		long unroll = param(c, "UNROLL", 1);

@@ -41,6 +41,7 @@
 #define SM_COUNT 132
 #define SAMPLE 3
 #define QMMA_SAMPLE 2 /* configs of the qmma space a format in CI: each takes seconds */
+#define QGEMV_SAMPLE 6 /* (config, M) pairs of qgemv's capped configs a format in CI */
 
 static const char *const bits[] = { "8", "4", "2", "1" };
 static const char *const groups[] = { "32", "64", "128", "chan" };
@@ -225,22 +226,18 @@ static void test_compile_quant__formats_and_suite(void **state)
 }
 
 /*
- * qmma's space without spills: each config (SPLIT_K 1) the prune admits for
- * a 4104 x 4096 weight and M = BLOCK_M, in bf16 formats that hold the most
- * registers (8 bits: 4 codes a word; 1 and 2 bits at groups of 32: a scale
- * and a zero for each of up to 4 groups a chunk spans) and 4-bit group 128,
- * the issue's format.
+ * The configs of a family (SPLIT_K 1; with a register cap only, if capped)
+ * that the prune admits for a 4104 x 4096 bf16 weight, in each format, at
+ * each M of ms (nms of them; 0: M = the config's BLOCK_M), compile without
+ * spilling: a seeded sample of `sample` a format, every one when all.
  */
-static void test_compile_quant__qmma_space_without_spills(void **state)
+static void admitted_without_spills(const char *family, const int (*formats)[2], int nformats, const int64_t *ms,
+				    int nms, int capped, int sample, int all)
 {
-	(void)state;
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
-	const char *env = getenv("KTUNE_TEST_QMMA"), *full_env = getenv("KTUNE_TEST_FULL");
-	int all = (env && !strcmp(env, "all")) || (full_env && !strcmp(full_env, "1"));
-	static const int formats[][2] = { { 1, 2 }, { 0, 2 }, { 2, 0 }, { 3, 0 } }; /* bits, group: 4/128, 8/128, 2/32, 1/32 */
 	int fam = -1, njobs = 0, failed = 0, spilling = 0, admitted = 0;
 	for (int f = 0; f < op->nfamilies; f++)
-		if (!strcmp(op->families[f].name, "qmma"))
+		if (!strcmp(op->families[f].name, family))
 			fam = f;
 	assert_true(fam >= 0);
 	const struct ktune_space *sp = ktune__op_space(op, fam, NULL);
@@ -249,32 +246,34 @@ static void test_compile_quant__qmma_space_without_spills(void **state)
 	w.nparams = sp->nparams;
 	w.split_index = ktune__space_param_index(sp, "SPLIT_K");
 	ktune__space_enumerate(sp, collect, &w);
-	struct job *jobs = calloc((size_t)w.n, sizeof(*jobs));
+	int per = nms > 0 ? nms : 1, bm_index = ktune__space_param_index(sp, "BLOCK_M");
+	int cap_index = ktune__space_param_index(sp, "MIN_WARPS");
+	struct job *jobs = calloc((size_t)w.n * (size_t)per, sizeof(*jobs));
 	assert_non_null(jobs);
-	int bm_index = ktune__space_param_index(sp, "BLOCK_M");
-	for (int f = 0; f < 4; f++) { /* a format at a time, reported as it ends */
+	for (int f = 0; f < nformats; f++) { /* a format at a time, reported as it ends */
 		int n = 0, fails = 0, spills = 0, most = 0;
-		for (int i = 0; i < w.n; i++) {
-			struct ktune_key key = format_key(op, KTUNE_BF16, formats[f][0], formats[f][1], 0, w.cfgs[i].v[bm_index]);
-			char why[160];
-			key.k = 4096;
-			if (op->prune(&key, &w.cfgs[i], SM_COUNT, why, sizeof(why)))
-				continue;
-			jobs[n++] = (struct job){ .key = key, .cfg = w.cfgs[i] };
-		}
-		admitted += n;
-		if (!all && n > QMMA_SAMPLE) { /* a seeded sample of this format's */
-			struct ktune_config *c = malloc(sizeof(*c) * (size_t)n);
-			assert_non_null(c);
-			for (int i = 0; i < n; i++)
-				c[i] = jobs[i].cfg;
-			ktune__sample_configs(c, n, QMMA_SAMPLE, (unsigned)(11 + f));
-			for (int i = 0; i < QMMA_SAMPLE; i++) {
-				jobs[i].cfg = c[i];
-				jobs[i].key.m = c[i].v[bm_index];
+		for (int i = 0; i < w.n; i++)
+			for (int r = 0; r < per; r++) {
+				struct ktune_key key = format_key(op, KTUNE_BF16, formats[f][0], formats[f][1], 0,
+								  nms > 0 ? ms[r] : w.cfgs[i].v[bm_index]);
+				char why[160];
+				key.k = 4096;
+				if ((capped && w.cfgs[i].v[cap_index] == 0) ||
+				    op->prune(&key, &w.cfgs[i], SM_COUNT, why, sizeof(why)))
+					continue;
+				jobs[n++] = (struct job){ .key = key, .cfg = w.cfgs[i] };
 			}
-			n = QMMA_SAMPLE;
-			free(c);
+		admitted += n;
+		if (!all && n > sample) { /* a seeded sample of this format's: the first of a partial shuffle */
+			unsigned state = 11u + (unsigned)f;
+			for (int i = 0; i < sample; i++) {
+				state = state * 1103515245u + 12345u;
+				int j = i + (int)((state >> 8) % (unsigned)(n - i));
+				struct job t = jobs[i];
+				jobs[i] = jobs[j];
+				jobs[j] = t;
+			}
+			n = sample;
 		}
 		ktune__parallel_for(n, 0, compile_one, jobs);
 		for (int i = 0; i < n; i++) {
@@ -287,19 +286,51 @@ static void test_compile_quant__qmma_space_without_spills(void **state)
 			if (all)
 				printf("%s: %d registers\n", jobs[i].what, jobs[i].registers);
 		}
-		printf("qmma bits %s group %s: %d compiled, %d failed, %d spill, at most %d registers\n",
+		printf("%s bits %s group %s: %d compiled, %d failed, %d spill, at most %d registers\n", family,
 		       bits[formats[f][0]], groups[formats[f][1]], n, fails, spills, most);
 		fflush(stdout);
 		njobs += n;
 		failed += fails;
 		spilling += spills;
 	}
-	printf("qmma: %d configs in its space, %d admitted in 4 formats, %d compiled: %d failed, %d spill\n", w.n,
-	       admitted, njobs, failed, spilling);
+	printf("%s: %d configs in its space, %d admitted in %d formats, %d compiled: %d failed, %d spill\n", family,
+	       w.n, admitted, nformats, njobs, failed, spilling);
 	assert_int_equal(failed, 0);
 	assert_int_equal(spilling, 0);
 	free(jobs);
 	free(w.cfgs);
+}
+
+static int full_run(const char *env_name)
+{
+	const char *env = getenv(env_name), *full_env = getenv("KTUNE_TEST_FULL");
+	return (env && !strcmp(env, "all")) || (full_env && !strcmp(full_env, "1"));
+}
+
+/*
+ * qmma's space without spills: each config the prune admits at M = BLOCK_M,
+ * in the formats that hold the most registers (8 bits: 4 codes a word; 1
+ * and 2 bits at groups of 32: a scale and a zero for each of up to 4
+ * groups a chunk spans) and 4-bit group 128, the issue's format.
+ */
+static void test_compile_quant__qmma_space_without_spills(void **state)
+{
+	(void)state;
+	static const int formats[][2] = { { 1, 2 }, { 0, 2 }, { 2, 0 }, { 3, 0 } }; /* bits, group: 4/128, 8/128, 2/32, 1/32 */
+	admitted_without_spills("qmma", formats, 4, NULL, 0, 0, QMMA_SAMPLE, full_run("KTUNE_TEST_QMMA"));
+}
+
+/*
+ * qgemv's register caps without spills: each config with MIN_WARPS > 0 that
+ * the prune admits (qgemv_regs within the cap) at M = 1, 2, 4, 8, 16, in
+ * 4-bit group 128, 8-bit per channel, 1-bit group 32 and 2-bit group 64.
+ */
+static void test_compile_quant__qgemv_caps_without_spills(void **state)
+{
+	(void)state;
+	static const int formats[][2] = { { 1, 2 }, { 0, 3 }, { 3, 0 }, { 2, 1 } }; /* 4/128, 8/chan, 1/32, 2/64 */
+	static const int64_t ms[] = { 1, 2, 4, 8, 16 };
+	admitted_without_spills("qgemv", formats, 4, ms, 5, 1, QGEMV_SAMPLE, full_run("KTUNE_TEST_QGEMV"));
 }
 
 /* quant.cuh reaches the four templates, and no other. */
@@ -327,6 +358,7 @@ int main(void)
 		cmocka_unit_test(test_compile_quant__header_reaches_its_templates),
 		cmocka_unit_test(test_compile_quant__formats_and_suite),
 		cmocka_unit_test(test_compile_quant__qmma_space_without_spills),
+		cmocka_unit_test(test_compile_quant__qgemv_caps_without_spills),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
