@@ -424,9 +424,9 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 				 rows * gemv_max_m(key));
 			return 1;
 		}
-		if (param(c, "MIN_WARPS", 0) > 0 && qgemv_regs(key, &s, c) > qgemv_reg_cap(c)) {
-			snprintf(why, len, "about %ld registers a thread over MIN_WARPS' cap of %ld: spills",
-				 qgemv_regs(key, &s, c), qgemv_reg_cap(c));
+		long regs = qgemv_regs(key, &s, c), reg_cap = qgemv_reg_cap(c);
+		if (param(c, "MIN_WARPS", 0) > 0 && regs > reg_cap) {
+			snprintf(why, len, "about %ld registers a thread over MIN_WARPS' cap of %ld: spills", regs, reg_cap);
 			return 1;
 		}
 		long unroll = param(c, "UNROLL", 1);
