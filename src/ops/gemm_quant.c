@@ -652,7 +652,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 		 "group: [128]\n"
 		 "mode: [scale_shift]\n"
 		 "shapes:\n"
-		 "  - {m: [1, 4, 8, 16, 128], n: 4096, k: 4096}\n"
+		 "  - {m: [1, 2, 4, 8, 16, 128], n: 4096, k: 4096}\n"
 		 "  - {m: 1, n: 14336, k: 4096}\n",
 	.key_check = key_check,
 	.key_bucket = key_bucket,
