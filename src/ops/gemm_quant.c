@@ -220,16 +220,12 @@ static int gemv_max_m(const struct ktune_key *key)
 }
 
 /*
- * The cap MIN_WARPS puts on a qgemv thread's registers: __launch_bounds__
- * asks for MIN_BLOCKS blocks an SM (qgemv.cu), so 65536 registers over
- * that many threads, in ptxas's units of 8, at most 255.
+ * The cap MIN_WARPS puts on a qgemv thread's registers (qgemv.cu's
+ * __launch_bounds__), in ptxas's units of 8: at most 128 in its space.
  */
 static long qgemv_reg_cap(const struct ktune_config *c)
 {
-	long threads = param(c, "THREADS", 128), min_warps = param(c, "MIN_WARPS", 0);
-	long blocks = min_warps * 32 / threads > 1 ? min_warps * 32 / threads : 1;
-	long cap = 65536 / (blocks * threads) / 8 * 8;
-	return cap < 255 ? cap : 255;
+	return ktune__op_thread_registers(param(c, "THREADS", 128), param(c, "MIN_WARPS", 0)) / 8 * 8;
 }
 
 /*

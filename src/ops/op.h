@@ -332,6 +332,12 @@ int ktune__op_config_parse(const struct ktune_op *op, const char *family, const 
 /* A parameter of a config by name (its family's space), or `otherwise`. */
 long ktune__op_param(const struct ktune_op *op, const struct ktune_config *c, const char *name,
 		     long otherwise);
+/*
+ * Registers a thread has under __launch_bounds__(threads, MIN_BLOCKS), the
+ * templates' MIN_BLOCKS = min_warps * 32 / threads (at least 1): 65536
+ * over the threads of that many blocks, at most 255.
+ */
+long ktune__op_thread_registers(long threads, long min_warps);
 
 /*
  * Every admitted config of the op's families that run on a device of

@@ -433,6 +433,13 @@ long ktune__op_param(const struct ktune_op *op, const struct ktune_config *c, co
 	return i < 0 ? otherwise : c->v[i];
 }
 
+long ktune__op_thread_registers(long threads, long min_warps)
+{
+	long min_blocks = min_warps * 32 / threads > 1 ? min_warps * 32 / threads : 1;
+	long regs = 65536 / (threads * min_blocks);
+	return regs > 255 ? 255 : regs;
+}
+
 /* ------------------------------------------------------------ candidates */
 
 /* xorshift: a small, seeded generator so a budgeted sweep is repeatable. */

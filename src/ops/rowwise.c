@@ -94,13 +94,10 @@ void ktune__rw_launch(const struct ktune_rw_shape *s, int64_t clusters, struct k
 	out->block[1] = out->block[2] = 1;
 }
 
-/* Registers a thread has: what __launch_bounds__(THREADS, MIN_BLOCKS) leaves it, at most 255. */
+/* Registers a thread has: what __launch_bounds__(THREADS, MIN_BLOCKS) leaves it. */
 static int thread_registers(const struct ktune_key *key, const struct ktune_config *c, int threads)
 {
-	long min_warps = ktune__op_param(ktune__op_of(key), c, "MIN_WARPS", 0);
-	long min_blocks = min_warps * 32 / threads > 1 ? min_warps * 32 / threads : 1;
-	long regs = 65536 / (threads * min_blocks);
-	return (int)(regs > 255 ? 255 : regs);
+	return (int)ktune__op_thread_registers(threads, ktune__op_param(ktune__op_of(key), c, "MIN_WARPS", 0));
 }
 
 int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, int raw_rows, int f32_rows,
