@@ -35,7 +35,8 @@
  *
  * Tunables: BACKWARD (the op's variant) below; DTYPE, ALIGNED, VEC,
  * THREADS, CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER,
- * PREFETCH (rowwise.cuh).
+ * PREFETCH (rowwise.cuh); RING (rowring.cuh: x, and dy backward, through
+ * shared memory, RING rows ahead).
  *
  * Launch:
  *   layernorm_kernel, layernorm_bwd_kernel:
@@ -45,6 +46,8 @@
  *     layernorm_bwd_kernel: dynamic shared memory 2 * ROW_THREADS * ITEMS * VEC_W * 4
  *             bytes when ROWS_PER_BLOCK > 1 (the block's groups add up
  *             their partials there), else 0; partials holds P * 2 * cols floats
+ *     with RING > 0: dynamic shared memory RING_BYTES more a ringed tensor
+ *             (forward x, backward x and dy), after the partials
  *   layernorm_dwb_kernel:
  *     block = (256, 1, 1), grid = (ceil(2 * cols / 32), 1, 1)
  *
@@ -67,8 +70,24 @@
 
 #include "prelude.cuh"
 #include "rowwise.cuh"
+#include "rowring.cuh"
 
 static_assert(BACKWARD == 0 || BACKWARD == 1, "BACKWARD is 0 or 1");
+
+/*
+ * With a ring, w (and b) are held in registers for the whole walk and a
+ * thread's whole share is loaded and stored without a bound a vector
+ * (rowring.cuh); without one, as before it.
+ */
+#if RING
+#define W_VEC(i) wr[i]
+#define B_VEC(i) br[i]
+#define STORE_ROW ring_store
+#else
+#define W_VEC(i) item_load(w, n, p, i, 0.0f)
+#define B_VEC(i) item_load(b, n, p, i, 0.0f)
+#define STORE_ROW row_store
+#endif
 
 /* Whether element j of a thread's vector i is within a row of n columns (n = 0: an empty row). */
 static __device__ __forceinline__ bool in_row(const row_place &p, int i, int j, i64 n)
@@ -89,7 +108,17 @@ layernorm_kernel(const elem *x, const elem *w, const elem *b, elem *y, float *me
 	int parity = 0;
 
 	row_raw h; /* x */
-#if PREFETCH
+#if RING
+	vec *ring = ring_at(0);
+	int slot = 0;
+	row_raw wr, br;
+	row_load(w, cols, p, wr, 0.0f);
+	row_load(b, cols, p, br, 0.0f);
+	for (int s = 0; s < RING; s++) {
+		ring_issue(ring, 0, s, x, rows_first() + s * rows_step() + p.group, rows, cols, ld_x, p);
+		ring_commit();
+	}
+#elif PREFETCH
 	row_raw next_h;
 	row_load_at(x, rows_first() + p.group, rows, cols, ld_x, p, next_h, 0.0f);
 #endif
@@ -97,7 +126,10 @@ layernorm_kernel(const elem *x, const elem *w, const elem *b, elem *y, float *me
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0;
-#if PREFETCH
+#if RING
+		ring_wait();
+		ring_take(ring, 0, slot, n, p, h, 0.0f);
+#elif PREFETCH
 		row_copy(h, next_h);
 		row_load_at(x, row + rows_step(), rows, cols, ld_x, p, next_h, 0.0f);
 #else
@@ -113,6 +145,11 @@ layernorm_kernel(const elem *x, const elem *w, const elem *b, elem *y, float *me
 		s = row_reduce<op_sum>(s, parity);
 		row_keep_raw(h);
 		const float m = s / (float)cols;
+#if RING /* the slot is read (its sum is taken): refill it RING rows on */
+		ring_issue(ring, 0, slot, x, row + RING * rows_step(), rows, cols, ld_x, p);
+		ring_commit();
+		slot = slot + 1 == RING ? 0 : slot + 1;
+#endif
 
 		/* the variance: squared deviations of the row's own elements only */
 		float v = 0;
@@ -134,12 +171,12 @@ layernorm_kernel(const elem *x, const elem *w, const elem *b, elem *y, float *me
 		/* y: w and b a vector at a time (L1-resident), no second row held */
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++) {
-			const vec wv = item_load(w, n, p, i, 0.0f), bv = item_load(b, n, p, i, 0.0f);
+			const vec wv = W_VEC(i), bv = B_VEC(i);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
 				vec_set(h[i], j, (vec_get(h[i], j) - m) * r * vec_get(wv, j) + vec_get(bv, j));
 		}
-		row_store(y + row * ld_y, n, p, h);
+		STORE_ROW(y + row * ld_y, n, p, h);
 	}
 	row_done();
 }
@@ -147,6 +184,9 @@ layernorm_kernel(const elem *x, const elem *w, const elem *b, elem *y, float *me
 #else
 
 /* ----------------------------------------------------------------- backward */
+
+/* Dynamic shared memory before the ring: the block's groups' partials of dw and db. */
+#define PARTIAL_BYTES (ROWS_PER_BLOCK > 1 ? 2 * ROW_THREADS * ITEMS * VEC_W * 4 : 0)
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) CLUSTER_DIMS
 layernorm_bwd_kernel(const elem *x, const elem *w, const float *mean, const float *rstd, const elem *dy,
@@ -163,7 +203,20 @@ layernorm_bwd_kernel(const elem *x, const elem *w, const float *mean, const floa
 			acc_w[i][j] = acc_b[i][j] = 0;
 
 	row_raw h, d; /* x, dy */
-#if PREFETCH
+#if RING
+	vec *ring = ring_at(PARTIAL_BYTES);
+	int slot = 0;
+	row_raw wr;
+	row_load(w, cols, p, wr, 0.0f);
+	for (int s = 0; s < RING; s++) {
+		const i64 row = rows_first() + s * rows_step() + p.group;
+		ring_issue(ring, 0, s, x, row, rows, cols, ld_x, p);
+		ring_issue(ring, 1, s, dy, row, rows, cols, ld_dy, p);
+		ring_issue_f32(ring_f32_slot(ring, 2, 0, s), mean, row, rows);
+		ring_issue_f32(ring_f32_slot(ring, 2, 1, s), rstd, row, rows);
+		ring_commit();
+	}
+#elif PREFETCH
 	row_raw next_h, next_d;
 	row_load_at(x, rows_first() + p.group, rows, cols, ld_x, p, next_h, 0.0f);
 	row_load_at(dy, rows_first() + p.group, rows, cols, ld_dy, p, next_d, 0.0f);
@@ -172,7 +225,11 @@ layernorm_bwd_kernel(const elem *x, const elem *w, const float *mean, const floa
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0;
-#if PREFETCH
+#if RING
+		ring_wait();
+		ring_take(ring, 0, slot, n, p, h, 0.0f);
+		ring_take(ring, 1, slot, n, p, d, 0.0f);
+#elif PREFETCH
 		row_copy(h, next_h);
 		row_copy(d, next_d);
 		row_load_at(x, row + rows_step(), rows, cols, ld_x, p, next_h, 0.0f);
@@ -181,13 +238,17 @@ layernorm_bwd_kernel(const elem *x, const elem *w, const float *mean, const floa
 		row_load(x + row * ld_x, n, p, h, 0.0f);
 		row_load(dy + row * ld_dy, n, p, d, 0.0f);
 #endif
+#if RING
+		const float m = n ? *ring_f32_slot(ring, 2, 0, slot) : 0.0f, r = n ? *ring_f32_slot(ring, 2, 1, slot) : 0.0f;
+#else
 		const float m = n ? mean[row] : 0.0f, r = n ? rstd[row] : 0.0f;
+#endif
 
 		/* sum g and sum g xhat (dy reads as 0 past the row: no mask needed) */
 		float sg = 0, sgx = 0;
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++) { /* w a vector at a time (L1-resident), here and below */
-			const vec wv = item_load(w, n, p, i, 0.0f);
+			const vec wv = W_VEC(i);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++) {
 				const float xh = (vec_get(h[i], j) - m) * r, dv = vec_get(d[i], j);
@@ -203,19 +264,27 @@ layernorm_bwd_kernel(const elem *x, const elem *w, const float *mean, const floa
 		sgx = row_reduce<op_sum>(sgx, parity);
 		row_keep_raw(h);
 		row_keep_raw(d);
+#if RING /* the slot is read (its sums are taken): refill it RING rows on */
+		ring_issue(ring, 0, slot, x, row + RING * rows_step(), rows, cols, ld_x, p);
+		ring_issue(ring, 1, slot, dy, row + RING * rows_step(), rows, cols, ld_dy, p);
+		ring_issue_f32(ring_f32_slot(ring, 2, 0, slot), mean, row + RING * rows_step(), rows);
+		ring_issue_f32(ring_f32_slot(ring, 2, 1, slot), rstd, row + RING * rows_step(), rows);
+		ring_commit();
+		slot = slot + 1 == RING ? 0 : slot + 1;
+#endif
 		const float a = sg / (float)cols, k = sgx / (float)cols;
 
 		/* dx */
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++) {
-			const vec wv = item_load(w, n, p, i, 0.0f);
+			const vec wv = W_VEC(i);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++) {
 				const float xh = (vec_get(h[i], j) - m) * r;
 				vec_set(d[i], j, r * (vec_get(d[i], j) * vec_get(wv, j) - a - xh * k));
 			}
 		}
-		row_store(dx + row * ld_dx, n, p, d);
+		STORE_ROW(dx + row * ld_dx, n, p, d);
 	}
 
 	/*

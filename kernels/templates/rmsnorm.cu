@@ -32,7 +32,8 @@
  *
  * Tunables: RESIDUAL, BACKWARD (the op's variant) below; DTYPE, ALIGNED,
  * VEC, THREADS, CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER,
- * PREFETCH (rowwise.cuh).
+ * PREFETCH (rowwise.cuh); RING (rowring.cuh: x and res forward, h and dy
+ * backward, through shared memory, RING rows ahead).
  *
  * Launch:
  *   rmsnorm_kernel, rmsnorm_bwd_kernel:
@@ -42,6 +43,9 @@
  *     rmsnorm_bwd_kernel: dynamic shared memory ROW_THREADS * ITEMS * VEC_W * 4
  *             bytes when ROWS_PER_BLOCK > 1 (the block's groups add up
  *             their partials there), else 0; partials holds P * cols floats
+ *     with RING > 0: dynamic shared memory RING_BYTES more a ringed tensor
+ *             (x, and res with RESIDUAL, forward; h and dy backward), after
+ *             the partials
  *   rmsnorm_dw_kernel:
  *     block = (256, 1, 1), grid = (ceil(cols / 32), 1, 1)
  *
@@ -60,9 +64,23 @@
 
 #include "prelude.cuh"
 #include "rowwise.cuh"
+#include "rowring.cuh"
 
 static_assert(RESIDUAL == 0 || RESIDUAL == 1, "RESIDUAL is 0 or 1");
 static_assert(BACKWARD == 0 || BACKWARD == 1, "BACKWARD is 0 or 1");
+
+/*
+ * With a ring, w is held in registers for the whole walk and a
+ * thread's whole share is loaded and stored without a bound a vector
+ * (rowring.cuh); without one, as before it.
+ */
+#if RING
+#define W_VEC(i) wr[i]
+#define STORE_ROW ring_store
+#else
+#define W_VEC(i) item_load(w, n, p, i, 0.0f)
+#define STORE_ROW row_store
+#endif
 
 /* A variant compiles only the kernels it launches. */
 #if !BACKWARD
@@ -78,7 +96,19 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 	int parity = 0;
 
 	row_raw h, a; /* x (then h), res */
-#if PREFETCH
+#if RING
+	vec *ring = ring_at(0);
+	int slot = 0;
+	row_raw wr;
+	row_load(w, cols, p, wr, 0.0f);
+	for (int s = 0; s < RING; s++) {
+		ring_issue(ring, 0, s, x, rows_first() + s * rows_step() + p.group, rows, cols, ld_x, p);
+#if RESIDUAL
+		ring_issue(ring, 1, s, res, rows_first() + s * rows_step() + p.group, rows, cols, ld_res, p);
+#endif
+		ring_commit();
+	}
+#elif PREFETCH
 	row_raw next_h, next_a;
 	row_load_at(x, rows_first() + p.group, rows, cols, ld_x, p, next_h, 0.0f);
 #if RESIDUAL
@@ -89,7 +119,13 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0;
-#if PREFETCH
+#if RING
+		ring_wait();
+		ring_take(ring, 0, slot, n, p, h, 0.0f);
+#if RESIDUAL
+		ring_take(ring, 1, slot, n, p, a, 0.0f);
+#endif
+#elif PREFETCH
 		row_copy(h, next_h);
 		row_load_at(x, row + rows_step(), rows, cols, ld_x, p, next_h, 0.0f);
 #if RESIDUAL
@@ -109,7 +145,7 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
 				vec_set(h[i], j, vec_get(h[i], j) + vec_get(a[i], j));
-		row_store(h_out + row * ld_h, n, p, h);
+		STORE_ROW(h_out + row * ld_h, n, p, h);
 #endif
 		float s = 0;
 #pragma unroll
@@ -120,16 +156,24 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 		s = row_reduce<op_sum>(s, parity);
 		row_keep_raw(h);
 		const float r = rsqrtf(s / (float)cols + eps);
+#if RING /* the slot is read (its sum is taken): refill it RING rows on */
+		ring_issue(ring, 0, slot, x, row + RING * rows_step(), rows, cols, ld_x, p);
+#if RESIDUAL
+		ring_issue(ring, 1, slot, res, row + RING * rows_step(), rows, cols, ld_res, p);
+#endif
+		ring_commit();
+		slot = slot + 1 == RING ? 0 : slot + 1;
+#endif
 		if (n && p.lane == 0 && p.rank == 0)
 			rstd[row] = r;
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++) { /* w a vector at a time (L1-resident): no second row held */
-			const vec wv = item_load(w, n, p, i, 0.0f);
+			const vec wv = W_VEC(i);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
 				vec_set(h[i], j, vec_get(h[i], j) * r * vec_get(wv, j));
 		}
-		row_store(y + row * ld_y, n, p, h);
+		STORE_ROW(y + row * ld_y, n, p, h);
 	}
 	row_done();
 }
@@ -137,6 +181,9 @@ rmsnorm_kernel(const elem *x, const elem *res, const elem *w, elem *y, float *rs
 #else
 
 /* ----------------------------------------------------------------- backward */
+
+/* Dynamic shared memory before the ring: the block's groups' partials of dw. */
+#define PARTIAL_BYTES (ROWS_PER_BLOCK > 1 ? ROW_THREADS * ITEMS * VEC_W * 4 : 0)
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) CLUSTER_DIMS
 rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem *dy, elem *dx,
@@ -153,7 +200,19 @@ rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem 
 			acc[i][j] = 0;
 
 	row_raw h, d; /* h, dy */
-#if PREFETCH
+#if RING
+	vec *ring = ring_at(PARTIAL_BYTES);
+	int slot = 0;
+	row_raw wr;
+	row_load(w, cols, p, wr, 0.0f);
+	for (int s = 0; s < RING; s++) {
+		const i64 row = rows_first() + s * rows_step() + p.group;
+		ring_issue(ring, 0, s, hx, row, rows, cols, ld_h, p);
+		ring_issue(ring, 1, s, dy, row, rows, cols, ld_dy, p);
+		ring_issue_f32(ring_f32_slot(ring, 2, 0, s), rstd, row, rows);
+		ring_commit();
+	}
+#elif PREFETCH
 	row_raw next_h, next_d;
 	row_load_at(hx, rows_first() + p.group, rows, cols, ld_h, p, next_h, 0.0f);
 	row_load_at(dy, rows_first() + p.group, rows, cols, ld_dy, p, next_d, 0.0f);
@@ -162,7 +221,11 @@ rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem 
 	for (i64 r0 = rows_first(); r0 < rows; r0 += rows_step()) {
 		const i64 row = r0 + p.group;
 		const i64 n = row < rows ? cols : 0;
-#if PREFETCH
+#if RING
+		ring_wait();
+		ring_take(ring, 0, slot, n, p, h, 0.0f);
+		ring_take(ring, 1, slot, n, p, d, 0.0f);
+#elif PREFETCH
 		row_copy(h, next_h);
 		row_copy(d, next_d);
 		row_load_at(hx, row + rows_step(), rows, cols, ld_h, p, next_h, 0.0f);
@@ -171,11 +234,15 @@ rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem 
 		row_load(hx + row * ld_h, n, p, h, 0.0f);
 		row_load(dy + row * ld_dy, n, p, d, 0.0f);
 #endif
+#if RING
+		const float r = n ? *ring_f32_slot(ring, 2, 0, slot) : 0.0f;
+#else
 		const float r = n ? rstd[row] : 0.0f;
+#endif
 		float s = 0;
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++) { /* w a vector at a time (L1-resident), here and below */
-			const vec wv = item_load(w, n, p, i, 0.0f);
+			const vec wv = W_VEC(i);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++) {
 				const float hv = vec_get(h[i], j), dv = vec_get(d[i], j);
@@ -187,14 +254,21 @@ rmsnorm_bwd_kernel(const elem *hx, const elem *w, const float *rstd, const elem 
 		row_keep_raw(h);
 		row_keep_raw(d);
 		const float k = r * r * s / (float)cols;
+#if RING /* the slot is read (its sum is taken): refill it RING rows on */
+		ring_issue(ring, 0, slot, hx, row + RING * rows_step(), rows, cols, ld_h, p);
+		ring_issue(ring, 1, slot, dy, row + RING * rows_step(), rows, cols, ld_dy, p);
+		ring_issue_f32(ring_f32_slot(ring, 2, 0, slot), rstd, row + RING * rows_step(), rows);
+		ring_commit();
+		slot = slot + 1 == RING ? 0 : slot + 1;
+#endif
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++) {
-			const vec wv = item_load(w, n, p, i, 0.0f);
+			const vec wv = W_VEC(i);
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
 				vec_set(d[i], j, r * (vec_get(d[i], j) * vec_get(wv, j) - vec_get(h[i], j) * k));
 		}
-		row_store(dx + row * ld_dx, n, p, d);
+		STORE_ROW(dx + row * ld_dx, n, p, d);
 	}
 
 	/* the block's partial row of dw: its groups' shares added in group order */

@@ -144,7 +144,7 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		snprintf(why, len, "%d groups' partials of dw and db over 48 KiB of shared memory", s.rows_per_block);
 		return 1;
 	}
-	return 0;
+	return ktune__rw_ring_prune(key, c, bwd ? 2 : 1, bwd ? 2 : 0, bwd ? bwd_smem(&s) : 0, why, len);
 }
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
@@ -175,6 +175,7 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	if (pass(key) == FWD) {
 		out[0].entry = 0;
 		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[0].launch);
+		out[0].launch.smem = (unsigned)ktune__rw_ring_bytes(key, c, 1, 0);
 		ktune__ew_arg_ptr(a, call->buf[0]); /* x */
 		ktune__ew_arg_ptr(a, call->buf[1]); /* w */
 		ktune__ew_arg_ptr(a, call->buf[2]); /* b */
@@ -191,7 +192,7 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	int64_t clusters = ktune__rw_walk_clusters(key, c, rows, sm_count);
 	out[0].entry = 1;
 	ktune__rw_launch(&s, clusters, &out[0].launch);
-	out[0].launch.smem = (unsigned)bwd_smem(&s);
+	out[0].launch.smem = (unsigned)(bwd_smem(&s) + ktune__rw_ring_bytes(key, c, 2, 2));
 	ktune__ew_arg_ptr(a, call->buf[0]); /* x */
 	ktune__ew_arg_ptr(a, call->buf[1]); /* w */
 	ktune__ew_arg_ptr(a, call->buf[2]); /* mean */

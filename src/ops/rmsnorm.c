@@ -127,6 +127,12 @@ static void reference(const struct ktune_key *key, const struct ktune_op_call *c
 	}
 }
 
+/* Bytes of the backward's shared memory before the ring: the block's groups' partials of dw. */
+static int64_t bwd_smem(const struct ktune_rw_shape *s)
+{
+	return s->rows_per_block > 1 ? (int64_t)s->row_threads * s->items * s->vec * 4 : 0;
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
 		 size_t len)
 {
@@ -155,11 +161,11 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		snprintf(why, len, "the backward's partial rows of dw need a capped grid (BLOCKS_PER_SM > 0)");
 		return 1;
 	}
-	if (bwd && s.rows_per_block > 1 && (int64_t)s.row_threads * s.items * s.vec * 4 > 48 * 1024) {
+	if (bwd && bwd_smem(&s) > 48 * 1024) {
 		snprintf(why, len, "%d groups' partials of dw over 48 KiB of shared memory", s.rows_per_block);
 		return 1;
 	}
-	return 0;
+	return ktune__rw_ring_prune(key, c, bwd ? 2 : 1 + res, bwd, bwd ? bwd_smem(&s) : 0, why, len);
 }
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
@@ -192,6 +198,7 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 		int res = pass(key) == FWD_RESIDUAL, w = res ? 2 : 1, y = w + 1;
 		out[0].entry = 0;
 		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[0].launch);
+		out[0].launch.smem = (unsigned)ktune__rw_ring_bytes(key, c, w, 0);
 		ktune__ew_arg_ptr(a, call->buf[0]);                 /* x */
 		ktune__ew_arg_ptr(a, res ? call->buf[1] : 0);       /* res */
 		ktune__ew_arg_ptr(a, call->buf[w]);                 /* w */
@@ -210,8 +217,7 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	int64_t clusters = ktune__rw_walk_clusters(key, c, rows, sm_count);
 	out[0].entry = 1;
 	ktune__rw_launch(&s, clusters, &out[0].launch);
-	if (s.rows_per_block > 1)
-		out[0].launch.smem = (unsigned)(s.row_threads * s.items * s.vec * 4);
+	out[0].launch.smem = (unsigned)(bwd_smem(&s) + ktune__rw_ring_bytes(key, c, 2, 1));
 	ktune__ew_arg_ptr(a, call->buf[0]); /* h */
 	ktune__ew_arg_ptr(a, call->buf[1]); /* w */
 	ktune__ew_arg_ptr(a, call->buf[2]); /* rstd */

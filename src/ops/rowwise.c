@@ -145,6 +145,44 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 	return 0;
 }
 
+int64_t ktune__rw_ring_bytes(const struct ktune_key *key, const struct ktune_config *c, int tensors, int floats)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	long ring = ktune__op_param(op, c, "RING", 0);
+	if (ring <= 0)
+		return 0;
+	return ring * s.threads * ((int64_t)s.items * s.vec * ktune__dtype_size(key->dtype) * tensors + 4 * floats);
+}
+
+int ktune__rw_ring_prune(const struct ktune_key *key, const struct ktune_config *c, int tensors, int floats,
+			 int64_t smem, char *why, size_t len)
+{
+	const struct ktune_op *op = ktune__op_of(key);
+	struct ktune_rw_shape s = ktune__rw_shape(key, c);
+	long ring = ktune__op_param(op, c, "RING", 0);
+	int bytes = s.vec * ktune__dtype_size(key->dtype);
+	if (ring <= 0)
+		return 0;
+	if (!key->aligned || bytes < 4) {
+		snprintf(why, len, "the ring copies aligned vectors of 4 to 16 bytes (RING=%ld, %d-byte vectors%s)",
+			 ring, bytes, key->aligned ? "" : ", unaligned");
+		return 1;
+	}
+	/*
+	 * An SM's shared memory (228 KiB, 1 KiB of it reserved a block) must
+	 * hold BLOCKS_PER_SM blocks, or the capped grid runs in waves.
+	 */
+	int64_t block = smem + ktune__rw_ring_bytes(key, c, tensors, floats);
+	int64_t per_sm = s.blocks_per_sm > 0 ? s.blocks_per_sm : 1;
+	if (block > 227 * 1024 || per_sm * (block + 1024) > 228 * 1024) {
+		snprintf(why, len, "%lld bytes of shared memory a block (RING=%ld), %ld blocks an SM: over 228 KiB",
+			 (long long)block, ring, (long)per_sm);
+		return 1;
+	}
+	return 0;
+}
+
 /* A config of the op's first family with these values (the space's nearest), the rest 0. */
 static struct ktune_config config_of(const struct ktune_space *sp, long vec, long row_threads, long threads,
 				     long cluster, long blocks_per_sm)

@@ -81,6 +81,19 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 		    char *why, size_t len);
 
 /*
+ * Bytes of shared memory the ring of a config with RING (rowring.cuh)
+ * takes for `tensors` ringed tensors and `floats` per-row floats (a
+ * norm's saved mean or rstd); 0 without one.
+ */
+int64_t ktune__rw_ring_bytes(const struct ktune_key *key, const struct ktune_config *c, int tensors, int floats);
+/*
+ * A ring (RING > 0) on the unaligned class or with vectors under 4 bytes
+ * (cp.async's smallest copy), or whose blocks, with `smem` bytes of the
+ * kernel's own shared memory, do not fit BLOCKS_PER_SM to an SM.
+ */
+int ktune__rw_ring_prune(const struct ktune_key *key, const struct ktune_config *c, int tensors, int floats,
+			 int64_t smem, char *why, size_t len);
+/*
  * The analytic default: 16-byte vectors (unaligned: single elements, unless
  * the family shifts rows) and the fewest threads per row
  * the op's prune admits, from 4 vectors a thread up, 256 threads a block at

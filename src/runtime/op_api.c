@@ -59,8 +59,13 @@ int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct k
 					 steps[i].entry, cfg->family);
 			break;
 		}
-		/* past the 48 KiB every kernel gets, a kernel opts in (attention's tiles); a host-side call */
-		if (l->smem > 48 * 1024)
+		/*
+		 * Past the 48 KiB every kernel gets, a kernel opts in (attention's
+		 * tiles, the row-wise rings); a host-side call.  The kernel's static
+		 * shared memory counts against the 48 KiB too (a row-wise
+		 * reduction's, under 1 KiB): a ring of exactly 48 KiB must opt in.
+		 */
+		if (l->smem > 40 * 1024)
 			CU_GOTO(e, rc, cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 							  (int)l->smem));
 		CU_GOTO(e, rc, cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],

@@ -11,6 +11,9 @@
  * the default with a seeded sample of 3 in f16 and f32, in the unaligned
  * class (pointers one element off) and for a single row.
  *
+ * The norms' ring (rows in flight in shared memory) again on 12289 rows,
+ * so that the walk wraps around it: 24 ring configs of each variant.
+ *
  * Through the public API, with row strides larger than cols: softmax rows
  * of -inf but one element (one-hot), of -inf only (zeros, not NaN), and of
  * +-1e4 (no overflow); RMSNorm with the residual fused, then its backward,
@@ -120,6 +123,8 @@ static int moved_dx_guards_intact(const struct moved_dx *m)
  * the gradient written `dx_offset` elements past an aligned base (x stays
  * `offset` past one), its guards checked.
  */
+static int ring_only; /* run_key_dx keeps only configs with RING > 0, at most `budget` of them, evenly spread */
+
 static void run_key_dx(struct ktune_key key, int offset, int dx_offset, int budget)
 {
 	const struct ktune_op *op = ktune__op_of(&key);
@@ -137,7 +142,19 @@ static void run_key_dx(struct ktune_key key, int offset, int dx_offset, int budg
 	struct moved_dx moved = { .buf = -1 };
 	if (dx_offset >= 0)
 		moved = moved_dx_open(p, dx_offset);
-	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, budget, 7, &cfgs, &n, &npruned, &e), 0);
+	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, ring_only ? 0 : budget, 7, &cfgs, &n,
+					      &npruned, &e),
+			 0);
+	if (ring_only) {
+		int rings = 0;
+		for (int i = 0; i < n; i++)
+			if (ktune__op_param(op, &cfgs[i], "RING", 0) > 0)
+				cfgs[rings++] = cfgs[i];
+		assert_true(rings > 0);
+		for (int i = 0; i < budget && i < rings; i++)
+			cfgs[i] = cfgs[(int64_t)i * rings / (budget < rings ? budget : rings)];
+		n = budget < rings ? budget : rings;
+	}
 	struct job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
 	assert_non_null(jobs);
 	jobs[0] = (struct job){ .key = key, .cfg = op->default_config(&key, sm_count) };
@@ -251,6 +268,34 @@ static void test_rowwise_gpu__layernorm_every_config(void **state)
 {
 	(void)state;
 	run_op("layernorm", 65537);
+}
+
+/*
+ * The ring (RING rows of the walk in flight in shared memory) around its
+ * wrap: enough rows that a group walks more than RING of them (9 and more
+ * where a step of the walk is an SM's worth of rows), bf16 aligned, 24 ring
+ * configs of every variant of both norms, spread over the prune's list.
+ */
+static void test_rowwise_gpu__norms_ring_wraps(void **state)
+{
+	(void)state;
+	static const char *const ops[] = { "rmsnorm", "layernorm" };
+	failures = 0;
+	ring_only = 1;
+	for (int o = 0; o < 2; o++) {
+		const struct ktune_op *op = ktune__op_find(ops[o]);
+		for (int v = 0; op->fields[0].choices[v]; v++) {
+			struct ktune_key key = { .dtype = KTUNE_BF16, .m = 12289, .n = 1032 };
+			const char *values[] = { op->fields[0].choices[v], NULL };
+			snprintf(key.op, sizeof(key.op), "%s", ops[o]);
+			assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+			op->key_bucket(&key);
+			key.m = 12289;
+			run_key(key, 0, 24);
+		}
+	}
+	ring_only = 0;
+	assert_int_equal(failures, 0);
 }
 
 /*
@@ -1232,6 +1277,7 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__rmsnorm_every_config),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_constant_row_backward_deterministic),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_every_config),
+		cmocka_unit_test(test_rowwise_gpu__norms_ring_wraps),
 		cmocka_unit_test(test_rowwise_gpu__norms_without_affine),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_bad_arguments),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_api),
