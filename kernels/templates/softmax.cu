@@ -16,7 +16,9 @@
  * forward: in = x, out = y, dy unused; backward: in = y, out = dx.
  *
  * Tunables: BACKWARD (the op's variant) and KEEP_EXP below; DTYPE, ALIGNED, VEC, THREADS,
- * CACHE, MIN_WARPS (prelude.cuh); COLS, ROW_THREADS, CLUSTER, PREFETCH
+ * CACHE, MIN_WARPS (prelude.cuh); RING (rowring.cuh: x forward, y and dy
+ * backward through shared memory, RING rows ahead; its shared memory is
+ * dynamic, RING_BYTES a tensor); COLS, ROW_THREADS, CLUSTER, PREFETCH
  * (rowwise.cuh).
  *
  * Launch:
@@ -40,11 +42,19 @@
 
 #include "prelude.cuh"
 #include "rowwise.cuh"
+#include "rowring.cuh"
 
 static_assert(BACKWARD == 0 || BACKWARD == 1, "BACKWARD is 0 or 1");
 static_assert(KEEP_EXP == 0 || KEEP_EXP == 1, "KEEP_EXP is 0 or 1");
 
 #define LOG2E 1.4426950408889634f
+
+/* With a ring, a whole share is stored without a bound a vector (rowring.cuh); without one, as before it. */
+#if RING
+#define STORE_ROW ring_store
+#else
+#define STORE_ROW row_store
+#endif
 
 static __device__ __forceinline__ float exp2_approx(float x)
 {
@@ -63,7 +73,18 @@ softmax_kernel(const elem *in, const elem *dy, elem *out, long long rows, long l
 	int parity = 0;
 
 	row_raw v, g;
-#if PREFETCH
+#if RING
+	vec *ring = ring_at(0);
+	int slot = 0;
+	for (int s = 0; s < RING; s++) {
+		const i64 row = rows_first() + s * rows_step() + p.group;
+		ring_issue(ring, 0, s, in, row, rows, cols, ld_in, p);
+#if BACKWARD
+		ring_issue(ring, 1, s, dy, row, rows, cols, ld_dy, p);
+#endif
+		ring_commit();
+	}
+#elif PREFETCH
 	row_raw next_v, next_g;
 	row_load_at(in, rows_first() + p.group, rows, cols, ld_in, p, next_v, BACKWARD ? 0.0f : op_max::identity());
 #if BACKWARD
@@ -76,7 +97,10 @@ softmax_kernel(const elem *in, const elem *dy, elem *out, long long rows, long l
 		const i64 n = row < rows ? cols : 0; /* past the last row: an empty row */
 #if !BACKWARD
 		/* load (or take the prefetched row), max, exp and sum, scale, store */
-#if PREFETCH
+#if RING
+		ring_wait();
+		ring_take(ring, 0, slot, n, p, v, op_max::identity());
+#elif PREFETCH
 		row_copy(v, next_v);
 		row_load_at(in, row + rows_step(), rows, cols, ld_in, p, next_v, op_max::identity());
 #else
@@ -90,6 +114,11 @@ softmax_kernel(const elem *in, const elem *dy, elem *out, long long rows, long l
 				m = fmaxf(m, vec_get(v[i], j));
 		m = row_reduce<op_max>(m, parity);
 		row_keep_raw(v);
+#if RING /* the slot is read (its maximum is taken): refill it RING rows on */
+		ring_issue(ring, 0, slot, in, row + RING * rows_step(), rows, cols, ld_in, p);
+		ring_commit();
+		slot = slot + 1 == RING ? 0 : slot + 1;
+#endif
 		const float shift = m == op_max::identity() ? 0.0f : m * LOG2E; /* all -inf: zeros */
 		float s = 0;
 #if DTYPE == 2
@@ -134,10 +163,14 @@ softmax_kernel(const elem *in, const elem *dy, elem *out, long long rows, long l
 #else
 				vec_set(v[i], j, exp2_approx(vec_get(v[i], j) * LOG2E - shift) * scale);
 #endif
-		row_store(out + row * ld_out, n, p, v);
+		STORE_ROW(out + row * ld_out, n, p, v);
 #else
 		/* load y and dy (or take the prefetched rows), their dot product, store y (dy - dot) */
-#if PREFETCH
+#if RING
+		ring_wait();
+		ring_take(ring, 0, slot, n, p, v, 0.0f);
+		ring_take(ring, 1, slot, n, p, g, 0.0f);
+#elif PREFETCH
 		row_copy(v, next_v);
 		row_copy(g, next_g);
 		row_load_at(in, row + rows_step(), rows, cols, ld_in, p, next_v, 0.0f);
@@ -155,12 +188,18 @@ softmax_kernel(const elem *in, const elem *dy, elem *out, long long rows, long l
 		d = row_reduce<op_sum>(d, parity);
 		row_keep_raw(v);
 		row_keep_raw(g);
+#if RING /* the slots are read (their dot product is taken): refill them RING rows on */
+		ring_issue(ring, 0, slot, in, row + RING * rows_step(), rows, cols, ld_in, p);
+		ring_issue(ring, 1, slot, dy, row + RING * rows_step(), rows, cols, ld_dy, p);
+		ring_commit();
+		slot = slot + 1 == RING ? 0 : slot + 1;
+#endif
 #pragma unroll
 		for (int i = 0; i < ITEMS; i++)
 #pragma unroll
 			for (int j = 0; j < VEC_W; j++)
 				vec_set(v[i], j, vec_get(v[i], j) * (vec_get(g[i], j) - d));
-		row_store(out + row * ld_out, n, p, v);
+		STORE_ROW(out + row * ld_out, n, p, v);
 #endif
 	}
 	row_done();

@@ -80,7 +80,9 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 	}
 	/* rows held as loaded: x forward, y and dy backward; and as many prefetched; the exponentials in fp32 */
 	int rows = (backward(key) ? 2 : 1) * (1 + (int)ktune__op_param(&ktune__op_softmax, c, "PREFETCH", 0));
-	return ktune__rw_prune(key, c, rows, keep, why, len);
+	if (ktune__rw_prune(key, c, rows, keep, why, len))
+		return 1;
+	return ktune__rw_ring_prune(key, c, backward(key) ? 2 : 1, 0, 0, why, len);
 }
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
@@ -97,6 +99,7 @@ static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 {
 	struct ktune_rw_shape s = ktune__rw_shape(key, c);
 	ktune__rw_launch(&s, ktune__rw_clusters(&s, call->size[0], sm_count), out);
+	out->smem = (unsigned)ktune__rw_ring_bytes(key, c, backward(key) ? 2 : 1, 0);
 }
 
 static void args(const struct ktune_key *key, const struct ktune_op_call *call, struct ktune_op_args *a)

@@ -11,8 +11,9 @@
  * the default with a seeded sample of 3 in f16 and f32, in the unaligned
  * class (pointers one element off) and for a single row.
  *
- * The norms' ring (rows in flight in shared memory) again on 12289 rows,
- * so that the walk wraps around it: 24 ring configs of each variant.
+ * The ring (rows in flight in shared memory) of softmax and the norms
+ * again on 12289 rows, so that the walk wraps around it: 24 ring configs of
+ * each variant.
  *
  * Through the public API, with row strides larger than cols: softmax rows
  * of -inf but one element (one-hot), of -inf only (zeros, not NaN), and of
@@ -274,15 +275,16 @@ static void test_rowwise_gpu__layernorm_every_config(void **state)
  * The ring (RING rows of the walk in flight in shared memory) around its
  * wrap: enough rows that a group walks more than RING of them (9 and more
  * where a step of the walk is an SM's worth of rows), bf16 aligned, 24 ring
- * configs of every variant of both norms, spread over the prune's list.
+ * configs of every variant of softmax and both norms, spread over the
+ * prune's list.
  */
-static void test_rowwise_gpu__norms_ring_wraps(void **state)
+static void test_rowwise_gpu__ring_wraps(void **state)
 {
 	(void)state;
-	static const char *const ops[] = { "rmsnorm", "layernorm" };
+	static const char *const ops[] = { "softmax", "rmsnorm", "layernorm" };
 	failures = 0;
 	ring_only = 1;
-	for (int o = 0; o < 2; o++) {
+	for (int o = 0; o < 3; o++) {
 		const struct ktune_op *op = ktune__op_find(ops[o]);
 		for (int v = 0; op->fields[0].choices[v]; v++) {
 			struct ktune_key key = { .dtype = KTUNE_BF16, .m = 12289, .n = 1032 };
@@ -1277,7 +1279,7 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__rmsnorm_every_config),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_constant_row_backward_deterministic),
 		cmocka_unit_test(test_rowwise_gpu__layernorm_every_config),
-		cmocka_unit_test(test_rowwise_gpu__norms_ring_wraps),
+		cmocka_unit_test(test_rowwise_gpu__ring_wraps),
 		cmocka_unit_test(test_rowwise_gpu__norms_without_affine),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_bad_arguments),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_api),
