@@ -605,9 +605,9 @@ static void test_dispatch__op_neighbour_kept_by_prune(void **state)
 
 	assert_non_null(op);
 	assert_int_equal(ktune__op_config_parse(op, "softmax", "VEC=8,ROW_THREADS=256,THREADS=256,CLUSTER=8,"
-						"MIN_WARPS=0,PREFETCH=0,KEEP_EXP=1,BLOCKS_PER_SM=0", &wide_cfg, &e), 0);
+						"MIN_WARPS=0,PREFETCH=0,RING=0,KEEP_EXP=1,BLOCKS_PER_SM=0", &wide_cfg, &e), 0);
 	assert_int_equal(ktune__op_config_parse(op, "softmax", "VEC=8,ROW_THREADS=128,THREADS=128,CLUSTER=1,"
-						"MIN_WARPS=32,PREFETCH=0,KEEP_EXP=0,BLOCKS_PER_SM=0", &mid_cfg, &e), 0);
+						"MIN_WARPS=32,PREFETCH=0,RING=0,KEEP_EXP=0,BLOCKS_PER_SM=0", &mid_cfg, &e), 0);
 	struct ktune_entry ents[] = { entry(wide, wide_cfg, 1), entry(mid, mid_cfg, 1) };
 	ktune_ctx *ctx = make_ctx(ents, 2);
 	/* 2048 columns: the 4096 neighbour's 128 threads of 8 fit; the cluster of 8 does not */
