@@ -536,6 +536,81 @@ static void test_ops__unaligned_rows_shift(void **state)
  * A family of one arch (attention_wgmma: sm_90a) is offered, compiled and
  * imported only for devices of that arch: the others never see it.
  */
+/* Parses `text` as a config of op's first family, or fails the test. */
+static struct ktune_config config_of_text(const struct ktune_op *op, const char *text)
+{
+	struct ktune_config c;
+	struct ktune_err e;
+	if (ktune__op_config_parse(op, op->families[0].name, text, &c, &e))
+		fail_msg("%s", e.msg);
+	return c;
+}
+
+/*
+ * RING (rowring.cuh): rows of the walk in flight in shared memory.  Its bytes
+ * (tensors' slots and the per-row floats), and the prune: the aligned class,
+ * vectors of 4 bytes or more, a block's shared memory within an SM's for
+ * BLOCKS_PER_SM blocks; RING=0 takes none.
+ */
+static void test_ops__ring_in_shared_memory(void **state)
+{
+	(void)state;
+	const struct ktune_op *ln = ktune__op_find("layernorm"), *sm = ktune__op_find("softmax");
+	struct ktune_key key = { .op = "layernorm", .dtype = KTUNE_BF16, .variant = "bwd", .m = 4096, .n = 4096,
+				 .aligned = 1 };
+	char why[200];
+	assert_non_null(ln);
+	assert_non_null(sm);
+
+	/* the H200's shipped LayerNorm backward at 4096 x 4096: 8 vectors of 4 a thread, x and dy, mean and rstd */
+	struct ktune_config c = config_of_text(ln, "VEC=4,ROW_THREADS=128,THREADS=256,CLUSTER=1,MIN_WARPS=0,"
+						   "PREFETCH=0,RING=2,BLOCKS_PER_SM=1");
+	assert_int_equal(ktune__rw_ring_bytes(&key, &c, 2, 2), 2 * 256 * (8 * 4 * 2 * 2 + 4 * 2));
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 0);
+	/* the unaligned class reads element by element: no ring, even of 4-byte (f32) elements */
+	key.dtype = KTUNE_F32;
+	c = config_of_text(ln, "VEC=1,ROW_THREADS=512,THREADS=512,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=2,"
+			       "BLOCKS_PER_SM=1");
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 0);
+	key.aligned = 0;
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "ring"));
+	key.aligned = 1;
+	key.dtype = KTUNE_BF16;
+	/* 2-byte vectors: under cp.async's 4 */
+	c = config_of_text(ln, "VEC=1,ROW_THREADS=1024,THREADS=1024,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=2,"
+			       "BLOCKS_PER_SM=1");
+	key.n = 1024;
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "ring"));
+	/* 8 rows of 1024 threads' 16 bytes, twice, with the floats: 320 KiB a block, over an SM's */
+	key.n = 8192;
+	c = config_of_text(ln, "VEC=8,ROW_THREADS=1024,THREADS=1024,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=8,"
+			       "BLOCKS_PER_SM=1");
+	assert_int_equal(ktune__rw_ring_bytes(&key, &c, 2, 2), 8 * 1024 * (16 * 2 + 4 * 2));
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "shared memory"));
+	/* two rows fit one block an SM (80 KiB), not four blocks */
+	c = config_of_text(ln, "VEC=8,ROW_THREADS=1024,THREADS=1024,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=2,"
+			       "BLOCKS_PER_SM=1");
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 0);
+	c = config_of_text(ln, "VEC=8,ROW_THREADS=1024,THREADS=1024,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=2,"
+			       "BLOCKS_PER_SM=4");
+	assert_int_equal(ln->prune(&key, &c, 132, why, sizeof(why)), 1);
+	/* no ring, no bytes */
+	c = config_of_text(ln, "VEC=8,ROW_THREADS=1024,THREADS=1024,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=0,"
+			       "BLOCKS_PER_SM=1");
+	assert_int_equal(ktune__rw_ring_bytes(&key, &c, 2, 2), 0);
+
+	/* softmax's forward rings x alone, no floats */
+	struct ktune_key sk = { .op = "softmax", .dtype = KTUNE_BF16, .variant = "fwd", .m = 1024, .n = 32768,
+				.aligned = 1 };
+	c = config_of_text(sm, "VEC=8,ROW_THREADS=512,THREADS=512,CLUSTER=1,MIN_WARPS=0,PREFETCH=0,RING=2,"
+			       "KEEP_EXP=0,BLOCKS_PER_SM=1");
+	assert_int_equal(ktune__rw_ring_bytes(&sk, &c, 1, 0), 2 * 512 * 8 * 16);
+	assert_int_equal(sm->prune(&sk, &c, 132, why, sizeof(why)), 0);
+}
+
 static void test_ops__family_of_one_arch(void **state)
 {
 	const struct ktune_op *op = ktune__op_find("attention");
@@ -723,6 +798,7 @@ int main(void)
 		cmocka_unit_test(test_ops__config_texts),
 		cmocka_unit_test(test_ops__candidates_and_defaults),
 		cmocka_unit_test(test_ops__unaligned_rows_shift),
+		cmocka_unit_test(test_ops__ring_in_shared_memory),
 		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
