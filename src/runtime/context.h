@@ -38,6 +38,7 @@ struct ktune_kernel {
 	CUmodule module;
 	CUfunction fn;                           /* the first (a GEMM's, a one-kernel op's) */
 	CUfunction fns[KTUNE_OP_MAX_KERNELS];    /* an op's: its family's entries, in order */
+	int static_smem[KTUNE_OP_MAX_KERNELS];   /* an op's: each entry's static shared memory, bytes */
 	size_t smem;
 	int max_clusters; /* wgmma, CLUSTER_M=2: clusters resident at once (cuOccupancyMaxActiveClusters) */
 	struct ktune_tensor_maps *maps; /* wgmma: the last call's tensor maps; guarded by ctx->lock */

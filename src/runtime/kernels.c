@@ -141,8 +141,11 @@ int ktune__kernel_get(ktune_ctx *ctx, const struct ktune_key *key,
 		int found = 0;
 		for (int i = 0; i < KTUNE_OP_MAX_KERNELS && f->entries[i]; i++) {
 			CUresult r = ktune_cu.cuModuleGetFunction(&k->fns[i], k->module, f->entries[i]);
-			if (r == CUDA_SUCCESS)
+			if (r == CUDA_SUCCESS) {
 				found++;
+				CU_GOTO(e, rc, cuFuncGetAttribute(&k->static_smem[i], CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+								  k->fns[i]));
+			}
 			else if (r != CUDA_ERROR_NOT_FOUND)
 				CU_GOTO(e, rc, cuModuleGetFunction(&k->fns[i], k->module, f->entries[i]));
 			else

@@ -60,12 +60,11 @@ int ktune__op_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct k
 			break;
 		}
 		/*
-		 * Past the 48 KiB every kernel gets, a kernel opts in (attention's
-		 * tiles, the row-wise rings); a host-side call.  The kernel's static
-		 * shared memory counts against the 48 KiB too (a row-wise
-		 * reduction's, under 1 KiB): a ring of exactly 48 KiB must opt in.
+		 * Past the 48 KiB every kernel gets, static and dynamic shared memory
+		 * together, a kernel opts in (attention's tiles, the row-wise
+		 * rings); a host-side call.
 		 */
-		if (l->smem > 40 * 1024)
+		if (l->smem + (size_t)kernel->static_smem[steps[i].entry] > 48 * 1024)
 			CU_GOTO(e, rc, cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 							  (int)l->smem));
 		CU_GOTO(e, rc, cuLaunchKernel(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
