@@ -52,12 +52,19 @@ static const struct ktune_op_field fields[] = {
 	{ "vocab", "classes, the row length (tuned exactly up to 65536)", KTUNE_ROLE_TUNED, 1, NULL },
 };
 
+/* Row kernels: a row held in registers (CE), or streamed with a running max and sum (STREAM). */
+enum { CE, STREAM };
+
 static const struct ktune_family families[] = {
 	{ "cross_entropy", "cross_entropy.cu", "cross_entropy.yaml",
 	  { "ce_kernel", "ce_count_kernel", "ce_reduce_kernel" }, .shifted_rows = 1 },
+	{ "cross_entropy_stream", "cross_entropy_stream.cu", "cross_entropy_stream.yaml",
+	  { "ce_stream_kernel", "ce_count_kernel", "ce_reduce_kernel" } },
 };
 
 extern const struct ktune_op ktune__op_cross_entropy;
+
+#define OP (&ktune__op_cross_entropy)
 
 static int pass(const struct ktune_key *key)
 {
@@ -239,10 +246,54 @@ static double tolerance(const struct ktune_key *key, int buf)
 	return l.bufs[buf].type == KTUNE_BUF_F32 ? 1e-4 : ktune__ew_tolerance(key->dtype);
 }
 
+/* The streamed row's 16-byte vectors a block takes: its chunk of a row of `cols` (aligned). */
+static int64_t stream_chunk(const struct ktune_key *key, const struct ktune_config *c, int64_t cols)
+{
+	int64_t vec = 16 / ktune__dtype_size(key->dtype), cluster = ktune__op_param(OP, c, "CLUSTER", 1);
+	return (cols / vec + cluster - 1) / cluster;
+}
+
+/* An SM's shared memory a block may take (227 KiB), less the stream kernel's own (its reductions'). */
+#define STREAM_KEEP_MAX (227 * 1024 - 1024)
+
+static int stream_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
+{
+	long threads = ktune__op_param(OP, c, "THREADS", 256), reload = ktune__op_param(OP, c, "RELOAD", 0);
+	long unroll = ktune__op_param(OP, c, "UNROLL", 1);
+	int64_t chunk = stream_chunk(key, c, key->n);
+	if (reload && pass(key) != FUSED) {
+		snprintf(why, len, "RELOAD is for the fused pass (the others read a row once)");
+		return 1;
+	}
+	if (reload && chunk * 16 > STREAM_KEEP_MAX) {
+		snprintf(why, len, "a chunk of %lld bytes does not fit shared memory: RELOAD=1 is RELOAD=0",
+			 (long long)chunk * 16);
+		return 1;
+	}
+	/*
+	 * About 7 registers a vector of UNROLL and 16 for the rest, 36 fused
+	 * (both passes' state): what ptxas used on sm_90 for bf16 (forward
+	 * 30, 44, 64 at UNROLL 2, 4, 8; fused 48, 64 and spills at 8).
+	 */
+	long need = (pass(key) == FUSED ? 36 : 16) + 7 * unroll;
+	if (need > ktune__op_thread_registers(threads, ktune__op_param(OP, c, "MIN_WARPS", 0))) {
+		snprintf(why, len, "about %ld registers a thread at UNROLL=%ld: over what MIN_WARPS leaves", need,
+			 unroll);
+		return 1;
+	}
+	if (chunk < threads) {
+		snprintf(why, len, "%lld vectors a block for %ld threads: idle threads", (long long)chunk, threads);
+		return 1;
+	}
+	return 0;
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
 		 size_t len)
 {
 	(void)sm_count;
+	if (c->family == STREAM)
+		return stream_prune(key, c, why, len);
 	int keep = (int)ktune__op_param(&ktune__op_cross_entropy, c, "KEEP", 0);
 	int next = (int)ktune__op_param(&ktune__op_cross_entropy, c, "PREFETCH", 0);
 	if (keep && pass(key) != FUSED) {
@@ -255,7 +306,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
 {
-	int n = ktune__rw_defines(key, c, opts, max - 4);
+	/* the stream kernel sizes nothing by the row (no COLS) */
+	int n = c->family == STREAM ? ktune__ew_defines(key, c, opts, max - 4) : ktune__rw_defines(key, c, opts, max - 4);
 	if (n < 0)
 		return n;
 	snprintf(opts[n++], 48, "-DPASS=%d", pass(key));
@@ -311,7 +363,17 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	}
 
 	out[n].entry = 0;
-	ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[n].launch);
+	if (c->family == STREAM) { /* a cluster a row (they walk past 2^31 blocks) */
+		int64_t cluster = ktune__op_param(OP, c, "CLUSTER", 1), clusters = rows < 1 ? 1 : rows;
+		int64_t keep = ktune__op_param(OP, c, "RELOAD", 0) ? stream_chunk(key, c, cols) * 16 : 0;
+		if (clusters > 0x7fffffff / cluster)
+			clusters = 0x7fffffff / cluster;
+		out[n].launch = (struct ktune_op_launch){ { (unsigned)(clusters * cluster), 1, 1 },
+							  { (unsigned)ktune__op_param(OP, c, "THREADS", 256), 1, 1 },
+							  keep <= STREAM_KEEP_MAX ? (unsigned)keep : 0 };
+	} else {
+		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[n].launch);
+	}
 	a = &out[n++].args;
 	ktune__ew_arg_ptr(a, call->buf[0]);                                    /* logits */
 	ktune__ew_arg_ptr(a, call->buf[1]);                                    /* targets */
@@ -329,6 +391,8 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	ktune__ew_arg_f32(a, cap);
 	ktune__ew_arg_f32(a, cap > 0 ? (float)(1.0 / call->scalar[1]) : 0.0f);
 	ktune__ew_arg_f32(a, (float)call->scalar[3]);
+	if (c->family == STREAM) /* keep_bytes: RELOAD's chunk fits them, or the kernel reads global memory */
+		ktune__ew_arg_i64(a, out[n - 1].launch.smem);
 
 	if (reduces(key)) {
 		out[n].entry = 2;
@@ -343,9 +407,47 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	return n;
 }
 
+/*
+ * The streamed default: 256 threads loading 4 vectors at once; fused, the
+ * second read from shared memory, in a cluster of as many blocks (up to 8)
+ * as keep a block's chunk within 4096 vectors (64 KiB: three blocks an
+ * SM).  What the H200's sweep picked for vocabularies of 32000 to 262144.
+ */
+static struct ktune_config stream_default(const struct ktune_key *key)
+{
+	const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
+	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
+	int fused = pass(key) == FUSED;
+	long cluster = 1;
+	while (fused && cluster < 8 && (vecs + cluster - 1) / cluster > 4096)
+		cluster *= 2;
+	struct ktune_config c = { .family = STREAM };
+	for (int i = 0; sp && i < sp->nparams; i++) {
+		const char *name = sp->params[i].name;
+		long want = !strcmp(name, "THREADS")   ? 256
+			    : !strcmp(name, "UNROLL")  ? 4
+			    : !strcmp(name, "CLUSTER") ? cluster
+			    : !strcmp(name, "RELOAD")  ? fused
+							: 32; /* MIN_WARPS */
+		c.v[i] = ktune__space_nearest(sp, i, want);
+	}
+	return c;
+}
+
+/*
+ * Rows of 1024 vectors and more streamed (4 vectors a thread, faster than
+ * a row held in registers on every measured vocabulary), shorter ones held
+ * in registers, several rows a block.
+ */
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
+	char why[160];
 	(void)sm_count;
+	if (key->n / (16 / ktune__dtype_size(key->dtype)) >= 1024) {
+		struct ktune_config c = stream_default(key);
+		if (!prune(key, &c, 0, why, sizeof(why)))
+			return c;
+	}
 	return ktune__rw_default(&ktune__op_cross_entropy, key, 0);
 }
 
@@ -355,7 +457,7 @@ const struct ktune_op ktune__op_cross_entropy = {
 	.fields = fields,
 	.nfields = 6,
 	.families = families,
-	.nfamilies = 1,
+	.nfamilies = 2,
 	.dtypes = ktune__ew_dtypes,
 	.ndtypes = 3,
 	.suite = "dtypes: [bf16]\n"

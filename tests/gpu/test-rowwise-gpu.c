@@ -125,6 +125,7 @@ static int moved_dx_guards_intact(const struct moved_dx *m)
  * `offset` past one), its guards checked.
  */
 static int ring_only; /* run_key_dx keeps only configs with RING > 0, at most `budget` of them, evenly spread */
+static int family_only = -1; /* >= 0: run_key_dx keeps only that family's configs, at most `budget` (0: all), spread */
 
 static void run_key_dx(struct ktune_key key, int offset, int dx_offset, int budget)
 {
@@ -143,9 +144,20 @@ static void run_key_dx(struct ktune_key key, int offset, int dx_offset, int budg
 	struct moved_dx moved = { .buf = -1 };
 	if (dx_offset >= 0)
 		moved = moved_dx_open(p, dx_offset);
-	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, ring_only ? 0 : budget, 7, &cfgs, &n,
-					      &npruned, &e),
+	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count,
+					      ring_only || family_only >= 0 ? 0 : budget, 7, &cfgs, &n, &npruned, &e),
 			 0);
+	if (family_only >= 0) {
+		int kept = 0;
+		for (int i = 0; i < n; i++)
+			if (cfgs[i].family == family_only)
+				cfgs[kept++] = cfgs[i];
+		assert_true(kept > 0);
+		int want = budget > 0 && budget < kept ? budget : kept;
+		for (int i = 0; i < want; i++)
+			cfgs[i] = cfgs[(int64_t)i * kept / want];
+		n = want;
+	}
 	if (ring_only) {
 		int rings = 0;
 		for (int i = 0; i < n; i++)
@@ -393,6 +405,48 @@ static void test_rowwise_gpu__cross_entropy_unaligned_every_config(void **state)
 	run_key_dx(one, 5, 0, 3);
 	printf("%d runs of shifted rows, %d of them with dx shifted unlike x\n", shifted_runs, shifted_dx_runs);
 	assert_true(shifted_runs > 300 && shifted_dx_runs > 150);
+	assert_int_equal(failures, 0);
+}
+
+/*
+ * The streamed rows (cross_entropy_stream): every candidate of the fused
+ * pass with smoothing and the cap on and of GPT-2's fused pass (50257: the
+ * unaligned class, each row's head and tail by element, dx moved to
+ * another misalignment), at 4097 and 262144 columns and in clusters (65537
+ * rows to a bucket of 131072); a sample of 6 of every other variant, of f16
+ * and f32, unaligned, and of a single row.
+ */
+static void test_rowwise_gpu__cross_entropy_stream_every_config(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("cross_entropy");
+	(void)state;
+	failures = 0;
+	family_only = ktune__op_family_index(op, "cross_entropy_stream");
+	assert_true(family_only > 0);
+	run_key(ce_key("fused", "mean", "on", KTUNE_BF16, 4097), 0, 0);
+	run_key(ce_key("fused", "mean", "on", KTUNE_BF16, 262144), 0, 0);
+	run_key_dx(ce_key("fused", "mean", "off", KTUNE_BF16, 50257), 1, 4, 0);
+	run_key_dx(ce_key("fused", "mean", "on", KTUNE_BF16, 65537), 3, 0, 0);
+	for (int p = 0; p < 3; p++)
+		for (int r = 0; r < 3; r++)
+			for (int f = 0; f < 4; f++) {
+				const char *values[] = { op->fields[0].choices[p], op->fields[1].choices[r],
+							 f & 1 ? "on" : "off", f & 2 ? "on" : "off" };
+				struct ktune_key key = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 67, .n = 4097 };
+				assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+				op->key_bucket(&key);
+				key.m = 67;
+				run_key(key, 0, 6);
+				if (p != 0) /* the gradient at another misalignment than the logits' */
+					run_key_dx(key, 1, 2, 6);
+			}
+	run_key_dx(ce_key("fused", "none", "on", KTUNE_F16, 65537), 1, 6, 6);
+	run_key_dx(ce_key("bwd", "sum", "on", KTUNE_F32, 4097), 2, 1, 6);
+	run_key(ce_key("fwd", "mean", "on", KTUNE_F32, 262144), 3, 6);
+	struct ktune_key one = ce_key("fused", "mean", "on", KTUNE_BF16, 50257);
+	one.m = 1;
+	run_key_dx(one, 5, 0, 6);
+	family_only = -1;
 	assert_int_equal(failures, 0);
 }
 
@@ -791,22 +845,21 @@ static unsigned short to_bf16(float f)
 }
 
 /*
- * f32 logits [300, 1000] with row stride 1003, in [-2, 2]; every 7th row
+ * f32 logits [300, V] with row stride LD, in [-2, 2]; every 7th row
  * ignored (-100), row 5's target out of range (NaN loss); dloss scaled so
  * that dlogits are p - [c == t] (of order 1e-3 to 1): the checks are
  * relative to each element.
  */
-static void test_rowwise_gpu__cross_entropy_api(void **state)
+static void cross_entropy_api(int64_t V, int64_t LD)
 {
-	enum { ROWS = 300, V = 1000, LD = 1003 };
+	enum { ROWS = 300 };
 	const int64_t ignore = -100;
 	const float eps = 0.1f, cap = 3.0f;
-	size_t n = (size_t)ROWS * LD;
+	size_t n = (size_t)ROWS * (size_t)LD;
 	float *x = malloc(n * 4), *got = malloc(n * 4), *got2 = malloc(n * 4), loss[ROWS], lse[ROWS], one;
 	double *xd = malloc(n * 8), *want = malloc(n * 8), lossd[ROWS], lsed[ROWS];
 	int64_t t[ROWS];
 	int64_t kept = 0;
-	(void)state;
 	assert_true(x && got && got2 && xd && want);
 	for (size_t i = 0; i < n; i++)
 		xd[i] = x[i] = (float)((long)(i * 7919 % 4001) - 2000) / 1000;
@@ -869,7 +922,7 @@ static void test_rowwise_gpu__cross_entropy_api(void **state)
 	ktune__ref_cross_entropy_backward(xd, LD, t, ignore, eps, cap, lse_got, KTUNE_REDUCTION_NONE, dld, want, LD,
 					  ROWS, V);
 	for (size_t i = 0; i < n; i++)
-		if (i % LD >= V)
+		if ((int64_t)(i % (size_t)LD) >= V)
 			assert_true(got[i] == x[i]); /* past the row: untouched */
 		else
 			ce_close("backward dlogits", (int64_t)i, got[i], want[i], 1e-4, 1e-9);
@@ -887,7 +940,7 @@ static void test_rowwise_gpu__cross_entropy_api(void **state)
 	ce_close("fused mean", 0, one, ktune__ref_cross_entropy_reduce(lossd, t, ignore, KTUNE_REDUCTION_MEAN, ROWS),
 		 1e-5, 0);
 	for (size_t i = 0; i < n; i++)
-		if (i % LD >= V)
+		if ((int64_t)(i % (size_t)LD) >= V)
 			assert_true(got[i] == x[i]);
 		else
 			ce_close("fused dlogits", (int64_t)i, got[i], want[i], 1e-4, 1e-9);
@@ -922,7 +975,7 @@ static void test_rowwise_gpu__cross_entropy_api(void **state)
 			download(got2, d_dx, n);
 			download(&in_place_loss, d_loss, 1);
 			for (size_t i = 0; i < n; i++) /* the padding was 0xff before the replays: compare the rows */
-				if (i % LD < V && memcmp(&got[i], &got2[i], 4))
+				if ((int64_t)(i % (size_t)LD) < V && memcmp(&got[i], &got2[i], 4))
 					fail_msg("graph replay %d: dlogits[%zu] = %.9g, eager %.9g", replay, i, got2[i],
 						 got[i]);
 			assert_memory_equal(&one, &in_place_loss, 4);
@@ -935,6 +988,14 @@ static void test_rowwise_gpu__cross_entropy_api(void **state)
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		ktune_cu.cuMemFree_v2(all[i]);
 	free(x), free(got), free(got2), free(xd), free(want);
+}
+
+/* V = 1000 (the default holds a row in registers) and 5000 (it streams rows: 1250 vectors) */
+static void test_rowwise_gpu__cross_entropy_api(void **state)
+{
+	(void)state;
+	cross_entropy_api(1000, 1003);
+	cross_entropy_api(5000, 5004);
 }
 
 /*
@@ -1288,6 +1349,7 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_every_config),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_unaligned_api),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_unaligned_every_config),
+		cmocka_unit_test(test_rowwise_gpu__cross_entropy_stream_every_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -479,9 +479,16 @@ static void test_ops__unaligned_rows_shift(void **state)
 		vecs[ktune__op_param(ce, &cfgs[i], "VEC", 0)]++;
 	free(cfgs);
 	assert_true(vecs[1] > 0 && vecs[2] > 0 && vecs[4] > 0 && vecs[8] > 0);
+	/* the default streams 50257 (cross_entropy_stream); a short row (4001) is held in 16-byte vectors, shifted */
 	d = ce->default_config(&key, 132);
+	assert_string_equal(ce->families[d.family].name, "cross_entropy_stream");
+	assert_int_equal(ce->prune(&key, &d, 132, why, sizeof(why)), 0);
+	key.n = 4001;
+	d = ce->default_config(&key, 132);
+	assert_int_equal(d.family, 0);
 	assert_int_equal(ktune__op_param(ce, &d, "VEC", 0), 8);
 	assert_int_equal(ce->prune(&key, &d, 132, why, sizeof(why)), 0);
+	key.n = 50257;
 
 	/* 50257 in 4096-element spans: 13 vectors a thread, aligned or shifted by up to 7 */
 	assert_int_equal(ktune__op_config_parse(ce, "cross_entropy",
@@ -609,6 +616,84 @@ static void test_ops__ring_in_shared_memory(void **state)
 			       "KEEP_EXP=0,BLOCKS_PER_SM=1");
 	assert_int_equal(ktune__rw_ring_bytes(&sk, &c, 1, 0), 2 * 512 * 8 * 16);
 	assert_int_equal(sm->prune(&sk, &c, 132, why, sizeof(why)), 0);
+}
+
+/* A config of the op's family called `family` from its text. */
+static struct ktune_config family_config(const struct ktune_op *op, const char *family, const char *text)
+{
+	struct ktune_config c;
+	struct ktune_err e;
+	if (ktune__op_config_parse(op, family, text, &c, &e))
+		fail_msg("%s", e.msg);
+	return c;
+}
+
+/*
+ * cross_entropy_stream: its default (a cluster a row fused, up to 4096
+ * vectors a block kept in shared memory; one block a row otherwise), the
+ * prune (RELOAD fused alone and where the chunk fits, registers, no block
+ * of more threads than vectors), and the launch: a cluster a row, the
+ * chunk's bytes of dynamic shared memory passed as keep_bytes, 0 where the
+ * call's chunk does not fit (the kernel then reads global memory again).
+ */
+static void test_ops__cross_entropy_stream(void **state)
+{
+	const struct ktune_op *ce = ktune__op_find("cross_entropy");
+	const char *fused[] = { "fused", "mean", "off", "off" }, *fwd[] = { "fwd", "mean", "off", "off" };
+	struct ktune_key key = { .op = "cross_entropy", .dtype = KTUNE_BF16, .m = 8192, .n = 131072, .aligned = 1 };
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	char why[200];
+	(void)state;
+	assert_int_equal(ktune__op_variant_set(ce, &key, fused, NULL), 0);
+	struct ktune_config d = ce->default_config(&key, 132);
+	assert_string_equal(ce->families[d.family].name, "cross_entropy_stream");
+	assert_int_equal(ktune__op_param(ce, &d, "CLUSTER", 0), 4); /* 16384 vectors: 4096 a block */
+	assert_int_equal(ktune__op_param(ce, &d, "RELOAD", 0), 1);
+	assert_int_equal(ce->prune(&key, &d, 132, why, sizeof(why)), 0);
+	assert_int_equal(ktune__op_variant_set(ce, &key, fwd, NULL), 0);
+	d = ce->default_config(&key, 132);
+	assert_int_equal(ktune__op_param(ce, &d, "CLUSTER", 0), 1);
+	assert_int_equal(ktune__op_param(ce, &d, "RELOAD", 0), 0);
+
+	/* RELOAD: the fused pass's, and a chunk within shared memory */
+	struct ktune_config c = family_config(ce, "cross_entropy_stream",
+					      "THREADS=256,UNROLL=4,CLUSTER=1,RELOAD=1,MIN_WARPS=32");
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "RELOAD"));
+	assert_int_equal(ktune__op_variant_set(ce, &key, fused, NULL), 0);
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 1); /* 256 KiB a block */
+	assert_non_null(strstr(why, "shared memory"));
+	c = family_config(ce, "cross_entropy_stream", "THREADS=256,UNROLL=4,CLUSTER=2,RELOAD=1,MIN_WARPS=32");
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 0); /* 128 KiB */
+	/* registers: the fused pass's 8 vectors at once need more than 64 warps leave */
+	c = family_config(ce, "cross_entropy_stream", "THREADS=256,UNROLL=8,CLUSTER=2,RELOAD=1,MIN_WARPS=64");
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "registers"));
+	/* 4096 columns: 512 vectors, fewer than 1024 threads */
+	key.n = 4096;
+	c = family_config(ce, "cross_entropy_stream", "THREADS=1024,UNROLL=2,CLUSTER=1,RELOAD=0,MIN_WARPS=32");
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "idle"));
+
+	/* the launch: 8192 rows in clusters of 2 (mean: the count, then the rows, then the loss) */
+	key.n = 131072;
+	c = family_config(ce, "cross_entropy_stream", "THREADS=256,UNROLL=4,CLUSTER=2,RELOAD=1,MIN_WARPS=32");
+	struct ktune_op_call call = { .size = { 8192, 131072 }, .ld = { 131072, 0, 0, 131072 }, .workspace = 4096 };
+	int n = ce->steps(&key, &c, &call, 132, steps);
+	assert_int_equal(n, 3);
+	assert_int_equal(steps[1].entry, 0);
+	assert_int_equal(steps[1].launch.grid[0], 2 * 8192);
+	assert_int_equal(steps[1].launch.block[0], 256);
+	assert_int_equal(steps[1].launch.smem, 8192 * 16);
+	long long keep;
+	memcpy(&keep, steps[1].args.argv[steps[1].args.n - 1], sizeof(keep));
+	assert_int_equal(keep, 8192 * 16);
+	/* a longer row through the same config (a neighbour's): 18750 vectors a block (293 KiB), nothing kept */
+	call.size[1] = call.ld[0] = call.ld[3] = 300000;
+	n = ce->steps(&key, &c, &call, 132, steps);
+	assert_int_equal(steps[1].launch.smem, 0);
+	memcpy(&keep, steps[1].args.argv[steps[1].args.n - 1], sizeof(keep));
+	assert_int_equal(keep, 0);
 }
 
 static void test_ops__family_of_one_arch(void **state)
@@ -799,6 +884,7 @@ int main(void)
 		cmocka_unit_test(test_ops__candidates_and_defaults),
 		cmocka_unit_test(test_ops__unaligned_rows_shift),
 		cmocka_unit_test(test_ops__ring_in_shared_memory),
+		cmocka_unit_test(test_ops__cross_entropy_stream),
 		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
