@@ -12,7 +12,10 @@
  * The fused pass reads the chunk a second time for the gradient: from
  * shared memory where the first read left it (RELOAD=1, when the call's
  * chunk fits the launch's dynamic shared memory, keep_bytes), else from
- * global memory, where L2 mostly still holds it.
+ * global memory, where L2 mostly still holds it.  RELOAD=2 makes the first
+ * read a copy into that shared memory too (cp.async, AHEAD groups of
+ * UNROLL vectors a thread in flight, no registers held for them), which the
+ * running sums then read.
  *
  * A thread's running sums: m, the max of z so far; s = sum exp(z - m);
  * with SMOOTHING, zs = sum (z - m) and n, the elements taken (zs moves
@@ -49,7 +52,7 @@
  */
 
 #ifndef RELOAD
-#define RELOAD 0 /* fused: 1 reads the chunk again from shared memory, 0 from global memory */
+#define RELOAD 0 /* fused: 1 reads the chunk again from shared memory, 2 also copies it there first (cp.async), 0 reads global memory twice */
 #endif
 
 /*
@@ -81,7 +84,7 @@
 #include "cross_entropy.cuh"
 
 static_assert(VEC_BYTES == 16, "a vector is 16 bytes");
-static_assert(RELOAD == 0 || (RELOAD == 1 && PASS == 2), "RELOAD is for the fused pass");
+static_assert(RELOAD == 0 || ((RELOAD == 1 || RELOAD == 2) && PASS == 2), "RELOAD is for the fused pass");
 
 #define SPAN (THREADS * UNROLL)   /* vectors of its chunk a block takes in one step */
 #define WARPS (THREADS / 32)
@@ -215,6 +218,65 @@ static __device__ __forceinline__ void part_reduce(part_t &p, int &parity)
 	parity ^= 1;
 }
 
+/*
+ * Vectors v, v + THREADS, ... (those under v1) of a thread's walk into its
+ * running sums: the max of their x first (tanh is increasing: z's after),
+ * then each exponential under it.
+ */
+static __device__ __forceinline__ void part_take(part_t &p, const vec (&b)[UNROLL], int v, int v1, float cap,
+						 float inv_cap)
+{
+	float mx = -__int_as_float(0x7f800000);
+#pragma unroll
+	for (int u = 0; u < UNROLL; u++)
+		if (v + u * THREADS < v1)
+#pragma unroll
+			for (int j = 0; j < VEC_W; j++)
+				mx = fmaxf(mx, vec_get(b[u], j));
+	part_lift(p, ce_z(mx, cap, inv_cap));
+	const float ml = p[0] * LOG2E;
+#pragma unroll
+	for (int u = 0; u < UNROLL; u++)
+		if (v + u * THREADS < v1)
+#pragma unroll
+			for (int j = 0; j < VEC_W; j++) {
+				const float z = ce_z(vec_get(b[u], j), cap, inv_cap);
+				p[1] += exp2_approx(fmaf(z, LOG2E, -ml));
+#if SMOOTHING
+				p[2] += z - p[0];
+				p[3] += 1.0f;
+#endif
+			}
+}
+
+#if RELOAD == 2
+#define AHEAD 4 /* groups of UNROLL vectors a thread has in flight */
+
+/*
+ * Group g of a thread's vectors (i = g UNROLL ... of `mine`), cp.async'd
+ * from src + i THREADS VEC_W into slot[i THREADS]: its own slots, which no
+ * other thread reads, so that wait_group alone says they have landed.
+ */
+static __device__ __forceinline__ void keep_issue(uint4 *slot, const elem *src, int g, int mine)
+{
+#pragma unroll
+	for (int u = 0; u < UNROLL; u++) {
+		const int i = g * UNROLL + u;
+		if (i < mine)
+			asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+				     ::"r"((u32)__cvta_generic_to_shared(slot + i * THREADS)), "l"(src + i * THREADS * VEC_W)
+				     : "memory");
+	}
+	asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+static __device__ __forceinline__ void keep_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
 /* ------------------------------------------------------------ a row's pieces */
 
 /*
@@ -264,6 +326,7 @@ static __device__ __forceinline__ bool takes_col(const row_cut &c, int rank, int
 	return q / c.chunk == rank && (q - rank * c.chunk) % THREADS == (int)threadIdx.x;
 }
 
+#if PASS != 0
 /* A vector of a row's gradient: whole where dx is aligned as x is, else element by element. */
 static __device__ __forceinline__ void store_grad(elem *at, const vec &d, bool whole)
 {
@@ -275,6 +338,7 @@ static __device__ __forceinline__ void store_grad(elem *at, const vec &d, bool w
 			store_elem(at + j, vec_get(d, j));
 	}
 }
+#endif
 
 /* ------------------------------------------------------------ the rows */
 
@@ -355,6 +419,34 @@ ce_stream_kernel(const elem *x, const long long *targets, float *lse, const floa
 			p[3] = 1.0f;
 #endif
 		}
+#if RELOAD == 2
+		if ((i64)c.chunk * VEC_BYTES <= keep_bytes) {
+			/*
+			 * the thread's vectors i = 0, 1, ... (column vector v0 + t + i
+			 * THREADS, slot t + i THREADS) copied in groups of UNROLL, AHEAD
+			 * groups in flight; every group committed, empty or not, so
+			 * that wait_group counts alike in every thread
+			 */
+			const int t = threadIdx.x, mine = c.v0 + t < c.v1 ? (c.v1 - c.v0 - t + THREADS - 1) / THREADS : 0;
+			const elem *src = xr + c.head + (c.v0 + t) * VEC_W;
+#pragma unroll
+			for (int g = 0; g < AHEAD; g++)
+				keep_issue(keep + t, src, g, mine);
+			for (int g = 0; g * UNROLL < mine; g++) {
+				keep_wait<AHEAD - 1>();
+				vec b[UNROLL];
+#pragma unroll
+				for (int u = 0; u < UNROLL; u++)
+					if (g * UNROLL + u < mine) {
+						const uint4 w = keep[t + (g * UNROLL + u) * THREADS];
+						b[u].w[0] = w.x, b[u].w[1] = w.y, b[u].w[2] = w.z, b[u].w[3] = w.w;
+					}
+				part_take(p, b, c.v0 + t + g * UNROLL * THREADS, c.v1, cap, inv_cap);
+				keep_issue(keep + t, src, g + AHEAD, mine);
+			}
+			keep_wait<0>();
+		} else
+#endif
 		for (int v = c.v0 + threadIdx.x; v < c.v1; v += SPAN) {
 			vec b[UNROLL];
 #pragma unroll
@@ -369,28 +461,7 @@ ce_stream_kernel(const elem *x, const long long *targets, float *lse, const floa
 						keep[v + u * THREADS - c.v0] = make_uint4(b[u].w[0], b[u].w[1], b[u].w[2],
 											  b[u].w[3]);
 #endif
-			/* the max of x (tanh is increasing), z's after */
-			float mx = -__int_as_float(0x7f800000);
-#pragma unroll
-			for (int u = 0; u < UNROLL; u++)
-				if (v + u * THREADS < c.v1)
-#pragma unroll
-					for (int j = 0; j < VEC_W; j++)
-						mx = fmaxf(mx, vec_get(b[u], j));
-			part_lift(p, ce_z(mx, cap, inv_cap));
-			const float ml = p[0] * LOG2E;
-#pragma unroll
-			for (int u = 0; u < UNROLL; u++)
-				if (v + u * THREADS < c.v1)
-#pragma unroll
-					for (int j = 0; j < VEC_W; j++) {
-						const float z = ce_z(vec_get(b[u], j), cap, inv_cap);
-						p[1] += exp2_approx(fmaf(z, LOG2E, -ml));
-#if SMOOTHING
-						p[2] += z - p[0];
-						p[3] += 1.0f;
-#endif
-					}
+			part_take(p, b, v, c.v1, cap, inv_cap);
 		}
 		part_reduce(p, parity);
 

@@ -665,6 +665,13 @@ static void test_ops__cross_entropy_stream(void **state)
 	assert_non_null(strstr(why, "shared memory"));
 	c = family_config(ce, "cross_entropy_stream", "THREADS=256,UNROLL=4,CLUSTER=2,RELOAD=1,MIN_WARPS=32");
 	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 0); /* 128 KiB */
+	/* RELOAD=2 (the first read a cp.async into the chunk) the same: fused, where the chunk fits */
+	c = family_config(ce, "cross_entropy_stream", "THREADS=256,UNROLL=2,CLUSTER=4,RELOAD=2,MIN_WARPS=32");
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 0);
+	assert_int_equal(ktune__op_variant_set(ce, &key, fwd, NULL), 0);
+	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "RELOAD"));
+	assert_int_equal(ktune__op_variant_set(ce, &key, fused, NULL), 0);
 	/* registers: the fused pass's 8 vectors at once need more than 64 warps leave */
 	c = family_config(ce, "cross_entropy_stream", "THREADS=256,UNROLL=8,CLUSTER=2,RELOAD=1,MIN_WARPS=64");
 	assert_int_equal(ce->prune(&key, &c, 132, why, sizeof(why)), 1);
