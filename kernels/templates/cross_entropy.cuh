@@ -10,9 +10,7 @@
  * the row kernel's.
  *
  * The math, the passes and the numerics are cross_entropy.cu's header
- * comment.  cross_entropy.cu still holds its own copy of what is here: its
- * source is hashed into the shipped tuning, and it takes this header when
- * it is next swept on every GPU the shipped files cover.
+ * comment.
  */
 #ifndef KTUNE_CROSS_ENTROPY_CUH
 #define KTUNE_CROSS_ENTROPY_CUH

@@ -261,7 +261,8 @@ static void test_compile_rowwise__cross_entropy_shifted_candidates(void **state)
 
 /*
  * rowwise.cuh and rowring.cuh are embedded headers the row-wise templates
- * include (softmax both), and the elementwise ones do not.
+ * include (softmax both), and the elementwise ones do not; cross_entropy.cuh
+ * is the two cross-entropy templates'.
  */
 static void test_compile_rowwise__header_reaches_only_its_templates(void **state)
 {
@@ -277,6 +278,16 @@ static void test_compile_rowwise__header_reaches_only_its_templates(void **state
 	assert_string_equal(h[2]->name, "rowwise.cuh");
 	assert_int_equal(ktune__template_headers(add->text, add->len, h), 1);
 	assert_string_equal(h[0]->name, "prelude.cuh");
+	/* both cross-entropy families take cross_entropy.cuh (and rowwise.cuh, the stream one for its walk) */
+	static const char *const ce[] = { "cross_entropy.cu", "cross_entropy_stream.cu" };
+	for (int i = 0; i < 2; i++) {
+		const struct ktune_template_file *f = ktune__template_file(ce[i]);
+		assert_non_null(f);
+		assert_int_equal(ktune__template_headers(f->text, f->len, h), 3);
+		assert_string_equal(h[0]->name, "cross_entropy.cuh");
+		assert_string_equal(h[1]->name, "prelude.cuh");
+		assert_string_equal(h[2]->name, "rowwise.cuh");
+	}
 }
 
 int main(void)
