@@ -3,8 +3,9 @@
  * rows of logits [rows, vocab] against int64 targets, with ignore_index,
  * label smoothing and logit soft-capping, reduced by mean, sum or none;
  * forward (loss and the rows' lse), backward (dlogits from the logits and
- * lse) and both fused in one read of the logits.
- * kernels/templates/cross_entropy.cu.
+ * lse) and both fused in one read of the logits.  Two families: a row
+ * held in registers (kernels/templates/cross_entropy.cu) or streamed with a
+ * running max and sum (cross_entropy_stream.cu), sharing cross_entropy.cuh.
  *
  * Key: dtype, pass (fwd, bwd, fused), reduction (mean, sum, none),
  * smoothing and softcap (off, on) compiled in; rows and vocab tuned (rows by
@@ -18,8 +19,8 @@
  *
  * Kernels a call launches (the registry's steps, timed as one):
  * ce_count_kernel first when the gradient is of a mean (it needs the count
- * of rows not ignored), ce_kernel, then ce_reduce_kernel for a mean or sum
- * of a forward.  Their scratch (the context's, per stream): the count (16
+ * of rows not ignored), ce_kernel (ce_stream_kernel), then ce_reduce_kernel
+ * for a mean or sum of a forward.  Their scratch (the context's, per stream): the count (16
  * bytes) and the rows' losses before they are reduced (4 bytes a row).
  * Scalars: call->scalar[0] the label smoothing, [1] the cap (0: none), [3]
  * the fused pass's dloss; call->offset the ignore_index (an int64).
