@@ -321,15 +321,10 @@ ce_kernel(const elem *x, const long long *targets, float *lse, const float *dlos
 	(void)cap, (void)inv_cap, (void)smoothing, (void)grad_scale, (void)count, (void)dloss;
 
 	/* the gradient's constants: g (but for none backward), and the smoothing's share of every class */
+#if CE_ONE_SCALE
+	const float g0 = ce_grad_scale(dloss, count, grad_scale);
+#endif
 #if PASS != 0
-#if PASS == 1 && REDUCTION != 2
-	float g0 = dloss[0];
-#elif PASS == 2
-	float g0 = grad_scale;
-#endif
-#if REDUCTION == 0
-	g0 = *count > 0 ? __fdividef(g0, (float)*count) : 0.0f;
-#endif
 #if SMOOTHING
 	const float eps_v = __fdividef(smoothing, (float)cols), hit = 1.0f - smoothing;
 #endif

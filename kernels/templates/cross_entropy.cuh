@@ -69,6 +69,31 @@ static __device__ __forceinline__ i64 target_at(const long long *targets, i64 ro
 	return row < rows ? targets[row] : ignore_index;
 }
 
+/* Whether every row's gradient has one scale (not the backward of none, whose rows take dloss[r]). */
+#define CE_ONE_SCALE (PASS == 2 || (PASS == 1 && REDUCTION != 2))
+
+#if CE_ONE_SCALE
+/*
+ * That scale g: the backward's dloss or the fused pass's grad_scale, over
+ * the count of rows not ignored for a mean (0 when none is).
+ */
+static __device__ __forceinline__ float ce_grad_scale(const float *dloss, const long long *count, float grad_scale)
+{
+#if PASS == 1
+	float g = dloss[0];
+	(void)grad_scale;
+#else
+	float g = grad_scale;
+	(void)dloss;
+#endif
+	(void)count;
+#if REDUCTION == 0
+	g = *count > 0 ? __fdividef(g, (float)*count) : 0.0f;
+#endif
+	return g;
+}
+#endif
+
 /*
  * A sum over one block of REDUCE_THREADS threads in a fixed order: the warp
  * by shuffles (the same bits in every lane), then thread 0 adds the warps'

@@ -361,15 +361,8 @@ ce_stream_kernel(const elem *x, const long long *targets, float *lse, const floa
 #if SMOOTHING
 	const float eps_v = __fdividef(smoothing, (float)cols), hit = 1.0f - smoothing;
 #endif
-#if PASS != 0
-#if PASS == 1 && REDUCTION != 2
-	float g0 = dloss[0];
-#elif PASS == 2
-	float g0 = grad_scale;
-#endif
-#if REDUCTION == 0
-	g0 = *count > 0 ? __fdividef(g0, (float)*count) : 0.0f;
-#endif
+#if CE_ONE_SCALE
+	const float g0 = ce_grad_scale(dloss, count, grad_scale);
 #endif
 
 	for (i64 row = rows_first(); row < rows; row += rows_step()) {

@@ -345,7 +345,6 @@ static const struct ktune_op_launch one_block = { { 1, 1, 1 }, { 1024, 1, 1 }, 0
 static int steps(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
 		 int sm_count, struct ktune_op_step *out)
 {
-	struct ktune_rw_shape s = ktune__rw_shape(key, c);
 	int64_t rows = call->size[0], cols = call->size[1], ignore = (int64_t)call->offset;
 	int p = pass(key), n = 0, dx = p == BWD ? 4 : 3;
 	uint64_t count = call->workspace, losses = call->workspace + COUNT_BYTES;
@@ -364,15 +363,16 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	}
 
 	out[n].entry = 0;
-	if (c->family == STREAM) { /* a cluster a row (they walk past 2^31 blocks) */
-		int64_t cluster = ktune__op_param(OP, c, "CLUSTER", 1), clusters = rows < 1 ? 1 : rows;
+	if (c->family == STREAM) { /* a cluster a row, one row a block of it (they walk past 2^31 blocks) */
+		struct ktune_rw_shape s = { .threads = (int)ktune__op_param(OP, c, "THREADS", 256),
+					    .cluster = (int)ktune__op_param(OP, c, "CLUSTER", 1) };
+		s.row_threads = s.threads;
+		s.rows_per_block = 1;
 		int64_t keep = ktune__op_param(OP, c, "RELOAD", 0) ? stream_chunk(key, c, cols) * 16 : 0;
-		if (clusters > 0x7fffffff / cluster)
-			clusters = 0x7fffffff / cluster;
-		out[n].launch = (struct ktune_op_launch){ { (unsigned)(clusters * cluster), 1, 1 },
-							  { (unsigned)ktune__op_param(OP, c, "THREADS", 256), 1, 1 },
-							  keep <= STREAM_KEEP_MAX ? (unsigned)keep : 0 };
+		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[n].launch);
+		out[n].launch.smem = keep <= STREAM_KEEP_MAX ? (unsigned)keep : 0;
 	} else {
+		struct ktune_rw_shape s = ktune__rw_shape(key, c);
 		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[n].launch);
 	}
 	a = &out[n++].args;
