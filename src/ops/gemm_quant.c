@@ -5,8 +5,10 @@
  * a split-K GEMV for few rows of A (kernels/templates/qgemv.cu), a tiled
  * mma.sync kernel (qgemm.cu), a register-streamed mma.sync kernel for M
  * of 1 to 128 (qmma.cu), and one for few rows of A that puts the codes
- * themselves on the tensor cores (qcode.cu); a split call adds its fp32
- * partials in order with a second kernel (quant.cuh's quant_reduce_kernel).
+ * themselves on the tensor cores (qcode.cu), and on sm_90 one on the
+ * warpgroup MMA for the M where the tensor cores set the time (qwgmma.cu);
+ * a split call adds its fp32 partials in order with a second kernel
+ * (quant.cuh's quant_reduce_kernel).
  *
  * Key: dtype of A, C, scales and zeros (f16, bf16), bits, group (32, 64,
  * 128, chan), mode and the packing's version (compiled in), M (tuned by
@@ -25,7 +27,7 @@
 #include "ops/quant-ref.h"
 #include "runtime/op_run.h"
 
-enum { GEMV, MMA, QMMA, QCODE };
+enum { GEMV, MMA, QMMA, QCODE, QWGMMA };
 enum { BUF_A, BUF_WQ, BUF_SCALES, BUF_ZEROS, BUF_BIAS, BUF_C };
 
 static const char *const bits_choices[] = { "4", "8", "2", "1", NULL };
@@ -49,6 +51,7 @@ static const struct ktune_family families[] = {
 	{ "qgemm", "qgemm.cu", "qgemm.yaml", { "qgemm_kernel", "quant_reduce_kernel" } },
 	{ "qmma", "qmma.cu", "qmma.yaml", { "qmma_kernel", "quant_reduce_kernel" } },
 	{ "qcode", "qcode.cu", "qcode.yaml", { "qcode_kernel", "quant_reduce_kernel" } },
+	{ "qwgmma", "qwgmma.cu", "qwgmma.yaml", { "qwgmma_kernel", "quant_reduce_kernel" }, "sm_90a" },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -391,11 +394,54 @@ static int qcode_prune(const struct ktune_key *key, const struct ktune_quant_sha
 			 (long long)key->n);
 		return 1;
 	}
+	long red = (wk - 1) * wn * 32 * (mfrag * (qcode_tokens(key) / 8) * 4) * 4; /* qcode.cu's RED_FLOATS, in bytes */
+	if (red > 48 * 1024) {
+		snprintf(why, len, "%ld bytes of shared memory for the WARPS_K sums (48 KiB static at most)", red);
+		return 1;
+	}
 	if (min_warps > 0 && min_warps * 32 / (32 * wn * wk) <= 1) {
 		snprintf(why, len, "MIN_WARPS %ld for blocks of %ld warps: no cap (MIN_WARPS 0)", min_warps, wn * wk);
 		return 1;
 	}
 	return k_split_prune(wk, split, k_blocks, blocks, sms, why, len);
+}
+
+/* qwgmma's rows of W a block (its BLOCK_N): WGS warpgroups of SLABS 64-row slabs. */
+static long qwgmma_block_n(const struct ktune_config *c)
+{
+	return param(c, "WGS", 2) * param(c, "SLABS", 1) * 64;
+}
+
+/*
+ * qwgmma.cu's SMEM_BYTES: the ring of STAGES slots of 64 k, rows of A and
+ * packed rows of W, or with CLUSTER_K the tile of sums it is reused for if
+ * larger, and the alignment.
+ */
+static long qwgmma_smem(const struct ktune_quant_shape *s, const struct ktune_config *c)
+{
+	long bm = param(c, "BLOCK_M", 128), bn = qwgmma_block_n(c);
+	long ring = param(c, "STAGES", 4) * (bm * 128 + bn * 8 * s->bits);
+	long tile = param(c, "CLUSTER_K", 1) > 1 ? bm * (bn + 4) * 4 : 0;
+	return 1024 + (ring > tile ? ring : tile);
+}
+
+static int qwgmma_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
+			int sms, char *why, size_t len)
+{
+	long bm = param(c, "BLOCK_M", 128), bn = qwgmma_block_n(c), smem = qwgmma_smem(s, c);
+	int64_t stages = cdiv(key->k, 64), blocks = cdiv(key->n, bn) * cdiv(key->m, bm);
+	if (smem > 232448) {
+		snprintf(why, len, "%ld bytes of shared memory (227 KiB at most)", smem);
+		return 1;
+	}
+	if (tile_height_prune(key, bm, why, len))
+		return 1;
+	if (bn - 64 >= key->n) {
+		snprintf(why, len, "%ld rows of W a block for n = %lld: a slab past the rows", bn, (long long)key->n);
+		return 1;
+	}
+	long split = param(c, "SPLIT_K", 1), cluster = param(c, "CLUSTER_K", 1);
+	return k_split_prune(1, split > cluster ? split : cluster, stages, blocks, sms, why, len);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why, size_t len)
@@ -442,6 +488,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		return qmma_prune(key, &s, c, sms, why, len);
 	if (c->family == QCODE)
 		return qcode_prune(key, &s, c, sms, why, len);
+	if (c->family == QWGMMA)
+		return qwgmma_prune(key, &s, c, sms, why, len);
 	long bm = param(c, "BLOCK_M", 16), bn = param(c, "BLOCK_N", 64), bk = param(c, "BLOCK_K", 64);
 	long smem = qgemm_smem(&s, c);
 	int64_t tiles = cdiv(key->n, bn) * cdiv(key->m, bm), k_tiles = cdiv(key->k, bk);
@@ -517,6 +565,16 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, qcode_block_n(c)),
 						 (unsigned)(passes < 65535 ? passes : 65535), (unsigned)split },
 					       { (unsigned)threads, 1, 1 }, 0 };
+	} else if (c->family == QWGMMA) {
+		struct ktune_quant_shape s = { .bits = 8 }; /* the most shared memory, for a key that is not one */
+		int64_t mtiles = cdiv(m, param(c, "BLOCK_M", 128));
+		key_shape(key, &s, NULL);
+		long cluster = param(c, "CLUSTER_K", 1); /* the cluster's blocks are grid.z, as SPLIT_K's */
+		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, qwgmma_block_n(c)),
+						 (unsigned)(mtiles < 65535 ? mtiles : 65535),
+						 (unsigned)(cluster > 1 ? cluster : split) },
+					       { (unsigned)(128 * param(c, "WGS", 2)), 1, 1 },
+					       (unsigned)qwgmma_smem(&s, c) };
 	} else { /* qgemm and qmma: tiles of BLOCK_M x BLOCK_N */
 		long bm = param(c, "BLOCK_M", 16), wn = param(c, "WARPS_N", 1);
 		long bn = c->family == QMMA ? wn * param(c, "NFRAG", 4) * 8 : param(c, "BLOCK_N", 64);
@@ -632,6 +690,26 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 	return config_of(MMA, names, values, 8);
 }
 
+/*
+ * On sm_90, a key of 64 rows of A or more defaults to the wgmma family, in
+ * the config the H200's sweeps picked at m = 128 on 4096 x 4096 in 4 and 8
+ * bits (bench/results/h200-quant-qwgmma.log: 64 or 128 rows of W a block,
+ * 6 stages, split into 4 there), its tile of rows cut to the key's m, split
+ * until the grid fills the GPU twice.
+ */
+static int arch_default(const struct ktune_key *key, int sm_count, const char *arch, struct ktune_config *out)
+{
+	static const char *const names[] = { "BLOCK_M", "WGS", "SLABS", "STAGES", "OVERLAP", "CLUSTER_K", "SPLIT_K" };
+	if (key->m < 64 || !ktune__op_family_runs(OP, QWGMMA, arch))
+		return 0;
+	long bm = key->m < 128 ? 64 : 128, split = split_for(cdiv(key->n, 64) * cdiv(key->m, bm), sm_count, 4);
+	while (split > 1 && split > cdiv(key->k, 64))
+		split /= 2;
+	const long values[] = { bm, 1, 1, 6, 0, 1, split };
+	*out = config_of(QWGMMA, names, values, 7);
+	return 1;
+}
+
 /* ------------------------------------------------------------ the op */
 
 const struct ktune_op ktune__op_gemm_quant = {
@@ -640,7 +718,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.fields = fields,
 	.nfields = 7,
 	.families = families,
-	.nfamilies = 4,
+	.nfamilies = 5,
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"
@@ -663,6 +741,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.steps = steps,
 	.workspace = workspace,
 	.default_config = default_config,
+	.arch_default = arch_default,
 	.distance = ktune__ew_distance,
 };
 

@@ -1,6 +1,6 @@
 /*
  * test-quant-gpu.c - the weight-quantized GEMM (gemm_quant: qgemv.cu,
- * qgemm.cu, qmma.cu, qcode.cu and the split-K sum) on a GPU against its float64 reference
+ * qgemm.cu, qmma.cu, qcode.cu, qwgmma.cu and the split-K sum) on a GPU against its float64 reference
  * (src/ops/quant-ref.c).  Skipped where no GPU is present.
  *
  * Every config: through the tuner's own problem (src/tuner/worker-op.c:
@@ -19,7 +19,10 @@
  *     {8, 4104}, k = 3 groups and 4096: a seeded sample of
  *     KTUNE_TEST_QMMA_SAMPLE (default 8) of its candidates a key, all of
  *     them with KTUNE_TEST_QMMA_SAMPLE=0 (or KTUNE_TEST_FULL=1);
- *   - the qcode family alone the same way (KTUNE_TEST_QCODE_SAMPLE).
+ *   - the qcode family alone the same way (KTUNE_TEST_QCODE_SAMPLE), and
+ *     the qwgmma family on m in {33, 64, 128, 200}
+ *     (KTUNE_TEST_QWGMMA_SAMPLE; sm_90 only: elsewhere it has no
+ *     candidate and the test says so).
  * Through the public API: weights quantised on the host by
  * ktune_quant_pack, uploaded and multiplied with strides past the rows
  * (lda, ldc), every mode with a zero per group and a scalar zero, with and
@@ -186,16 +189,19 @@ static void test_quant_gpu__every_format_awkward_shapes(void **state)
 	assert_int_equal(failures, 0);
 }
 
+/* The rows of A of the one-family tests: one, odd, a tile, odd past a tile, many. */
+static const int64_t few_and_many[] = { 1, 3, 16, 33, 128 };
+
 /*
- * One family alone on awkward and full-size shapes: every bits x mode,
+ * One family alone on awkward and full-size shapes (rows of A: ms): every bits x mode,
  * groups of 32, 128 and per channel, bf16 and f16 in turns; a seeded
  * sample of the family's candidates a key, its size from the environment
  * variable `sample_env` (default 8; 0 or KTUNE_TEST_FULL=1: all).
  */
-static void one_family_every_format(const char *name, const char *sample_env)
+static void one_family_every_format(const char *name, const char *sample_env, const int64_t *ms, int nms)
 {
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
-	static const int64_t ms[] = { 1, 3, 16, 33, 128 }, ns[] = { 8, 4104 };
+	static const int64_t ns[] = { 8, 4104 };
 	static const int gs[] = { 0, 2, 3 }; /* groups of 32, 128, per channel */
 	const char *env = getenv(sample_env), *full = getenv("KTUNE_TEST_FULL");
 	int budget = full && !strcmp(full, "1") ? 0 : env ? atoi(env) : 8, family = -1, f = 0;
@@ -207,7 +213,7 @@ static void one_family_every_format(const char *name, const char *sample_env)
 	for (int b = 0; b < 4; b++)
 		for (int mode = 0; mode < 4; mode++)
 			for (int gi = 0; gi < 3; gi++, f++)
-				for (int mi = 0; mi < 5; mi++)
+				for (int mi = 0; mi < nms; mi++)
 					for (int ni = 0; ni < 2; ni++) {
 						int64_t k = (ni == 1 && mi % 2 == 0) ? 4096 : group_sizes[gs[gi]] ? 3 * group_sizes[gs[gi]] : 160;
 						run_key_family(quant_key(f % 2 ? KTUNE_F16 : KTUNE_BF16, b, gs[gi], mode, ms[mi], ns[ni], k),
@@ -220,14 +226,22 @@ static void one_family_every_format(const char *name, const char *sample_env)
 static void test_quant_gpu__qmma_every_format(void **state)
 {
 	(void)state;
-	one_family_every_format("qmma", "KTUNE_TEST_QMMA_SAMPLE");
+	one_family_every_format("qmma", "KTUNE_TEST_QMMA_SAMPLE", few_and_many, 5);
+}
+
+/* qwgmma: its fragments from the packed rows, the swizzled ring, half stages at the end of k, tiles of rows past m. */
+static void test_quant_gpu__qwgmma_every_format(void **state)
+{
+	(void)state;
+	static const int64_t many[] = { 33, 64, 128, 200 }; /* its tiles hold 64 rows of A or more */
+	one_family_every_format("qwgmma", "KTUNE_TEST_QWGMMA_SAMPLE", many, 4);
 }
 
 /* qcode: its swapped k-permutation, codes as integers, the per-k-block fold of the sums, passes of rows of A. */
 static void test_quant_gpu__qcode_every_format(void **state)
 {
 	(void)state;
-	one_family_every_format("qcode", "KTUNE_TEST_QCODE_SAMPLE");
+	one_family_every_format("qcode", "KTUNE_TEST_QCODE_SAMPLE", few_and_many, 5);
 }
 
 /* ------------------------------------------------------------ the public API */
@@ -460,6 +474,7 @@ int main(void)
 		cmocka_unit_test(test_quant_gpu__every_candidate),
 		cmocka_unit_test(test_quant_gpu__qmma_every_format),
 		cmocka_unit_test(test_quant_gpu__qcode_every_format),
+		cmocka_unit_test(test_quant_gpu__qwgmma_every_format),
 		cmocka_unit_test(test_quant_gpu__every_format_awkward_shapes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,16 +1,17 @@
 /*
  * test-compile-quant.c - NVRTC compiles of the weight-quantized GEMM's
- * templates (qgemv.cu, qgemm.cu, qmma.cu, qcode.cu; no GPU needed) for sm_90, through the
- * registry: every format (dtype x bits x group x mode: 128 variants) with
- * its default config, for M cycling through 1, 16 and 128 (the GEMV, the
- * tiled kernel for short and tall A) on a 4104 x 384 weight, compiles
- * without spilling; a seeded sample of 12 configs of each family's whole
- * space (6 of qmma's) (whatever a key's prune would say, but the tiled
- * kernel's 48 KiB of shared memory, qmma's registers and qcode's k-block
- * inside a group, which depend on the format) in formats taken in turn,
- * and of 3 candidates of each suite key, compiles; every cubin holds the
- * kernels its call's steps launch (the split-K sum too).  quant.cuh reaches
- * NVRTC as an in-memory header.  KTUNE_TEST_FULL=1 compiles every config
+ * templates (qgemv.cu, qgemm.cu, qmma.cu, qcode.cu; qwgmma.cu for sm_90a;
+ * no GPU needed) for sm_90, through the registry: every format (dtype x
+ * bits x group x mode: 128 variants) with its default config, for M
+ * cycling through 1, 16 and 128 (the GEMV, the tiled kernel for short and
+ * tall A; at 128 also sm_90's own, qwgmma's) on a 4104 x 384 weight,
+ * compiles without spilling; a seeded sample of 12 configs of each
+ * family's whole space (6 of qmma's) (whatever a key's prune would say,
+ * but the tiled kernel's 48 KiB of shared memory, qmma's registers and
+ * qcode's k-block inside a group, which depend on the format) in formats
+ * taken in turn, and of 3 candidates of each suite key, compiles; every
+ * cubin holds the kernels its call's steps launch (the split-K sum too).
+ * quant.cuh (and quant_wgmma.cuh) reach NVRTC as in-memory headers.  KTUNE_TEST_FULL=1 compiles every config
  * of both spaces, every candidate of every suite key and the defaults of
  * every format at every M bucket up to 256 (thousands of kernels: the GPU
  * check's job, not CI's).
@@ -164,6 +165,9 @@ static void test_compile_quant__formats_and_suite(void **state)
 							ktune__key_format(&key, text, sizeof(text));
 							fail_msg("the default of %s is pruned: %s", text, why);
 						}
+						struct ktune_config w; /* sm_90's own (the wgmma family's, from 64 rows of A) */
+						if (op->arch_default(&key, SM_COUNT, ARCH, &w))
+							jobs[njobs++] = (struct job){ .key = key, .cfg = w, .is_default = 1 };
 					}
 
 	/* each family's whole space, in formats taken in turn: a seeded sample (all when full) */
@@ -333,17 +337,20 @@ static void test_compile_quant__qgemv_caps_without_spills(void **state)
 	admitted_without_spills("qgemv", formats, 4, ms, 5, 1, QGEMV_SAMPLE, full_run("KTUNE_TEST_QGEMV"));
 }
 
-/* quant.cuh reaches the four templates, and no other. */
+/* quant.cuh reaches the five templates, and no other; quant_wgmma.cuh qwgmma.cu alone. */
 static void test_compile_quant__header_reaches_its_templates(void **state)
 {
 	(void)state;
 	const struct ktune_template_file *h[KTUNE_MAX_HEADERS];
-	static const char *const mine[] = { "qgemv.cu", "qgemm.cu", "qmma.cu", "qcode.cu" };
-	for (int i = 0; i < 4; i++) {
+	static const char *const mine[] = { "qgemv.cu", "qgemm.cu", "qmma.cu", "qcode.cu", "qwgmma.cu" };
+	for (int i = 0; i < 5; i++) {
 		const struct ktune_template_file *f = ktune__template_file(mine[i]);
 		assert_non_null(f);
-		assert_int_equal(ktune__template_headers(f->text, f->len, h), 1);
-		assert_string_equal(h[0]->name, "quant.cuh");
+		int n = ktune__template_headers(f->text, f->len, h);
+		assert_int_equal(n, i < 4 ? 1 : 2);
+		assert_true(!strcmp(h[0]->name, "quant.cuh") || (n == 2 && !strcmp(h[1]->name, "quant.cuh")));
+		if (n == 2)
+			assert_true(!strcmp(h[0]->name, "quant_wgmma.cuh") || !strcmp(h[1]->name, "quant_wgmma.cuh"));
 	}
 	const struct ktune_template_file *add = ktune__template_file("add.cu");
 	assert_non_null(add);

@@ -650,7 +650,10 @@ static void test_quant__steps_and_workspace(void **state)
 				assert_true(st[s].launch.grid[1] >= 1 && st[s].launch.grid[1] <= 65535);
 				assert_true(st[s].launch.grid[2] >= 1 && st[s].launch.grid[2] <= 65535);
 				assert_true(st[s].launch.block[0] >= 32 && st[s].launch.block[0] <= 1024);
-				assert_int_equal(st[s].launch.smem, 0);
+				if (s == 0 && !strcmp(op->families[cfgs[c].family].name, "qwgmma")) /* its ring: dynamic */
+					assert_true(st[s].launch.smem > 1024 && st[s].launch.smem <= 232448);
+				else
+					assert_int_equal(st[s].launch.smem, 0);
 				assert_int_equal(st[s].entry, s);
 				assert_int_equal(st[s].args.n, s ? 7 : 13);
 			}
@@ -663,7 +666,9 @@ static void test_quant__steps_and_workspace(void **state)
  * The prune keeps the GEMV to 16 rows of A, the tiled kernel's shared
  * memory to 48 KiB; the register-streamed qmma serves every M, its tiles of
  * rows within 4x of M (up to 128) and its registers in flight within the bound;
- * qcode serves M up to 64, each k-block (4 VEC words of 8-bit codes) inside a group.
+ * qcode serves M up to 64, each k-block (4 VEC words of 8-bit codes) inside a group,
+ * its WARPS_K sums within 48 KiB; on sm_90 the wgmma family serves M from 64,
+ * its tiles of rows as qmma's and its ring within 227 KiB.
  */
 static void test_quant__prune(void **state)
 {
@@ -674,7 +679,7 @@ static void test_quant__prune(void **state)
 		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_F16, .m = m, .n = 4096, .k = 4096, .aligned = 1 };
 		const char *values[] = { "8", "32", "fma", NULL, NULL, NULL, NULL };
 		struct ktune_config *cfgs;
-		int n, pruned, gemv = 0, qmma = 0, qcode = 0;
+		int n, pruned, gemv = 0, qmma = 0, qcode = 0, qwgmma = 0;
 		assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
 		assert_int_equal(ktune__op_candidates(op, &key, "sm_90", 132, 0, 1, &cfgs, &n, &pruned, &e), KTUNE_OK);
 		for (int c = 0; c < n; c++) {
@@ -686,10 +691,27 @@ static void test_quant__prune(void **state)
 				assert_true(4 * bm >= (m < 128 ? m : 128));
 			}
 			if (!strcmp(op->families[cfgs[c].family].name, "qcode")) {
+				long wn = ktune__op_param(op, &cfgs[c], "WARPS_N", 0), wk = ktune__op_param(op, &cfgs[c], "WARPS_K", 0);
+				long mfrag = ktune__op_param(op, &cfgs[c], "MFRAG", 0), nt = m < 16 ? (m + 7) / 8 : 2;
 				qcode++;
 				assert_int_equal(32 % (4 * 4 * ktune__op_param(op, &cfgs[c], "VEC", 0)), 0);
+				assert_true((wk - 1) * wn * 32 * mfrag * nt * 4 * 4 <= 48 * 1024); /* its WARPS_K sums */
+			}
+			if (!strcmp(op->families[cfgs[c].family].name, "qwgmma")) {
+				long bm = ktune__op_param(op, &cfgs[c], "BLOCK_M", 0), stages = ktune__op_param(op, &cfgs[c], "STAGES", 0);
+				long bn = 64 * ktune__op_param(op, &cfgs[c], "WGS", 0) * ktune__op_param(op, &cfgs[c], "SLABS", 0);
+				qwgmma++;
+				assert_true(bm <= m && 4 * bm >= (m < 128 ? m : 128));
+				long cluster = ktune__op_param(op, &cfgs[c], "CLUSTER_K", 0), ring = stages * (bm * 128 + bn * 64);
+				assert_true(cluster == 1 || ktune__op_param(op, &cfgs[c], "SPLIT_K", 0) == 1);
+				assert_true(1024 + ring <= 232448); /* 8 bits: 64 bytes a row a stage */
+				assert_true(cluster == 1 || 1024 + bm * (bn + 4) * 4 <= 232448); /* the cluster's tile of sums */
 			}
 		}
+		if (m >= 64)
+			assert_true(qwgmma > 0); /* sm_90: the wgmma family too, from its least tile of rows */
+		else
+			assert_int_equal(qwgmma, 0);
 		assert_true(qmma > 0);
 		if (m <= 64)
 			assert_true(qcode > 0);
@@ -709,6 +731,16 @@ static void test_quant__prune(void **state)
 		assert_int_equal(ktune__op_config_parse(op, op->families[d.family].name, text, &back, &e), KTUNE_OK);
 		if (op->prune(&key, &d, 132, why, sizeof(why)))
 			fail_msg("m %lld: default %s pruned: %s", (long long)m, text, why);
+		/* sm_90: the wgmma family's from 64 rows of A, admitted too; nothing of it elsewhere */
+		struct ktune_config w;
+		int has = op->arch_default(&key, 132, "sm_90", &w);
+		assert_int_equal(has, m >= 64);
+		if (has) {
+			assert_string_equal(op->families[w.family].name, "qwgmma");
+			if (op->prune(&key, &w, 132, why, sizeof(why)))
+				fail_msg("m %lld: sm_90's default pruned: %s", (long long)m, why);
+		}
+		assert_int_equal(op->arch_default(&key, 132, "sm_80", &w), 0);
 	}
 }
 
