@@ -1,12 +1,13 @@
 /*
  * attention_wgmma.cuh - the Hopper (sm_90a) PTX that the warp-specialised
  * flash attention forward (attention_wgmma.cu) uses beyond attention.cuh's:
- * mbarriers, cp.async's arrive on an mbarrier, the async-proxy fence,
- * setmaxnreg, named barriers, and warpgroup MMA (wgmma.mma_async) with its
- * shared-memory descriptors, from shared memory (SS: S = Q K^T) and with A
- * from registers (RS: O += P V).  Taken from gemm_wgmma.cu's helpers (the
- * GEMM template is one file with its own copies; this header keeps the
- * attention templates' PTX in one place).
+ * mbarriers, cp.async's arrive on an mbarrier, setmaxnreg, named barriers,
+ * and warpgroup MMA (wgmma.mma_async) with its shared-memory descriptors,
+ * from shared memory (SS: S = Q K^T) and with A from registers (RS: O += P
+ * V); the async-proxy fence and wgmma's fence, commit and wait come from
+ * wgmma.cuh, which qwgmma.cu's header shares.  Taken from gemm_wgmma.cu's
+ * helpers (the GEMM template is one file with its own copies; this header
+ * keeps the attention templates' PTX in one place).
  *
  * The including template defines DTYPE_BF16, WGMMA_SS_N (the N of its SS
  * products: keys per tile) and WGMMA_RS_N (the N of its RS products: the
@@ -117,16 +118,6 @@ static __device__ __forceinline__ void cp_async_wait_all(void)
 	asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/*
- * Orders the generic proxy's view of shared memory before this thread's
- * later async-proxy accesses (wgmma reads its shared-memory operands through
- * the async proxy; cp.async writes them through the generic one).
- */
-static __device__ __forceinline__ void fence_proxy_async(void)
-{
-	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 /* ------------------------------------------------------------ setmaxnreg */
 
 /* Gives registers back (the producer) or takes them (the consumers); a warpgroup at a time. */
@@ -144,45 +135,7 @@ static __device__ __forceinline__ void regs_claim(void)
 
 /* -------------------------------------------------- warpgroup MMA */
 
-/* Orders this warpgroup's register accesses before the wgmma.mma_async that follow. */
-static __device__ __forceinline__ void wgmma_fence(void)
-{
-	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit(void)
-{
-	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-/* Waits until at most N of this warpgroup's committed wgmma groups are pending. */
-template <int N>
-static __device__ __forceinline__ void wgmma_wait(void)
-{
-	asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-}
-
-/*
- * Tells the compiler that registers an asynchronous wgmma reads or writes
- * may change here (after a wgmma_wait): no read of an accumulator moves
- * above the wait, and no register that a pending wgmma still reads (the
- * RS form's A) is reused before it.
- */
-template <int N>
-static __device__ __forceinline__ void fence_regs(float (&r)[N])
-{
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		asm volatile("" : "+f"(r[i]) :: "memory");
-}
-
-template <int N>
-static __device__ __forceinline__ void fence_regs(u32 (&r)[N])
-{
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		asm volatile("" : "+r"(r[i]) :: "memory");
-}
+#include "wgmma.cuh" /* the async-proxy fence; wgmma's fence, commit, wait; fence_regs */
 
 #endif /* ATTENTION_HOST */
 

@@ -354,14 +354,7 @@ qcode_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 						const i64 row = m0 + j * 8 + 2 * t + e % 2, col = nw0 + f * 16 + g + 8 * (e / 2);
 						if (row >= m || col >= n)
 							continue;
-						float v = tot[f][j][e];
-						if (split > 1) {
-							partials[((i64)z * m + row) * n + col] = v;
-							continue;
-						}
-						if (bias)
-							v += to_float(bias[col]);
-						c[row * ldc + col] = from_float(v);
+						store_sum(tot[f][j][e], row, col, c, ldc, partials, split, z, m, n, bias);
 					}
 		}
 		if (WARPS_K > 1)

@@ -279,13 +279,7 @@ qgemv_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 #pragma unroll
 			for (int w = 1; w < WARPS; w++)
 				s += red[w][idx];
-			if (split > 1) {
-				partials[((i64)z * m + row) * n + j] = s;
-			} else {
-				if (bias)
-					s += to_float(bias[j]);
-				c[row * ldc + j] = from_float(s);
-			}
+			store_sum(s, row, j, c, ldc, partials, split, z, m, n, bias);
 		}
 		__syncthreads(); /* red is reused by the next rows of a */
 	}

@@ -249,6 +249,25 @@ static __device__ __forceinline__ float dequant(u32 q, qparams p)
 	return __fmaf_rn(code_float(q), p.mul, p.add);
 }
 
+/* ---------------------------------------------------------- the way out */
+
+/*
+ * A sum of c[row, col]'s: into this split's partials (split > 1: fp32
+ * [split][m][n], packed), or plus bias[col] when bias is not NULL, rounded
+ * into c.
+ */
+static __device__ __forceinline__ void store_sum(float v, i64 row, i64 col, elem *c, i64 ldc, float *partials,
+						 int split, int z, i64 m, i64 n, const elem *bias)
+{
+	if (split > 1) {
+		partials[((i64)z * m + row) * n + col] = v;
+		return;
+	}
+	if (bias)
+		v += to_float(bias[col]);
+	c[row * ldc + col] = from_float(v);
+}
+
 /* ------------------------------------------------------ the split-K sum */
 
 /*

@@ -1,19 +1,19 @@
 /*
- * quant_wgmma.cuh - the Hopper (sm_90a) PTX of qwgmma.cu beyond quant.cuh's:
- * the async-proxy fence, warpgroup MMA (wgmma.mma_async) with A from
- * registers and B from shared memory through a descriptor, and its fence,
- * commit and wait; the cluster's barrier and distributed shared memory.  qwgmma.cu alone includes it, so that quant.cuh (and the
- * cubins of the families compiled for sm_80 and up) stay as they are.
+ * quant_wgmma.cuh - the Hopper (sm_90a) PTX of qwgmma.cu beyond quant.cuh's
+ * and wgmma.cuh's: warpgroup MMA (wgmma.mma_async) with A from registers
+ * and B from shared memory through a descriptor; the cluster's barrier and
+ * distributed shared memory.  qwgmma.cu alone includes it, so that
+ * quant.cuh (and the cubins of the families compiled for sm_80 and up)
+ * stay as they are.
  *
  * The including template defines BLOCK_M (the wgmma N: 64, 128 or 256)
  * first, and includes quant.cuh before it (DTYPE, u32, u64).
  *
- * PTX ISA sections relied on (by title): "membar/fence" (fence.proxy.async),
- * "barrier.cluster", "mapa", "ld" (.shared::cluster),
- * "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"
- * (its "Register Fragments" of A and D, "Shared Memory Matrix Layout" with
- * the 128-byte swizzle, "Matrix Descriptor Format", wgmma.mma_async,
- * wgmma.fence, commit_group and wait_group).
+ * PTX ISA sections relied on (by title): "barrier.cluster", "mapa", "ld"
+ * (.shared::cluster), "Asynchronous Warpgroup Level Matrix
+ * Multiply-Accumulate Instructions" (its "Register Fragments" of A and D,
+ * "Shared Memory Matrix Layout" with the 128-byte swizzle, "Matrix
+ * Descriptor Format", wgmma.mma_async).
  *
  * NVRTC gets this file as an in-memory header (src/runtime/compile.c);
  * editing it changes qwgmma's cubin cache keys and template hash.
@@ -21,54 +21,7 @@
 #ifndef KTUNE_QUANT_WGMMA_CUH
 #define KTUNE_QUANT_WGMMA_CUH
 
-/*
- * Orders this thread's generic-proxy writes of shared memory (cp.async's)
- * before the async-proxy reads that follow (wgmma reads its shared-memory
- * operand through the async proxy).
- */
-static __device__ __forceinline__ void fence_proxy_async(void)
-{
-	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* Orders this warpgroup's register writes before the wgmma.mma_async that follow. */
-static __device__ __forceinline__ void wgmma_fence(void)
-{
-	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit(void)
-{
-	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-/* Waits until at most N of this warpgroup's committed wgmma groups are pending. */
-template <int N>
-static __device__ __forceinline__ void wgmma_wait(void)
-{
-	asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-}
-
-/*
- * Tells the compiler that registers a pending wgmma reads or writes may be
- * in use until here (after a wgmma_wait): no accumulator read moves above
- * the wait, and no A register of a pending wgmma is reused before it.
- */
-template <int N>
-static __device__ __forceinline__ void fence_regs(float (&r)[N])
-{
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		asm volatile("" : "+f"(r[i]) :: "memory");
-}
-
-template <int N>
-static __device__ __forceinline__ void fence_regs(u32 (&r)[N])
-{
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		asm volatile("" : "+r"(r[i]) :: "memory");
-}
+#include "wgmma.cuh" /* the async-proxy fence; wgmma's fence, commit, wait; fence_regs */
 
 /*
  * A shared-memory matrix descriptor of a K-major operand in the 128-byte

@@ -448,14 +448,7 @@ qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zero
 					const i64 col = x.row0 + sl * 64 + 8 * (e / 2), row = x.m0 + 8 * j + 2 * t + e % 2;
 					if (row >= m || col >= n)
 						continue;
-					float v = acc[sl][4 * j + e];
-					if (split > 1) {
-						partials[((i64)z * m + row) * n + col] = v;
-						continue;
-					}
-					if (bias)
-						v += to_float(bias[col]);
-					c[row * ldc + col] = from_float(v);
+					store_sum(acc[sl][4 * j + e], row, col, c, ldc, partials, split, z, m, n, bias);
 				}
 	}
 }
