@@ -289,7 +289,7 @@ static __device__ __forceinline__ void stage(const ctx &x, int i, float (&acc)[S
 	for (int sl = 0; sl < SLABS; sl++)
 #pragma unroll
 		for (int s = 0; s < 4; s++)
-			wgmma_rs(acc[sl], fa[sl][s], kmajor_desc(xs + 32 * s), 1);
+			wgmma_rs_n<BLOCK_M, 0>(acc[sl], fa[sl][s], kmajor_desc(xs + 32 * s), 1); /* B K-major */
 	wgmma_commit();
 	/*
 	 * OVERLAP 1: ptxas warns (C7513) that it serialises the wgmma, since the
