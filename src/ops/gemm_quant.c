@@ -693,9 +693,9 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 /*
  * On sm_90, a key of 64 rows of A or more defaults to the wgmma family, in
  * the config the H200's sweeps picked at m = 128 on 4096 x 4096 in 4 and 8
- * bits (bench/results/h200-quant-qwgmma.log: 64 or 128 rows of W a block,
- * 6 stages, split into 4 there), its tile of rows cut to the key's m, split
- * until the grid fills the GPU twice.
+ * bits (bench/results/h200-quant-qwgmma-sweep.log: 64 or 128 rows of W a
+ * block, 6 stages, split into 4 there), its tile of rows cut to the key's
+ * m, split until the grid fills the GPU twice.
  */
 static int arch_default(const struct ktune_key *key, int sm_count, const char *arch, struct ktune_config *out)
 {
