@@ -157,8 +157,8 @@ static __device__ __forceinline__ copier copier_of(int tid, const elem *a, const
  * NTHREADS / 8 apart keep their swizzle (NTHREADS / 8 is a multiple of 8),
  * so only the row moves.
  */
-static __device__ __forceinline__ void load_stage(u32 xs, u32 ws, i64 kt, const copier &c, const elem *a,
-						  const u32 *wq, i64 k, i64 lda, i64 kw, i64 rw, u64 policy)
+static __device__ __forceinline__ void load_stage(u32 xs, u32 ws, i64 kt, const copier &c, i64 k, i64 lda, i64 kw,
+						  i64 rw, u64 policy)
 {
 	const i64 k0 = kt * BK, w0 = kt * (BK / PER_WORD);
 	const bool kx = k0 + c.xcol < k, kww = w0 + c.wword < kw; /* k is a multiple of 32: a chunk is in or out */
@@ -246,8 +246,6 @@ static __device__ __forceinline__ void dequant_stage(u32 (&fa)[SLABS][4][4], con
 
 /* Everything a stage needs that does not change along k. */
 struct ctx {
-	const elem *a;
-	const u32 *wq;
 	const elem *scales, *zeros;
 	i64 m, n, k, lda, kw, rw, groups, m0, n0, row0, kt0;
 	int steps, tw, tb, zero_per_group;
@@ -271,7 +269,7 @@ static __device__ __forceinline__ void stage(const ctx &x, int i, float (&acc)[S
 	const int ahead = i + STAGES - 2, slot = i % STAGES;
 	if (ahead < x.steps)
 		load_stage(x.xbase + (ahead % STAGES) * X_BYTES, x.wbase + (ahead % STAGES) * W_BYTES, x.kt0 + ahead, x.cp,
-			   x.a, x.wq, x.k, x.lda, x.kw, x.rw, x.policy);
+			   x.k, x.lda, x.kw, x.rw, x.policy);
 	cp_async_commit();
 	if (i + 1 < x.steps)
 		load_scales(sc_next, x.kt0 + i + 1, x.scales, x.zeros, x.n, x.groups, x.zero_per_group, x.row0);
@@ -282,7 +280,7 @@ static __device__ __forceinline__ void stage(const ctx &x, int i, float (&acc)[S
 #pragma unroll
 		for (int s = 0; s < 4; s++)
 			fence_regs(fa[sl][s]); /* every fragment written before the fence: none between the wgmma */
-	__syncwarp(); /* the copies' loops may leave a warp diverged, and wgmma is .aligned */
+	__syncwarp(); /* wgmma is .aligned: the warp converged here whatever the compiler made of the loops above */
 	wgmma_fence();
 	const u32 xs = x.xbase + slot * X_BYTES;
 #pragma unroll
@@ -375,8 +373,6 @@ qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zero
 	const i64 n_k = (k + BK - 1) / BK;
 
 	ctx x;
-	x.a = a;
-	x.wq = wq;
 	x.scales = scales;
 	x.zeros = zeros;
 	x.m = m;
@@ -412,8 +408,8 @@ qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zero
 #pragma unroll
 		for (int s = 0; s < STAGES - 2; s++) {
 			if (s < x.steps)
-				load_stage(x.xbase + s * X_BYTES, x.wbase + s * W_BYTES, x.kt0 + s, x.cp, a, wq, k, lda, x.kw,
-					   x.rw, x.policy);
+				load_stage(x.xbase + s * X_BYTES, x.wbase + s * W_BYTES, x.kt0 + s, x.cp, k, lda, x.kw, x.rw,
+					   x.policy);
 			cp_async_commit();
 		}
 		sraw sc[2];
