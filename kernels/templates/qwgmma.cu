@@ -16,7 +16,7 @@
  *     qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros,
  *                   const elem *bias, elem *c, float *partials, long long m, long long n,
  *                   long long k, long long lda, long long ldc, int zero_per_group)
- *     quant_reduce_kernel (quant.cuh)
+ *     quant_sum_kernel (quant_sum.cuh)
  * as qgemv.cu's.
  *
  * Launch (BLOCK_N = WGS * SLABS * 64 rows of w a block):
@@ -27,7 +27,7 @@
  *             the function's limit)
  *     split = 1: the block writes c (plus bias); split > 1: blockIdx.z takes
  *             the split'th part of the k-stages and writes partials[z][i][j]
- *             (fp32 [split][m][n]); quant_reduce_kernel adds them in order
+ *             (fp32 [split][m][n]); quant_sum_kernel adds them in order
  *     CLUSTER_K > 1 (compiled in): grid.z = CLUSTER_K blocks of a cluster
  *             (__cluster_dims__) take the parts of k and add their sums
  *             through distributed shared memory in rank order, each writing
@@ -87,6 +87,7 @@
 
 #include "quant.cuh"
 #include "quant_wgmma.cuh"
+#include "quant_sum.cuh"
 
 /* ---------------------------------------------------------- derived sizes */
 

@@ -8,7 +8,8 @@
  * themselves on the tensor cores (qcode.cu), and on sm_90 one on the
  * warpgroup MMA for the M where the tensor cores set the time (qwgmma.cu);
  * a split call adds its fp32 partials in order with a second kernel
- * (quant.cuh's quant_reduce_kernel).
+ * (quant.cuh's quant_reduce_kernel; qwgmma's, quant_sum.cuh's
+ * quant_sum_kernel: the same sums, four columns a thread).
  *
  * Key: dtype of A, C, scales and zeros (f16, bf16), bits, group (32, 64,
  * 128, chan), mode and the packing's version (compiled in), M (tuned by
@@ -51,7 +52,7 @@ static const struct ktune_family families[] = {
 	{ "qgemm", "qgemm.cu", "qgemm.yaml", { "qgemm_kernel", "quant_reduce_kernel" } },
 	{ "qmma", "qmma.cu", "qmma.yaml", { "qmma_kernel", "quant_reduce_kernel" } },
 	{ "qcode", "qcode.cu", "qcode.yaml", { "qcode_kernel", "quant_reduce_kernel" } },
-	{ "qwgmma", "qwgmma.cu", "qwgmma.yaml", { "qwgmma_kernel", "quant_reduce_kernel" }, "sm_90a" },
+	{ "qwgmma", "qwgmma.cu", "qwgmma.yaml", { "qwgmma_kernel", "quant_sum_kernel" }, "sm_90a" },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -606,8 +607,9 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	if (split == 1)
 		return 1;
 
-	/* the partials added in order, with the bias */
-	int64_t blocks = cdiv(m * n, 256), most = 8L * (sm_count > 0 ? sm_count : 132);
+	/* the partials added in order, with the bias: quant_sum_kernel takes four columns a thread */
+	int64_t units = c->family == QWGMMA && n % 4 == 0 ? m * n / 4 : m * n;
+	int64_t blocks = cdiv(units, 256), most = 8L * (sm_count > 0 ? sm_count : 132);
 	a = &out[1].args;
 	out[1].entry = 1;
 	out[1].launch = (struct ktune_op_launch){ { (unsigned)(blocks < most ? blocks : most), 1, 1 }, { 256, 1, 1 }, 0 };
@@ -726,8 +728,10 @@ const struct ktune_op ktune__op_gemm_quant = {
 		 "group: [128]\n"
 		 "mode: [scale_shift]\n"
 		 "shapes:\n"
-		 "  - {m: [1, 2, 4, 8, 16, 128], n: 4096, k: 4096}\n"
-		 "  - {m: 1, n: 14336, k: 4096}\n",
+		 "  - {m: [1, 2, 4, 8, 16, 32, 64, 128], n: 4096, k: 4096}\n"
+		 "  - {m: 1, n: 14336, k: 4096}\n"
+		 "  - {m: 128, n: [6144, 14336, 28672], k: 4096}\n"
+		 "  - {m: 128, n: 4096, k: 14336}\n",
 	.key_check = key_check,
 	.key_bucket = key_bucket,
 	.bytes = bytes,

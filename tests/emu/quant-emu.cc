@@ -1,7 +1,8 @@
 /*
  * quant-emu.cc - the weight-quantized GEMM templates (qgemv.cu, qgemm.cu, qmma.cu, qcode.cu)
- * compiled for the host and run on the CPU, one thread per CUDA thread,
- * against a float64 reference: their index arithmetic, bounds, pipeline,
+ * and qwgmma's split-K sum (quant_sum.cuh, against quant_reduce_kernel's
+ * bits) compiled for the host and run on the CPU, one thread per CUDA
+ * thread, against a float64 reference: their index arithmetic, bounds, pipeline,
  * split and reductions checked where no GPU is.  Not a GPU test: the
  * PTX behind quant.cuh's small functions is replaced (KTUNE_QUANT_HOST) by
  * what the PTX ISA says it does, as this file reads it (mma.sync's and
@@ -193,6 +194,7 @@ static unsigned short float_to_half(float f, int bf16)
 }
 
 #include KERNEL
+#include "quant_sum.cuh" /* qwgmma's split-K sum: checked here against quant_reduce_kernel, bit for bit */
 
 /* ------------------------------------------------------------ launches */
 
@@ -312,6 +314,12 @@ static void reduce_body(void *p)
 	quant_reduce_kernel(r->partials, r->splits, r->bias, r->c, r->m, r->n, r->ldc);
 }
 
+static void sum_body(void *p)
+{
+	const reduce_args *r = (const reduce_args *)p;
+	quant_sum_kernel(r->partials, r->splits, r->bias, r->c, r->m, r->n, r->ldc);
+}
+
 /* ------------------------------------------------------------ the problem */
 
 static double uniform(uint64_t *s)
@@ -389,6 +397,31 @@ int main(int argc, char **argv)
 		run_grid({ (unsigned)(blocks < 3 ? blocks : 3), 1, 1 }, 256, reduce_body, &r); /* a short grid: it walks */
 	}
 
+	/*
+	 * quant_sum_kernel on the same partials, into rows of c whose stride is
+	 * a multiple of 4 (its 8-byte stores where n is one too) and into c's
+	 * own (n + 3: its 2-byte stores): the same bits as quant_reduce_kernel,
+	 * and nothing written past a row.
+	 */
+	long long bad_sum = 0;
+	for (int pass = 0; split > 1 && pass < 2; pass++) {
+		const long long ld2 = pass ? ldc : (n + 3) / 4 * 4;
+		elem *c2 = (elem *)aligned((size_t)(m * ld2) * 2);
+		for (long long i = 0; i < m * ld2; i++)
+			c2[i] = 0x7fff;
+		reduce_args r = { partials, split, with_bias ? bias : NULL, c2, m, n, ld2 };
+		long long blocks = (m * n + 1023) / 1024;
+		run_grid({ (unsigned)(blocks < 3 ? blocks : 3), 1, 1 }, 256, sum_body, &r);
+		for (long long i = 0; i < m; i++)
+			for (long long j = 0; j < ld2; j++) {
+				const elem want = j < n ? c[i * ldc + j] : (elem)0x7fff;
+				if (c2[i * ld2 + j] != want && bad_sum++ < 5)
+					fprintf(stderr, "quant_sum_kernel: c[%lld, %lld] (stride %lld) = 0x%04x, want 0x%04x\n", i,
+						j, ld2, c2[i * ld2 + j], want);
+			}
+		free(c2);
+	}
+
 	/* the float64 reference, from the codes as the format lays them out */
 	const double tol = DTYPE == 1 ? 1.6e-2 : 2e-3;
 	double worst = 0;
@@ -423,6 +456,7 @@ int main(int argc, char **argv)
 				if (bad++ < 5)
 					fprintf(stderr, "c[%lld, %lld] past the row was written\n", i, j);
 			}
+	bad += bad_sum;
 	printf("%lld x %lld x %lld split %d zero %s bias %d: worst error %.3g, %lld bad\n", m, n, k, split,
 	       zero_scalar ? "scalar" : "per group", with_bias, worst, bad);
 	return bad ? 1 : 0;

@@ -182,10 +182,10 @@ static void test_spec__default_suite(void **state)
 	 * dtypes x 3 sizes), gelu (2 x 2 variants x 3 sizes), glu (6 variants
 	 * x 3 shapes), dropout (3 sizes), softmax (2 directions x 5 shapes),
 	 * rmsnorm (3 passes x 4 shapes), layernorm (2 passes x 4 shapes) and
-	 * cross_entropy (2 passes x 4 shapes), gemm_quant (2 bits x 7 shapes) and
+	 * cross_entropy (2 passes x 4 shapes), gemm_quant (2 bits x 13 shapes) and
 	 * attention (3 passes x 2 head dims x 2 masks x 2 shapes).
 	 */
-	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12 + 8 + 8 + 14 + 24);
+	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12 + 8 + 8 + 26 + 24);
 	assert_int_equal(s.budget, 0);
 	assert_string_equal(fmt(&s.keys[0]), "gemm f16 nn 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[4]), "gemm f16 nn 8192x8192x8192 aligned");
@@ -208,11 +208,14 @@ static void test_spec__default_suite(void **state)
 	assert_string_equal(fmt(&s.keys[176]), "gemm_quant bf16 4,128,scale_shift,v1 1x4096x4096 aligned");
 	assert_string_equal(fmt(&s.keys[177]), "gemm_quant bf16 4,128,scale_shift,v1 2x4096x4096 aligned");
 	assert_string_equal(fmt(&s.keys[178]), "gemm_quant bf16 4,128,scale_shift,v1 4x4096x4096 aligned");
-	assert_string_equal(fmt(&s.keys[189]), "gemm_quant bf16 8,128,scale_shift,v1 1x14336x4096 aligned");
-	assert_string_equal(fmt(&s.keys[190]), "attention bf16 fwd,128,none,1 1024x1024x256 aligned");
-	assert_string_equal(fmt(&s.keys[197]), "attention bf16 fwd,64,causal,1 4096x4096x64 aligned");
-	assert_string_equal(fmt(&s.keys[205]), "attention bf16 bwd,64,causal,1 4096x4096x64 aligned");
-	assert_string_equal(fmt(&s.keys[213]), "attention bf16 bwd_det,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[184]), "gemm_quant bf16 4,128,scale_shift,v1 1x14336x4096 aligned");
+	assert_string_equal(fmt(&s.keys[188]), "gemm_quant bf16 4,128,scale_shift,v1 128x4096x14336 aligned");
+	assert_string_equal(fmt(&s.keys[189]), "gemm_quant bf16 8,128,scale_shift,v1 1x4096x4096 aligned");
+	assert_string_equal(fmt(&s.keys[201]), "gemm_quant bf16 8,128,scale_shift,v1 128x4096x14336 aligned");
+	assert_string_equal(fmt(&s.keys[202]), "attention bf16 fwd,128,none,1 1024x1024x256 aligned");
+	assert_string_equal(fmt(&s.keys[209]), "attention bf16 fwd,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[217]), "attention bf16 bwd,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[225]), "attention bf16 bwd_det,64,causal,1 4096x4096x64 aligned");
 	for (i = 0; i < s.nkeys; i++) {
 		for (j = 0; j < i; j++)
 			assert_string_not_equal(fmt(&s.keys[i]), fmt(&s.keys[j]));
