@@ -259,7 +259,7 @@ static int64_t stream_chunk(const struct ktune_key *key, const struct ktune_conf
 
 static int stream_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
 {
-	long threads = ktune__op_param(OP, c, "THREADS", 256), reload = ktune__op_param(OP, c, "RELOAD", 0);
+	long reload = ktune__op_param(OP, c, "RELOAD", 0);
 	long unroll = ktune__op_param(OP, c, "UNROLL", 1);
 	int64_t chunk = stream_chunk(key, c, key->n);
 	if (reload && pass(key) != FUSED) {
@@ -277,16 +277,7 @@ static int stream_prune(const struct ktune_key *key, const struct ktune_config *
 	 * 30, 44, 64 at UNROLL 2, 4, 8; fused 48, 64 and spills at 8).
 	 */
 	long need = (pass(key) == FUSED ? 36 : 16) + 7 * unroll;
-	if (need > ktune__op_thread_registers(threads, ktune__op_param(OP, c, "MIN_WARPS", 0))) {
-		snprintf(why, len, "about %ld registers a thread at UNROLL=%ld: over what MIN_WARPS leaves", need,
-			 unroll);
-		return 1;
-	}
-	if (chunk < threads) {
-		snprintf(why, len, "%lld vectors a block for %ld threads: idle threads", (long long)chunk, threads);
-		return 1;
-	}
-	return 0;
+	return ktune__rw_stream_prune(OP, c, need, chunk, why, len);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
@@ -410,9 +401,14 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 
 /*
  * The streamed default: 256 threads loading 4 vectors at once; fused, the
- * second read from shared memory, in a cluster of as many blocks (up to 8)
- * as keep a block's chunk within 4096 vectors (64 KiB: three blocks an
- * SM).  What the H200's sweep picked for vocabularies of 32000 to 262144.
+ * first read a cp.async into shared memory (RELOAD 2) 2 vectors at once,
+ * the second from there, in a cluster of as many blocks (up to 8) as keep
+ * a block's chunk within 4096 vectors (64 KiB: three blocks an SM).  What
+ * the H200's sweeps picked for vocabularies of 32000 to 262144
+ * (bench/results/h200-cross-entropy-sweep.log: RELOAD 2 and UNROLL 2 won
+ * all four fused keys).  Fused, registers for 16 warps an SM: the chunks
+ * allow no more than 24, and at 32 (64 registers) the variants with
+ * smoothing and the cap spill (test-compile-rowwise).
  */
 static struct ktune_config stream_default(const struct ktune_key *key)
 {
@@ -426,10 +422,10 @@ static struct ktune_config stream_default(const struct ktune_key *key)
 	for (int i = 0; sp && i < sp->nparams; i++) {
 		const char *name = sp->params[i].name;
 		long want = !strcmp(name, "THREADS")   ? 256
-			    : !strcmp(name, "UNROLL")  ? 4
+			    : !strcmp(name, "UNROLL")  ? (fused ? 2 : 4)
 			    : !strcmp(name, "CLUSTER") ? cluster
-			    : !strcmp(name, "RELOAD")  ? fused
-							: 32; /* MIN_WARPS */
+			    : !strcmp(name, "RELOAD")  ? 2 * fused
+							: (fused ? 16 : 32); /* MIN_WARPS */
 		c.v[i] = ktune__space_nearest(sp, i, want);
 	}
 	return c;
@@ -438,7 +434,9 @@ static struct ktune_config stream_default(const struct ktune_key *key)
 /*
  * Rows of 1024 vectors and more streamed (4 vectors a thread, faster than
  * a row held in registers on every measured vocabulary), shorter ones held
- * in registers, several rows a block.
+ * in registers, several rows a block.  A fused row whose chunk does not
+ * fit shared memory even in a cluster of 8 (past 262144 bf16 columns)
+ * streams with its second read from global memory (RELOAD 0).
  */
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
@@ -446,6 +444,12 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 	(void)sm_count;
 	if (key->n / (16 / ktune__dtype_size(key->dtype)) >= 1024) {
 		struct ktune_config c = stream_default(key);
+		if (!prune(key, &c, 0, why, sizeof(why)))
+			return c;
+		const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
+		for (int i = 0; sp && i < sp->nparams; i++)
+			if (!strcmp(sp->params[i].name, "RELOAD"))
+				c.v[i] = 0;
 		if (!prune(key, &c, 0, why, sizeof(why)))
 			return c;
 	}

@@ -183,6 +183,22 @@ int ktune__rw_ring_prune(const struct ktune_key *key, const struct ktune_config 
 	return 0;
 }
 
+int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_config *c, long need, int64_t chunk,
+			   char *why, size_t len)
+{
+	long threads = ktune__op_param(op, c, "THREADS", 256), unroll = ktune__op_param(op, c, "UNROLL", 1);
+	if (need > ktune__op_thread_registers(threads, ktune__op_param(op, c, "MIN_WARPS", 0))) {
+		snprintf(why, len, "about %ld registers a thread at UNROLL=%ld: over what MIN_WARPS leaves", need,
+			 unroll);
+		return 1;
+	}
+	if (chunk < threads) {
+		snprintf(why, len, "%lld vectors a block for %ld threads: idle threads", (long long)chunk, threads);
+		return 1;
+	}
+	return 0;
+}
+
 /* A config of the op's first family with these values (the space's nearest), the rest 0. */
 static struct ktune_config config_of(const struct ktune_space *sp, long vec, long row_threads, long threads,
 				     long cluster, long blocks_per_sm)

@@ -81,6 +81,14 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 		    char *why, size_t len);
 
 /*
+ * The stream families' (rowstream.cuh) common rules: a thread's `need`
+ * registers (the op's estimate for its UNROLL) within what THREADS and
+ * MIN_WARPS leave, and no block with fewer vectors of its `chunk` than
+ * threads.
+ */
+int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_config *c, long need, int64_t chunk,
+			   char *why, size_t len);
+/*
  * Bytes of shared memory the ring of a config with RING (rowring.cuh)
  * takes for `tensors` ringed tensors and `floats` per-row floats (a
  * norm's saved mean or rstd); 0 without one.

@@ -1,7 +1,9 @@
 /*
  * softmax.c - the op "softmax": y = softmax(x) over the last dimension of
  * [rows, cols] (forward), or dx = y (dy - sum(y dy)) (backward); the Triton
- * tutorial's fused softmax.  kernels/templates/softmax.cu.
+ * tutorial's fused softmax.  Two families: a row held in registers
+ * (kernels/templates/softmax.cu), and a row streamed, for rows too long
+ * for registers (softmax_stream.cu).
  *
  * Key: dtype and direction (compiled in), rows and cols (tuned: rows by
  * power-of-two bucket, cols exactly up to 65536), the alignment class;
@@ -9,6 +11,7 @@
  * Buffers: forward x -> y; backward y, dy -> dx.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "ops/rowwise-ref.h"
 #include "ops/rowwise.h"
@@ -23,8 +26,11 @@ static const struct ktune_op_field fields[] = {
 	{ "cols", "the softmax's length (tuned exactly up to 65536)", KTUNE_ROLE_TUNED, 1, NULL },
 };
 
+enum { HELD, STREAM };
+
 static const struct ktune_family families[] = {
 	{ "softmax", "softmax.cu", "softmax.yaml", { "softmax_kernel" } },
+	{ "softmax_stream", "softmax_stream.cu", "softmax_stream.yaml", { "softmax_stream_kernel" } },
 };
 
 extern const struct ktune_op ktune__op_softmax;
@@ -69,10 +75,63 @@ static void reference(const struct ktune_key *key, const struct ktune_op_call *c
 		ktune__ref_softmax(b[0], cols, b[1], cols, rows, cols);
 }
 
+#define OP (&ktune__op_softmax)
+
+/* The streamed row's 16-byte vectors a block takes: its chunk of a row of `cols`. */
+static int64_t stream_chunk(const struct ktune_key *key, const struct ktune_config *c, int64_t cols)
+{
+	int64_t vec = 16 / ktune__dtype_size(key->dtype), cluster = ktune__op_param(OP, c, "CLUSTER", 1);
+	return (cols / vec + cluster - 1) / cluster;
+}
+
+/* An SM's shared memory a block may take (227 KiB), less the stream kernel's own (its reductions'). */
+#define STREAM_KEEP_MAX (227 * 1024 - 1024)
+
+/* RELOAD's dynamic shared memory for a call of `cols`: the chunk of each tensor kept, or 0 where it does not fit. */
+static int64_t stream_keep(const struct ktune_key *key, const struct ktune_config *c, int64_t cols)
+{
+	int64_t keep = stream_chunk(key, c, cols) * 16 * (backward(key) ? 2 : 1);
+	return ktune__op_param(OP, c, "RELOAD", 0) && keep <= STREAM_KEEP_MAX ? keep : 0;
+}
+
+static int stream_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
+{
+	long reload = ktune__op_param(OP, c, "RELOAD", 0);
+	long unroll = ktune__op_param(OP, c, "UNROLL", 1);
+	int64_t chunk = stream_chunk(key, c, key->n), vecs = key->n / (16 / ktune__dtype_size(key->dtype));
+	if (!key->aligned) {
+		snprintf(why, len, "the stream family reads 16-byte vectors: the aligned class alone");
+		return 1;
+	}
+	if (vecs < 1024) {
+		snprintf(why, len, "%lld vectors a row: rows under 1024 vectors are held in registers",
+			 (long long)vecs);
+		return 1;
+	}
+	if (reload == 2 && backward(key)) {
+		snprintf(why, len, "RELOAD=2 is for the forward pass");
+		return 1;
+	}
+	if (reload && !stream_keep(key, c, key->n)) {
+		snprintf(why, len, "a chunk of %lld bytes a tensor does not fit shared memory: RELOAD=%ld is RELOAD=0",
+			 (long long)chunk * 16, reload);
+		return 1;
+	}
+	/*
+	 * Registers from ptxas's figures for sm_90 (`ktune compile --op softmax`,
+	 * bf16, uncapped): forward 53-56, 64-72, 112-116 at UNROLL 2, 4, 8;
+	 * with RELOAD=2 64, 103 and over 128; backward 64-72, 96-105 at 2, 4.
+	 */
+	long need = backward(key) ? 40 + 16 * unroll : reload == 2 ? 32 + 18 * unroll : 40 + 10 * unroll;
+	return ktune__rw_stream_prune(OP, c, need, chunk, why, len);
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
 		 size_t len)
 {
 	(void)sm_count;
+	if (c->family == STREAM)
+		return stream_prune(key, c, why, len);
 	int keep = (int)ktune__op_param(&ktune__op_softmax, c, "KEEP_EXP", 0);
 	if (keep && (backward(key) || key->dtype == KTUNE_F32)) {
 		snprintf(why, len, "KEEP_EXP is for the 16-bit forward (f32 keeps its exponentials in the row)");
@@ -87,7 +146,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
 {
-	int n = ktune__rw_defines(key, c, opts, max - 1);
+	/* the stream kernel sizes nothing by the row (no COLS) */
+	int n = c->family == STREAM ? ktune__ew_defines(key, c, opts, max - 1) : ktune__rw_defines(key, c, opts, max - 1);
 	if (n < 0)
 		return n;
 	snprintf(opts[n++], 48, "-DBACKWARD=%d", backward(key));
@@ -97,6 +157,15 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 		     const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out)
 {
+	if (c->family == STREAM) { /* a cluster a row, one row a block of it (they walk past 2^31 blocks) */
+		struct ktune_rw_shape s = { .threads = (int)ktune__op_param(OP, c, "THREADS", 256),
+					    .cluster = (int)ktune__op_param(OP, c, "CLUSTER", 1) };
+		s.row_threads = s.threads;
+		s.rows_per_block = 1;
+		ktune__rw_launch(&s, ktune__rw_clusters(&s, call->size[0], sm_count), out);
+		out->smem = (unsigned)stream_keep(key, c, call->size[1]);
+		return;
+	}
 	struct ktune_rw_shape s = ktune__rw_shape(key, c);
 	ktune__rw_launch(&s, ktune__rw_clusters(&s, call->size[0], sm_count), out);
 	out->smem = (unsigned)ktune__rw_ring_bytes(key, c, backward(key) ? 2 : 1, 0);
@@ -116,9 +185,52 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 	ktune__ew_arg_i64(a, ktune__op_ld(call, out));
 }
 
+/*
+ * The streamed default for rows of 8192 vectors and more (where a row held
+ * in registers needs a cluster): 256 threads, a cluster of as many blocks
+ * (up to 8) as keep a block's chunk within 4096 vectors; forward 2 vectors
+ * at once, the first read a cp.async into shared memory (RELOAD 2);
+ * backward 4 at once, read again from global memory.  The H200's tunes of
+ * 1024 x 131072 and 256 x 262144 ranked these first or within 4% of it
+ * (bench/results/h200-softmax-stream.log); the register family's best
+ * there ran 1.4-1.6x slower or, backward at 262144, had no candidate.
+ */
+static struct ktune_config stream_default(const struct ktune_key *key)
+{
+	const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
+	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
+	int bwd = backward(key);
+	long cluster = 1;
+	while (cluster < 8 && (vecs + cluster - 1) / cluster > 4096)
+		cluster *= 2;
+	struct ktune_config c = { .family = STREAM };
+	for (int i = 0; sp && i < sp->nparams; i++) {
+		const char *name = sp->params[i].name;
+		long want = !strcmp(name, "THREADS")   ? 256
+			    : !strcmp(name, "UNROLL")  ? (bwd ? 4 : 2)
+			    : !strcmp(name, "CLUSTER") ? cluster
+			    : !strcmp(name, "RELOAD")  ? (bwd ? 0 : 2)
+							: 16; /* MIN_WARPS */
+		c.v[i] = ktune__space_nearest(sp, i, want);
+	}
+	return c;
+}
+
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
+	char why[160];
 	(void)sm_count;
+	if (key->aligned && key->n / (16 / ktune__dtype_size(key->dtype)) >= 8192) {
+		struct ktune_config c = stream_default(key);
+		if (!prune(key, &c, 0, why, sizeof(why)))
+			return c;
+		const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
+		for (int i = 0; sp && i < sp->nparams; i++) /* a chunk past shared memory: read global memory again */
+			if (!strcmp(sp->params[i].name, "RELOAD"))
+				c.v[i] = 0;
+		if (!prune(key, &c, 0, why, sizeof(why)))
+			return c;
+	}
 	return ktune__rw_default(&ktune__op_softmax, key, 0);
 }
 
@@ -128,7 +240,7 @@ const struct ktune_op ktune__op_softmax = {
 	.fields = fields,
 	.nfields = 3,
 	.families = families,
-	.nfamilies = 1,
+	.nfamilies = 2,
 	.dtypes = ktune__ew_dtypes,
 	.ndtypes = 3,
 	.suite = "dtypes: [bf16]\n"

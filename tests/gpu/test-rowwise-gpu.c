@@ -457,6 +457,49 @@ static void test_rowwise_gpu__cross_entropy_stream_every_config(void **state)
 	assert_int_equal(failures, 0);
 }
 
+/*
+ * A softmax key of exactly `cols` columns (not the bucket's), 67 rows (the
+ * walk's last clusters run past them), its variant `direction`.
+ */
+static struct ktune_key softmax_key(const char *direction, ktune_dtype dtype, int64_t cols)
+{
+	const struct ktune_op *op = ktune__op_find("softmax");
+	struct ktune_key key = { .op = "softmax", .dtype = dtype, .m = 67, .n = cols };
+	const char *values[] = { direction, NULL };
+	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+	return key;
+}
+
+/*
+ * softmax_stream (a row streamed by a block or a cluster, read again for
+ * the output): every candidate of both directions in bf16 at 65544 columns
+ * (8193 vectors: the clusters' chunks uneven) and 262144, a sample in f16
+ * and f32 (4-element vectors) and of a single row.  The problems' rows are
+ * packed, so these are aligned only where cols is a multiple of the vector
+ * (the stream family takes no other class); a row's tail, -inf rows and
+ * outputs in place are softmax_stream_api's.
+ */
+static void test_rowwise_gpu__softmax_stream_every_config(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("softmax");
+	static const char *const dirs[] = { "fwd", "bwd" };
+	(void)state;
+	failures = 0;
+	family_only = ktune__op_family_index(op, "softmax_stream");
+	assert_true(family_only > 0);
+	for (int d = 0; d < 2; d++) {
+		run_key(softmax_key(dirs[d], KTUNE_BF16, 65544), 0, 0);
+		run_key(softmax_key(dirs[d], KTUNE_BF16, 262144), 0, 0);
+		run_key(softmax_key(dirs[d], KTUNE_F16, 65544), 0, 8);
+		run_key(softmax_key(dirs[d], KTUNE_F32, 65540), 0, 8);
+		struct ktune_key one = softmax_key(dirs[d], KTUNE_BF16, 131072);
+		one.m = 1;
+		run_key(one, 0, 8);
+	}
+	family_only = -1;
+	assert_int_equal(failures, 0);
+}
+
 /* ------------------------------------------------------------ the public API */
 
 static CUdeviceptr upload(const float *host, size_t n)
@@ -503,6 +546,89 @@ static void test_rowwise_gpu__softmax_edges_with_strides(void **state)
 	assert_true(y[0 * LD + 5] == 1.0f && y[1 * LD + 0] == 0.0f);
 	ktune_cu.cuMemFree_v2(dx);
 	ktune_cu.cuMemFree_v2(dy);
+}
+
+/*
+ * Long rows through the API where nothing is tuned (f32: the shipped files
+ * are bf16), served by the streamed default: 32771 columns (8192 vectors
+ * of 4 and a tail of 3) in rows 32776 apart (16-byte aligned: the aligned
+ * class), a one-hot row of -inf, a row of -inf alone (zeros), a row of
+ * +-1e4 and a plain one; forward, then backward from that y, each against
+ * float64 and again in place (y over x, dx over dy), bit-identical.
+ */
+static void test_rowwise_gpu__softmax_stream_api(void **state)
+{
+	enum { ROWS = 4, COLS = 32771, LD = 32776 };
+	const size_t n = (size_t)ROWS * LD;
+	float *x = malloc(n * 4), *y = malloc(n * 4), *y2 = malloc(n * 4), *dy = malloc(n * 4);
+	double *xd = malloc(n * 8), *want = malloc(n * 8), *yd = malloc(n * 8), *dyd = malloc(n * 8);
+	(void)state;
+	assert_true(x && y && y2 && dy && xd && want && yd && dyd);
+	const struct ktune_op *op = ktune__op_find("softmax");
+	struct ktune_key key = { .op = "softmax", .dtype = KTUNE_F32, .m = ROWS, .n = COLS, .aligned = 1 };
+	const char *fwd[] = { "fwd", NULL };
+	assert_int_equal(ktune__op_variant_set(op, &key, fwd, NULL), 0);
+	struct ktune_config d = op->default_config(&key, 132);
+	assert_string_equal(op->families[d.family].name, "softmax_stream");
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((long)(i * 7919 % 2001) - 1000) / 200;
+		dy[i] = (float)((long)(i * 104729 % 1999) - 999) / 500;
+	}
+	for (int c = 0; c < COLS; c++) {
+		x[0 * LD + c] = c == COLS - 2 ? 0.5f : -INFINITY; /* one finite element, in the tail: one-hot */
+		x[1 * LD + c] = -INFINITY;                       /* all -inf: zeros */
+		x[2 * LD + c] = c % 3 ? 1e4f : -1e4f;            /* large: no overflow */
+	}
+	for (size_t i = 0; i < n; i++) {
+		xd[i] = x[i];
+		dyd[i] = dy[i];
+	}
+	CUdeviceptr d_x = upload(x, n), d_y = upload(x, n), d_dy = upload(dy, n), d_dx = upload(dy, n);
+
+	/* forward, then in place: y over a copy of x */
+	assert_int_equal(ktune_softmax(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_y, LD, KTUNE_F32, NULL), KTUNE_OK);
+	download(y, d_y, n);
+	ktune__ref_softmax(xd, LD, want, LD, ROWS, COLS);
+	for (int r = 0; r < ROWS; r++)
+		for (int c = 0; c < LD; c++) {
+			const size_t i = (size_t)r * LD + c;
+			if (c >= COLS) /* past the row: untouched */
+				assert_true(y[i] == x[i] || (isnan(y[i]) && isnan(x[i])));
+			else if (!(fabs(y[i] - want[i]) <= 1e-5 * fmax(1e-3, fabs(want[i]))))
+				fail_msg("softmax [%d, %d] = %g, want %g", r, c, y[i], want[i]);
+		}
+	assert_true(y[0 * LD + COLS - 2] == 1.0f && y[0 * LD + 0] == 0.0f && y[1 * LD + 7] == 0.0f);
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_y, x, n * 4), CUDA_SUCCESS);
+	assert_int_equal(ktune_softmax(ctx, ROWS, COLS, (void *)d_y, LD, (void *)d_y, LD, KTUNE_F32, NULL), KTUNE_OK);
+	download(y2, d_y, n);
+	assert_memory_equal(y, y2, n * 4);
+
+	/* backward from that y, then in place: dx over a copy of dy */
+	for (size_t i = 0; i < n; i++)
+		yd[i] = y[i];
+	assert_int_equal(ktune_softmax_backward(ctx, ROWS, COLS, (void *)d_y, LD, (void *)d_dy, LD, (void *)d_dx, LD,
+						KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(y2, d_dx, n);
+	ktune__ref_softmax_backward(yd, LD, dyd, LD, want, LD, ROWS, COLS);
+	for (int r = 0; r < ROWS; r++)
+		for (int c = 0; c < COLS; c++) {
+			const size_t i = (size_t)r * LD + c;
+			if (!(fabs(y2[i] - want[i]) <= 1e-5 * fmax(1e-3, fabs(want[i]))))
+				fail_msg("softmax backward [%d, %d] = %g, want %g", r, c, y2[i], want[i]);
+		}
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_dx, dy, n * 4), CUDA_SUCCESS);
+	assert_int_equal(ktune_softmax_backward(ctx, ROWS, COLS, (void *)d_y, LD, (void *)d_dx, LD, (void *)d_dx, LD,
+						KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(x, d_dx, n);
+	assert_memory_equal(x, y2, n * 4);
+
+	ktune_cu.cuMemFree_v2(d_x);
+	ktune_cu.cuMemFree_v2(d_y);
+	ktune_cu.cuMemFree_v2(d_dy);
+	ktune_cu.cuMemFree_v2(d_dx);
+	free(x), free(y), free(y2), free(dy), free(xd), free(want), free(yd), free(dyd);
 }
 
 static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **state)
@@ -1357,6 +1483,8 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_unaligned_api),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_unaligned_every_config),
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_stream_every_config),
+		cmocka_unit_test(test_rowwise_gpu__softmax_stream_every_config),
+		cmocka_unit_test(test_rowwise_gpu__softmax_stream_api),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

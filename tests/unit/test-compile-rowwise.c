@@ -278,16 +278,28 @@ static void test_compile_rowwise__header_reaches_only_its_templates(void **state
 	assert_string_equal(h[2]->name, "rowwise.cuh");
 	assert_int_equal(ktune__template_headers(add->text, add->len, h), 1);
 	assert_string_equal(h[0]->name, "prelude.cuh");
-	/* both cross-entropy families take cross_entropy.cuh (and rowwise.cuh, the stream one for its walk) */
+	/*
+	 * both cross-entropy families take cross_entropy.cuh (and rowwise.cuh,
+	 * the stream one for its walk, and rowstream.cuh), softmax_stream.cu
+	 * rowstream.cuh and not cross_entropy.cuh
+	 */
 	static const char *const ce[] = { "cross_entropy.cu", "cross_entropy_stream.cu" };
 	for (int i = 0; i < 2; i++) {
 		const struct ktune_template_file *f = ktune__template_file(ce[i]);
 		assert_non_null(f);
-		assert_int_equal(ktune__template_headers(f->text, f->len, h), 3);
+		assert_int_equal(ktune__template_headers(f->text, f->len, h), 3 + i);
 		assert_string_equal(h[0]->name, "cross_entropy.cuh");
 		assert_string_equal(h[1]->name, "prelude.cuh");
-		assert_string_equal(h[2]->name, "rowwise.cuh");
+		if (i)
+			assert_string_equal(h[2]->name, "rowstream.cuh");
+		assert_string_equal(h[2 + i]->name, "rowwise.cuh");
 	}
+	const struct ktune_template_file *stream = ktune__template_file("softmax_stream.cu");
+	assert_non_null(stream);
+	assert_int_equal(ktune__template_headers(stream->text, stream->len, h), 3);
+	assert_string_equal(h[0]->name, "prelude.cuh");
+	assert_string_equal(h[1]->name, "rowstream.cuh");
+	assert_string_equal(h[2]->name, "rowwise.cuh");
 }
 
 int main(void)

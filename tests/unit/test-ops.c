@@ -648,12 +648,24 @@ static void test_ops__cross_entropy_stream(void **state)
 	struct ktune_config d = ce->default_config(&key, 132);
 	assert_string_equal(ce->families[d.family].name, "cross_entropy_stream");
 	assert_int_equal(ktune__op_param(ce, &d, "CLUSTER", 0), 4); /* 16384 vectors: 4096 a block */
-	assert_int_equal(ktune__op_param(ce, &d, "RELOAD", 0), 1);
+	assert_int_equal(ktune__op_param(ce, &d, "RELOAD", 0), 2); /* the first read a cp.async into the chunk */
+	assert_int_equal(ktune__op_param(ce, &d, "UNROLL", 0), 2);
 	assert_int_equal(ce->prune(&key, &d, 132, why, sizeof(why)), 0);
 	assert_int_equal(ktune__op_variant_set(ce, &key, fwd, NULL), 0);
 	d = ce->default_config(&key, 132);
 	assert_int_equal(ktune__op_param(ce, &d, "CLUSTER", 0), 1);
 	assert_int_equal(ktune__op_param(ce, &d, "RELOAD", 0), 0);
+	assert_int_equal(ktune__op_param(ce, &d, "UNROLL", 0), 4);
+	/* fused past what 8 blocks' shared memory holds: still streamed, the second read from global memory */
+	key.n = 1048576;
+	assert_int_equal(ktune__op_variant_set(ce, &key, fused, NULL), 0);
+	d = ce->default_config(&key, 132);
+	assert_string_equal(ce->families[d.family].name, "cross_entropy_stream");
+	assert_int_equal(ktune__op_param(ce, &d, "CLUSTER", 0), 8);
+	assert_int_equal(ktune__op_param(ce, &d, "RELOAD", 0), 0);
+	assert_int_equal(ce->prune(&key, &d, 132, why, sizeof(why)), 0);
+	key.n = 131072;
+	assert_int_equal(ktune__op_variant_set(ce, &key, fwd, NULL), 0);
 
 	/* RELOAD: the fused pass's, and a chunk within shared memory */
 	struct ktune_config c = family_config(ce, "cross_entropy_stream",
@@ -701,6 +713,82 @@ static void test_ops__cross_entropy_stream(void **state)
 	assert_int_equal(steps[1].launch.smem, 0);
 	memcpy(&keep, steps[1].args.argv[steps[1].args.n - 1], sizeof(keep));
 	assert_int_equal(keep, 0);
+}
+
+/*
+ * softmax_stream: the default for rows of 8192 vectors and more (a cluster
+ * keeping a block's chunk within 4096 vectors; forward RELOAD 2, backward
+ * global memory), the register family's below; the prune (aligned rows of
+ * 1024 vectors or more, RELOAD 2 forward alone, a chunk within shared
+ * memory, registers) and the launch (a cluster a row; the kept chunks'
+ * bytes of dynamic shared memory, 0 where a longer call's do not fit).
+ */
+static void test_ops__softmax_stream(void **state)
+{
+	const struct ktune_op *sm = ktune__op_find("softmax");
+	const char *fwd[] = { "fwd", NULL }, *bwd[] = { "bwd", NULL };
+	struct ktune_key key = { .op = "softmax", .dtype = KTUNE_BF16, .m = 256, .n = 262144, .aligned = 1 };
+	struct ktune_op_launch l;
+	char why[200];
+	(void)state;
+	assert_int_equal(ktune__op_variant_set(sm, &key, fwd, NULL), 0);
+	struct ktune_config d = sm->default_config(&key, 132);
+	assert_string_equal(sm->families[d.family].name, "softmax_stream");
+	assert_int_equal(ktune__op_param(sm, &d, "CLUSTER", 0), 8); /* 32768 vectors: 4096 a block */
+	assert_int_equal(ktune__op_param(sm, &d, "RELOAD", 0), 2);
+	assert_int_equal(ktune__op_param(sm, &d, "UNROLL", 0), 2);
+	assert_int_equal(sm->prune(&key, &d, 132, why, sizeof(why)), 0);
+	assert_int_equal(ktune__op_variant_set(sm, &key, bwd, NULL), 0);
+	d = sm->default_config(&key, 132);
+	assert_string_equal(sm->families[d.family].name, "softmax_stream");
+	assert_int_equal(ktune__op_param(sm, &d, "RELOAD", 0), 0);
+	assert_int_equal(ktune__op_param(sm, &d, "UNROLL", 0), 4);
+	/* a million columns: 15625 vectors a block of 8, past shared memory: read again from global memory */
+	key.n = 1000000;
+	assert_int_equal(ktune__op_variant_set(sm, &key, fwd, NULL), 0);
+	d = sm->default_config(&key, 132);
+	assert_int_equal(ktune__op_param(sm, &d, "RELOAD", 0), 0);
+	assert_int_equal(sm->prune(&key, &d, 132, why, sizeof(why)), 0);
+	/* rows under 8192 vectors, or unaligned ones: the register family */
+	key.n = 32768;
+	d = sm->default_config(&key, 132);
+	assert_string_equal(sm->families[d.family].name, "softmax");
+	key.n = 262144;
+	key.aligned = 0;
+	d = sm->default_config(&key, 132);
+	assert_string_equal(sm->families[d.family].name, "softmax");
+
+	/* the prune */
+	struct ktune_config c = family_config(sm, "softmax_stream", "THREADS=256,UNROLL=2,CLUSTER=8,RELOAD=2,MIN_WARPS=16");
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 1); /* unaligned */
+	assert_non_null(strstr(why, "aligned"));
+	key.aligned = 1;
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 0);
+	key.n = 4096;
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 1); /* 512 vectors: held */
+	assert_non_null(strstr(why, "held"));
+	key.n = 262144;
+	assert_int_equal(ktune__op_variant_set(sm, &key, bwd, NULL), 0);
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "forward"));
+	c = family_config(sm, "softmax_stream", "THREADS=256,UNROLL=2,CLUSTER=1,RELOAD=1,MIN_WARPS=16");
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 1); /* 2 x 512 KiB */
+	assert_non_null(strstr(why, "shared memory"));
+	c = family_config(sm, "softmax_stream", "THREADS=1024,UNROLL=8,CLUSTER=8,RELOAD=0,MIN_WARPS=16");
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "registers"));
+
+	/* the launch: 256 rows in clusters of 8, y's and dy's chunks kept (2 x 4096 vectors) */
+	c = family_config(sm, "softmax_stream", "THREADS=512,UNROLL=2,CLUSTER=8,RELOAD=1,MIN_WARPS=16");
+	assert_int_equal(sm->prune(&key, &c, 132, why, sizeof(why)), 0);
+	struct ktune_op_call call = { .size = { 256, 262144 }, .ld = { 262144, 262144, 262144 } };
+	sm->geometry(&key, &c, &call, 132, &l);
+	assert_int_equal(l.block[0], 512);
+	assert_int_equal(l.grid[0] % 8, 0);
+	assert_int_equal(l.smem, 2 * 4096 * 16);
+	call.size[1] = 524288; /* a longer row through the same config (a neighbour's): nothing kept */
+	sm->geometry(&key, &c, &call, 132, &l);
+	assert_int_equal(l.smem, 0);
 }
 
 static void test_ops__family_of_one_arch(void **state)
@@ -892,6 +980,7 @@ int main(void)
 		cmocka_unit_test(test_ops__unaligned_rows_shift),
 		cmocka_unit_test(test_ops__ring_in_shared_memory),
 		cmocka_unit_test(test_ops__cross_entropy_stream),
+		cmocka_unit_test(test_ops__softmax_stream),
 		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
