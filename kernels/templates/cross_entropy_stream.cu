@@ -86,7 +86,6 @@
 #include "cross_entropy.cuh"
 #include "rowstream.cuh"
 
-static_assert(VEC_BYTES == 16, "a vector is 16 bytes");
 static_assert(RELOAD == 0 || ((RELOAD == 1 || RELOAD == 2) && PASS == 2), "RELOAD is for the fused pass");
 
 /* ------------------------------------------------------------ the running sums (rowstream.cuh's) of z */

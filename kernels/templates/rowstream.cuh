@@ -10,9 +10,9 @@
  * from shared memory where the first left it: RELOAD).
  *
  * Include it after prelude.cuh and rowwise.cuh (with ROW_THREADS = THREADS:
- * a row takes whole blocks), once the includer has defined LOG2E and
- * exp2_approx, and ROW_ALIGNED (1: rows start 16-byte aligned) and RELOAD.
- * SMOOTHING 1 (cross-entropy's label smoothing) adds two sums, zs and n.
+ * a row takes whole blocks), once the includer has defined ROW_ALIGNED (1:
+ * rows start 16-byte aligned) and RELOAD.  SMOOTHING 1 (cross-entropy's
+ * label smoothing) adds two sums, zs and n.
  */
 #ifndef KTUNE_ROWSTREAM_CUH
 #define KTUNE_ROWSTREAM_CUH
@@ -20,6 +20,27 @@
 #ifndef SMOOTHING
 #define SMOOTHING 0
 #endif
+
+static_assert(VEC_BYTES == 16, "a vector is 16 bytes");
+
+#ifndef LOG2E /* cross_entropy.cuh defines both */
+#define LOG2E 1.4426950408889634f
+
+static __device__ __forceinline__ float exp2_approx(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+}
+#endif
+
+/* The bytes of dynamic shared memory this launch gave the block: where RELOAD's chunks fit. */
+static __device__ __forceinline__ i64 dynamic_smem_bytes(void)
+{
+	u32 r;
+	asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+	return (i64)r;
+}
 
 #define SPAN (THREADS * UNROLL)   /* vectors of its chunk a block takes in one step */
 #define WARPS (THREADS / 32)

@@ -66,33 +66,14 @@
 
 #include "prelude.cuh"
 #include "rowwise.cuh"
-
-#define LOG2E 1.4426950408889634f
-
-static __device__ __forceinline__ float exp2_approx(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-	return y;
-}
-
 #include "rowstream.cuh"
 
 static_assert(ALIGNED == 1, "the stream family takes the aligned class");
-static_assert(VEC_BYTES == 16, "a vector is 16 bytes");
 static_assert(BACKWARD == 0 || BACKWARD == 1, "BACKWARD is 0 or 1");
 static_assert(UNROLL == 2 || UNROLL == 4 || UNROLL == 8, "UNROLL is 2, 4 or 8");
 static_assert(RELOAD == 0 || RELOAD == 1 || (RELOAD == 2 && !BACKWARD), "RELOAD is 0, 1, or 2 forward");
 
 #define TENSORS (BACKWARD ? 2 : 1) /* the row's tensors a block keeps: x; y and dy */
-
-/* The bytes of dynamic shared memory this launch gave the block. */
-static __device__ __forceinline__ i64 dynamic_smem_bytes(void)
-{
-	u32 r;
-	asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
-	return (i64)r;
-}
 
 #if !BACKWARD
 /*

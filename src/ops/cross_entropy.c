@@ -247,28 +247,11 @@ static double tolerance(const struct ktune_key *key, int buf)
 	return l.bufs[buf].type == KTUNE_BUF_F32 ? 1e-4 : ktune__ew_tolerance(key->dtype);
 }
 
-/* The streamed row's 16-byte vectors a block takes: its chunk of a row of `cols` (aligned). */
-static int64_t stream_chunk(const struct ktune_key *key, const struct ktune_config *c, int64_t cols)
-{
-	int64_t vec = 16 / ktune__dtype_size(key->dtype), cluster = ktune__op_param(OP, c, "CLUSTER", 1);
-	return (cols / vec + cluster - 1) / cluster;
-}
-
-/* An SM's shared memory a block may take (227 KiB), less the stream kernel's own (its reductions'). */
-#define STREAM_KEEP_MAX (227 * 1024 - 1024)
-
 static int stream_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
 {
-	long reload = ktune__op_param(OP, c, "RELOAD", 0);
-	long unroll = ktune__op_param(OP, c, "UNROLL", 1);
-	int64_t chunk = stream_chunk(key, c, key->n);
+	long reload = ktune__op_param(OP, c, "RELOAD", 0), unroll = ktune__op_param(OP, c, "UNROLL", 1);
 	if (reload && pass(key) != FUSED) {
 		snprintf(why, len, "RELOAD is for the fused pass (the others read a row once)");
-		return 1;
-	}
-	if (reload && chunk * 16 > STREAM_KEEP_MAX) {
-		snprintf(why, len, "a chunk of %lld bytes does not fit shared memory: RELOAD=1 is RELOAD=0",
-			 (long long)chunk * 16);
 		return 1;
 	}
 	/*
@@ -277,7 +260,7 @@ static int stream_prune(const struct ktune_key *key, const struct ktune_config *
 	 * 30, 44, 64 at UNROLL 2, 4, 8; fused 48, 64 and spills at 8).
 	 */
 	long need = (pass(key) == FUSED ? 36 : 16) + 7 * unroll;
-	return ktune__rw_stream_prune(OP, c, need, chunk, why, len);
+	return ktune__rw_stream_prune(OP, key, c, need, 0, 1, why, len);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
@@ -354,14 +337,8 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	}
 
 	out[n].entry = 0;
-	if (c->family == STREAM) { /* a cluster a row, one row a block of it (they walk past 2^31 blocks) */
-		struct ktune_rw_shape s = { .threads = (int)ktune__op_param(OP, c, "THREADS", 256),
-					    .cluster = (int)ktune__op_param(OP, c, "CLUSTER", 1) };
-		s.row_threads = s.threads;
-		s.rows_per_block = 1;
-		int64_t keep = ktune__op_param(OP, c, "RELOAD", 0) ? stream_chunk(key, c, cols) * 16 : 0;
-		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[n].launch);
-		out[n].launch.smem = keep <= STREAM_KEEP_MAX ? (unsigned)keep : 0;
+	if (c->family == STREAM) { /* keep_bytes: RELOAD's chunk where it fits, else 0 (global memory again) */
+		ktune__rw_stream_launch(OP, c, rows, sm_count, ktune__rw_stream_keep(OP, key, c, cols, 1), &out[n].launch);
 	} else {
 		struct ktune_rw_shape s = ktune__rw_shape(key, c);
 		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[n].launch);

@@ -2,7 +2,8 @@
  * rmsnorm.c - the op "rmsnorm": RMSNorm over the last dimension of
  * [rows, cols] with a weight, optionally with the residual add fused in
  * (forward), and its gradient (backward: dx, and dw reduced over the rows
- * deterministically by a second kernel).  kernels/templates/rmsnorm.cu.
+ * deterministically by a second kernel).  kernels/templates/rmsnorm.cu;
+ * the forward passes also stream long rows (rmsnorm_stream.cu).
  *
  * Key: dtype and pass (compiled in: fwd, fwd_residual, bwd), rows and cols
  * (tuned: rows by power-of-two bucket, cols exactly up to 65536), the
@@ -31,8 +32,11 @@ static const struct ktune_op_field fields[] = {
 	{ "cols", "the normalised length (tuned exactly up to 65536)", KTUNE_ROLE_TUNED, 1, NULL },
 };
 
+enum { HELD, STREAM };
+
 static const struct ktune_family families[] = {
 	{ "rmsnorm", "rmsnorm.cu", "rmsnorm.yaml", { "rmsnorm_kernel", "rmsnorm_bwd_kernel", "rmsnorm_dw_kernel" } },
+	{ "rmsnorm_stream", "rmsnorm_stream.cu", "rmsnorm_stream.yaml", { "rmsnorm_stream_kernel" } },
 };
 
 extern const struct ktune_op ktune__op_rmsnorm;
@@ -133,10 +137,31 @@ static int64_t bwd_smem(const struct ktune_rw_shape *s)
 	return s->rows_per_block > 1 ? (int64_t)s->row_threads * s->items * s->vec * 4 : 0;
 }
 
+#define OP (&ktune__op_rmsnorm)
+
+static int stream_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
+{
+	long reload = ktune__op_param(OP, c, "RELOAD", 0), unroll = ktune__op_param(OP, c, "UNROLL", 1);
+	int res = pass(key) == FWD_RESIDUAL;
+	if (pass(key) == BWD) {
+		snprintf(why, len, "the stream family is forward only");
+		return 1;
+	}
+	if (reload == 2 && res) {
+		snprintf(why, len, "RELOAD=2 is for the pass without the residual");
+		return 1;
+	}
+	/* softmax_stream's forward figures (src/ops/softmax.c); x and res at once with the residual */
+	long need = res ? 40 + 16 * unroll : reload == 2 ? 32 + 18 * unroll : 40 + 10 * unroll;
+	return ktune__rw_stream_prune(OP, key, c, need, 1, 1, why, len);
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
 		 size_t len)
 {
 	(void)sm_count;
+	if (c->family == STREAM)
+		return stream_prune(key, c, why, len);
 	int bwd = pass(key) == BWD;
 	/*
 	 * Rows held as loaded: x (and res) forward; h and dy backward, with dw's
@@ -170,7 +195,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 
 static int defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
 {
-	int n = ktune__rw_defines(key, c, opts, max - 2);
+	/* the stream kernel sizes nothing by the row (no COLS) */
+	int n = c->family == STREAM ? ktune__ew_defines(key, c, opts, max - 2) : ktune__rw_defines(key, c, opts, max - 2);
 	if (n < 0)
 		return n;
 	snprintf(opts[n++], 48, "-DRESIDUAL=%d", pass(key) == FWD_RESIDUAL);
@@ -197,8 +223,13 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	if (pass(key) != BWD) {
 		int res = pass(key) == FWD_RESIDUAL, w = res ? 2 : 1, y = w + 1;
 		out[0].entry = 0;
-		ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[0].launch);
-		out[0].launch.smem = (unsigned)ktune__rw_ring_bytes(key, c, w, 0);
+		if (c->family == STREAM) {
+			ktune__rw_stream_launch(OP, c, rows, sm_count, ktune__rw_stream_keep(OP, key, c, cols, 1),
+						&out[0].launch);
+		} else {
+			ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), &out[0].launch);
+			out[0].launch.smem = (unsigned)ktune__rw_ring_bytes(key, c, w, 0);
+		}
 		ktune__ew_arg_ptr(a, call->buf[0]);                 /* x */
 		ktune__ew_arg_ptr(a, res ? call->buf[1] : 0);       /* res */
 		ktune__ew_arg_ptr(a, call->buf[w]);                 /* w */
@@ -242,9 +273,45 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 	return 2;
 }
 
+/*
+ * The forward passes' streamed default for rows of 8192 vectors and more
+ * (where a held row needs a cluster): 512 threads, 2 vectors at once;
+ * without the residual, x copied into shared memory with cp.async (RELOAD
+ * 2) in a cluster of as many blocks as keep a chunk within 4096 vectors;
+ * with it, h read again from global memory (RELOAD 0), chunks within 8192
+ * vectors.  The H200's tunes of 1024 x 32768 and 256 x 131072 ranked these
+ * first or within 3% of it (bench/results/h200-rmsnorm-stream.log).
+ */
+static struct ktune_config stream_default(const struct ktune_key *key)
+{
+	const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
+	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
+	int res = pass(key) == FWD_RESIDUAL;
+	long cluster = 1;
+	while (cluster < 8 && (vecs + cluster - 1) / cluster > (res ? 8192 : 4096))
+		cluster *= 2;
+	struct ktune_config c = { .family = STREAM };
+	for (int i = 0; sp && i < sp->nparams; i++) {
+		const char *name = sp->params[i].name;
+		long want = !strcmp(name, "THREADS")   ? 512
+			    : !strcmp(name, "UNROLL")  ? 2
+			    : !strcmp(name, "CLUSTER") ? cluster
+			    : !strcmp(name, "RELOAD")  ? (res ? 0 : 2)
+							: 16; /* MIN_WARPS */
+		c.v[i] = ktune__space_nearest(sp, i, want);
+	}
+	return c;
+}
+
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
+	char why[160];
 	(void)sm_count;
+	if (pass(key) != BWD && key->aligned && key->n / (16 / ktune__dtype_size(key->dtype)) >= 8192) {
+		struct ktune_config c = stream_default(key);
+		if (!prune(key, &c, 0, why, sizeof(why)))
+			return c;
+	}
 	return ktune__rw_default(&ktune__op_rmsnorm, key, pass(key) == BWD ? 2 : 0);
 }
 
@@ -254,7 +321,7 @@ const struct ktune_op ktune__op_rmsnorm = {
 	.fields = fields,
 	.nfields = 3,
 	.families = families,
-	.nfamilies = 1,
+	.nfamilies = 2,
 	.dtypes = ktune__ew_dtypes,
 	.ndtypes = 3,
 	.suite = "dtypes: [bf16]\n"

@@ -183,10 +183,55 @@ int ktune__rw_ring_prune(const struct ktune_key *key, const struct ktune_config 
 	return 0;
 }
 
-int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_config *c, long need, int64_t chunk,
-			   char *why, size_t len)
+int64_t ktune__rw_stream_chunk(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			       int64_t cols)
+{
+	int64_t vec = 16 / ktune__dtype_size(key->dtype), cluster = ktune__op_param(op, c, "CLUSTER", 1);
+	return (cols / vec + cluster - 1) / cluster;
+}
+
+/* An SM's shared memory a block may take (227 KiB), less the stream kernels' own (their reductions'). */
+#define STREAM_KEEP_MAX (227 * 1024 - 1024)
+
+int64_t ktune__rw_stream_keep(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			      int64_t cols, int tensors)
+{
+	int64_t keep = ktune__rw_stream_chunk(op, key, c, cols) * 16 * tensors;
+	return ktune__op_param(op, c, "RELOAD", 0) && keep <= STREAM_KEEP_MAX ? keep : 0;
+}
+
+void ktune__rw_stream_launch(const struct ktune_op *op, const struct ktune_config *c, int64_t rows, int sm_count,
+			     int64_t smem, struct ktune_op_launch *out)
+{
+	/* one row a block of the cluster (they walk past 2^31 blocks) */
+	struct ktune_rw_shape s = { .threads = (int)ktune__op_param(op, c, "THREADS", 256),
+				    .cluster = (int)ktune__op_param(op, c, "CLUSTER", 1) };
+	s.row_threads = s.threads;
+	s.rows_per_block = 1;
+	ktune__rw_launch(&s, ktune__rw_clusters(&s, rows, sm_count), out);
+	out->smem = (unsigned)smem;
+}
+
+int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			   long need, int long_rows, int tensors, char *why, size_t len)
 {
 	long threads = ktune__op_param(op, c, "THREADS", 256), unroll = ktune__op_param(op, c, "UNROLL", 1);
+	long reload = ktune__op_param(op, c, "RELOAD", 0);
+	int64_t chunk = ktune__rw_stream_chunk(op, key, c, key->n), vecs = key->n / (16 / ktune__dtype_size(key->dtype));
+	if (long_rows && !key->aligned) {
+		snprintf(why, len, "the stream family reads 16-byte vectors: the aligned class alone");
+		return 1;
+	}
+	if (long_rows && vecs < 1024) {
+		snprintf(why, len, "%lld vectors a row: rows under 1024 vectors are held in registers",
+			 (long long)vecs);
+		return 1;
+	}
+	if (reload && !ktune__rw_stream_keep(op, key, c, key->n, tensors)) {
+		snprintf(why, len, "%d chunk(s) of %lld bytes do not fit shared memory: RELOAD=%ld is RELOAD=0", tensors,
+			 (long long)chunk * 16, reload);
+		return 1;
+	}
 	if (need > ktune__op_thread_registers(threads, ktune__op_param(op, c, "MIN_WARPS", 0))) {
 		snprintf(why, len, "about %ld registers a thread at UNROLL=%ld: over what MIN_WARPS leaves", need,
 			 unroll);

@@ -81,13 +81,29 @@ int ktune__rw_prune(const struct ktune_key *key, const struct ktune_config *c, i
 		    char *why, size_t len);
 
 /*
- * The stream families' (rowstream.cuh) common rules: a thread's `need`
- * registers (the op's estimate for its UNROLL) within what THREADS and
- * MIN_WARPS leave, and no block with fewer vectors of its `chunk` than
- * threads.
+ * The stream families (rowstream.cuh: a row streamed by a block or by the
+ * CLUSTER blocks of a cluster, 16-byte vectors, RELOAD's chunks kept in
+ * dynamic shared memory).  A block's chunk of a row of `cols`, in vectors;
+ * RELOAD's shared memory for a call of `cols`, `tensors` chunks, or 0
+ * where they do not fit (or RELOAD is 0); the launch, a cluster a row,
+ * with `smem` bytes.
  */
-int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_config *c, long need, int64_t chunk,
-			   char *why, size_t len);
+int64_t ktune__rw_stream_chunk(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			       int64_t cols);
+int64_t ktune__rw_stream_keep(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			      int64_t cols, int tensors);
+void ktune__rw_stream_launch(const struct ktune_op *op, const struct ktune_config *c, int64_t rows, int sm_count,
+			     int64_t smem, struct ktune_op_launch *out);
+/*
+ * Their common rules: a thread's `need` registers (the op's estimate for
+ * its UNROLL) within what THREADS and MIN_WARPS leave, and no block with
+ * fewer vectors of its chunk than threads.  With `long_rows` (softmax's and
+ * RMSNorm's, which the register families serve otherwise): the aligned
+ * class alone, rows of 1024 vectors or more, RELOAD where `tensors` chunks
+ * fit.
+ */
+int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
+			   long need, int long_rows, int tensors, char *why, size_t len);
 /*
  * Bytes of shared memory the ring of a config with RING (rowring.cuh)
  * takes for `tensors` ringed tensors and `floats` per-row floats (a

@@ -77,44 +77,11 @@ static void reference(const struct ktune_key *key, const struct ktune_op_call *c
 
 #define OP (&ktune__op_softmax)
 
-/* The streamed row's 16-byte vectors a block takes: its chunk of a row of `cols`. */
-static int64_t stream_chunk(const struct ktune_key *key, const struct ktune_config *c, int64_t cols)
-{
-	int64_t vec = 16 / ktune__dtype_size(key->dtype), cluster = ktune__op_param(OP, c, "CLUSTER", 1);
-	return (cols / vec + cluster - 1) / cluster;
-}
-
-/* An SM's shared memory a block may take (227 KiB), less the stream kernel's own (its reductions'). */
-#define STREAM_KEEP_MAX (227 * 1024 - 1024)
-
-/* RELOAD's dynamic shared memory for a call of `cols`: the chunk of each tensor kept, or 0 where it does not fit. */
-static int64_t stream_keep(const struct ktune_key *key, const struct ktune_config *c, int64_t cols)
-{
-	int64_t keep = stream_chunk(key, c, cols) * 16 * (backward(key) ? 2 : 1);
-	return ktune__op_param(OP, c, "RELOAD", 0) && keep <= STREAM_KEEP_MAX ? keep : 0;
-}
-
 static int stream_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
 {
-	long reload = ktune__op_param(OP, c, "RELOAD", 0);
-	long unroll = ktune__op_param(OP, c, "UNROLL", 1);
-	int64_t chunk = stream_chunk(key, c, key->n), vecs = key->n / (16 / ktune__dtype_size(key->dtype));
-	if (!key->aligned) {
-		snprintf(why, len, "the stream family reads 16-byte vectors: the aligned class alone");
-		return 1;
-	}
-	if (vecs < 1024) {
-		snprintf(why, len, "%lld vectors a row: rows under 1024 vectors are held in registers",
-			 (long long)vecs);
-		return 1;
-	}
+	long reload = ktune__op_param(OP, c, "RELOAD", 0), unroll = ktune__op_param(OP, c, "UNROLL", 1);
 	if (reload == 2 && backward(key)) {
 		snprintf(why, len, "RELOAD=2 is for the forward pass");
-		return 1;
-	}
-	if (reload && !stream_keep(key, c, key->n)) {
-		snprintf(why, len, "a chunk of %lld bytes a tensor does not fit shared memory: RELOAD=%ld is RELOAD=0",
-			 (long long)chunk * 16, reload);
 		return 1;
 	}
 	/*
@@ -123,7 +90,7 @@ static int stream_prune(const struct ktune_key *key, const struct ktune_config *
 	 * with RELOAD=2 64, 103 and over 128; backward 64-72, 96-105 at 2, 4.
 	 */
 	long need = backward(key) ? 40 + 16 * unroll : reload == 2 ? 32 + 18 * unroll : 40 + 10 * unroll;
-	return ktune__rw_stream_prune(OP, c, need, chunk, why, len);
+	return ktune__rw_stream_prune(OP, key, c, need, 1, backward(key) ? 2 : 1, why, len);
 }
 
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why,
@@ -157,13 +124,9 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 static void geometry(const struct ktune_key *key, const struct ktune_config *c,
 		     const struct ktune_op_call *call, int sm_count, struct ktune_op_launch *out)
 {
-	if (c->family == STREAM) { /* a cluster a row, one row a block of it (they walk past 2^31 blocks) */
-		struct ktune_rw_shape s = { .threads = (int)ktune__op_param(OP, c, "THREADS", 256),
-					    .cluster = (int)ktune__op_param(OP, c, "CLUSTER", 1) };
-		s.row_threads = s.threads;
-		s.rows_per_block = 1;
-		ktune__rw_launch(&s, ktune__rw_clusters(&s, call->size[0], sm_count), out);
-		out->smem = (unsigned)stream_keep(key, c, call->size[1]);
+	if (c->family == STREAM) {
+		ktune__rw_stream_launch(OP, c, call->size[0], sm_count,
+					ktune__rw_stream_keep(OP, key, c, call->size[1], backward(key) ? 2 : 1), out);
 		return;
 	}
 	struct ktune_rw_shape s = ktune__rw_shape(key, c);

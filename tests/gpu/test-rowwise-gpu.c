@@ -631,6 +631,109 @@ static void test_rowwise_gpu__softmax_stream_api(void **state)
 	free(x), free(y), free(y2), free(dy), free(xd), free(want), free(yd), free(dyd);
 }
 
+/*
+ * rmsnorm_stream (RMSNorm's forward passes with a row streamed, h read
+ * again for y): every candidate of fwd and fwd_residual in bf16 at 65544
+ * and 32768 columns, a sample in f16, f32 and of a single row.
+ */
+static void test_rowwise_gpu__rmsnorm_stream_every_config(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("rmsnorm");
+	static const char *const passes[] = { "fwd", "fwd_residual" };
+	static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_BF16, KTUNE_F16, KTUNE_F32 };
+	static const int64_t cols[] = { 65544, 32768, 65544, 65540 };
+	(void)state;
+	failures = 0;
+	family_only = ktune__op_family_index(op, "rmsnorm_stream");
+	assert_true(family_only > 0);
+	for (int p = 0; p < 2; p++) {
+		for (int i = 0; i < 4; i++) {
+			struct ktune_key key = { .op = "rmsnorm", .dtype = dtypes[i], .m = 67, .n = cols[i] };
+			const char *values[] = { passes[p], NULL };
+			assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+			run_key(key, 0, i < 2 ? 0 : 8);
+			if (i == 0) {
+				key.m = 1;
+				run_key(key, 0, 8);
+			}
+		}
+	}
+	family_only = -1;
+	assert_int_equal(failures, 0);
+}
+
+/*
+ * Long rows through the API where nothing is tuned (f32), served by the
+ * streamed default: 32771 columns (a tail of 3) in rows 32776 apart (the
+ * aligned class), the residual fused: h, y and rstd against float64, then
+ * in place (y over x, h over res), bit-identical.
+ */
+static void test_rowwise_gpu__rmsnorm_stream_api(void **state)
+{
+	enum { ROWS = 5, COLS = 32771, LD = 32776 };
+	const size_t n = (size_t)ROWS * LD;
+	float *x = malloc(n * 4), *res = malloc(n * 4), *w = malloc(LD * 4), *y = malloc(n * 4), *h = malloc(n * 4);
+	float *y2 = malloc(n * 4), *h2 = malloc(n * 4), rstd_got[ROWS];
+	double *xd = malloc(n * 8), *rd = malloc(n * 8), *wd = malloc(LD * 8), *yd = malloc(n * 8), *hd = malloc(n * 8);
+	double rstd[ROWS];
+	(void)state;
+	assert_true(x && res && w && y && h && y2 && h2 && xd && rd && wd && yd && hd);
+	const struct ktune_op *op = ktune__op_find("rmsnorm");
+	struct ktune_key key = { .op = "rmsnorm", .dtype = KTUNE_F32, .m = ROWS, .n = COLS, .aligned = 1 };
+	const char *values[] = { "fwd_residual", NULL };
+	assert_int_equal(ktune__op_variant_set(op, &key, values, NULL), 0);
+	struct ktune_config d = op->default_config(&key, 132);
+	assert_string_equal(op->families[d.family].name, "rmsnorm_stream");
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((long)(i * 7919 % 2001) - 1000) / 300;
+		res[i] = (float)((long)(i * 104729 % 1999) - 999) / 500;
+		xd[i] = x[i];
+		rd[i] = res[i];
+	}
+	for (int c = 0; c < LD; c++)
+		wd[c] = w[c] = 0.5f + (float)(c % 17) / 16;
+	CUdeviceptr d_x = upload(x, n), d_res = upload(res, n), d_w = upload(w, LD), d_y = upload(x, n);
+	CUdeviceptr d_h = upload(res, n), d_rstd = upload(rstd_got, ROWS);
+	assert_int_equal(ktune_rmsnorm(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_res, LD, (void *)d_w, 1e-5f,
+				       (void *)d_y, LD, (float *)d_rstd, (void *)d_h, LD, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	ktune__ref_rmsnorm(xd, LD, rd, LD, wd, 1e-5, yd, LD, rstd, hd, LD, ROWS, COLS);
+	download(y, d_y, n);
+	download(h, d_h, n);
+	download(rstd_got, d_rstd, ROWS);
+	for (int r = 0; r < ROWS; r++) {
+		assert_true(fabs(rstd_got[r] - rstd[r]) <= 1e-5 * rstd[r]);
+		for (int c = 0; c < LD; c++) {
+			const size_t i = (size_t)r * LD + c;
+			if (c >= COLS) { /* past the row: untouched */
+				assert_true(y[i] == x[i] && h[i] == res[i]);
+				continue;
+			}
+			if (!(fabs(h[i] - hd[i]) <= 1e-6 * fmax(1, fabs(hd[i]))))
+				fail_msg("rmsnorm h[%d, %d] = %g, want %g", r, c, h[i], hd[i]);
+			if (!(fabs(y[i] - yd[i]) <= 1e-5 * fmax(1, fabs(yd[i]))))
+				fail_msg("rmsnorm y[%d, %d] = %g, want %g", r, c, y[i], yd[i]);
+		}
+	}
+	/* in place: y over x, h over res (d_h holds res again) */
+	assert_int_equal(ktune_cu.cuMemcpyHtoD_v2(d_h, res, n * 4), CUDA_SUCCESS);
+	assert_int_equal(ktune_rmsnorm(ctx, ROWS, COLS, (void *)d_x, LD, (void *)d_h, LD, (void *)d_w, 1e-5f,
+				       (void *)d_x, LD, (float *)d_rstd, (void *)d_h, LD, KTUNE_F32, NULL),
+			 KTUNE_OK);
+	download(y2, d_x, n);
+	download(h2, d_h, n);
+	assert_memory_equal(y, y2, n * 4);
+	assert_memory_equal(h, h2, n * 4);
+	ktune_cu.cuMemFree_v2(d_x);
+	ktune_cu.cuMemFree_v2(d_res);
+	ktune_cu.cuMemFree_v2(d_w);
+	ktune_cu.cuMemFree_v2(d_y);
+	ktune_cu.cuMemFree_v2(d_h);
+	ktune_cu.cuMemFree_v2(d_rstd);
+	free(x), free(res), free(w), free(y), free(h), free(y2), free(h2);
+	free(xd), free(rd), free(wd), free(yd), free(hd);
+}
+
 static void test_rowwise_gpu__rmsnorm_residual_backward_deterministic(void **state)
 {
 	(void)state;
@@ -1485,6 +1588,8 @@ int main(void)
 		cmocka_unit_test(test_rowwise_gpu__cross_entropy_stream_every_config),
 		cmocka_unit_test(test_rowwise_gpu__softmax_stream_every_config),
 		cmocka_unit_test(test_rowwise_gpu__softmax_stream_api),
+		cmocka_unit_test(test_rowwise_gpu__rmsnorm_stream_every_config),
+		cmocka_unit_test(test_rowwise_gpu__rmsnorm_stream_api),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

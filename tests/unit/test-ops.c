@@ -791,6 +791,58 @@ static void test_ops__softmax_stream(void **state)
 	assert_int_equal(l.smem, 0);
 }
 
+/*
+ * rmsnorm_stream: the forward passes' default for rows of 8192 vectors and
+ * more (RELOAD 2 without the residual, 0 with it), the backward's and short
+ * rows' the register family's; the prune (forward only, RELOAD 2 without
+ * the residual) and the launch (h's chunk kept, 0 where it does not fit).
+ */
+static void test_ops__rmsnorm_stream(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("rmsnorm");
+	const char *fwd[] = { "fwd", NULL }, *res[] = { "fwd_residual", NULL }, *bwd[] = { "bwd", NULL };
+	struct ktune_key key = { .op = "rmsnorm", .dtype = KTUNE_BF16, .m = 256, .n = 131072, .aligned = 1 };
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	char why[200];
+	(void)state;
+	assert_int_equal(ktune__op_variant_set(op, &key, fwd, NULL), 0);
+	struct ktune_config d = op->default_config(&key, 132);
+	assert_string_equal(op->families[d.family].name, "rmsnorm_stream");
+	assert_int_equal(ktune__op_param(op, &d, "CLUSTER", 0), 4); /* 16384 vectors: 4096 a block */
+	assert_int_equal(ktune__op_param(op, &d, "RELOAD", 0), 2);
+	assert_int_equal(ktune__op_param(op, &d, "THREADS", 0), 512);
+	assert_int_equal(ktune__op_variant_set(op, &key, res, NULL), 0);
+	d = op->default_config(&key, 132);
+	assert_int_equal(ktune__op_param(op, &d, "RELOAD", 0), 0);
+	assert_int_equal(ktune__op_param(op, &d, "CLUSTER", 0), 2); /* read from global memory: chunks of 8192 */
+	assert_int_equal(op->prune(&key, &d, 132, why, sizeof(why)), 0);
+	struct ktune_config c = family_config(op, "rmsnorm_stream", "THREADS=256,UNROLL=2,CLUSTER=4,RELOAD=2,MIN_WARPS=16");
+	assert_int_equal(op->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "residual"));
+	assert_int_equal(ktune__op_variant_set(op, &key, bwd, NULL), 0);
+	d = op->default_config(&key, 132);
+	assert_string_equal(op->families[d.family].name, "rmsnorm");
+	c = family_config(op, "rmsnorm_stream", "THREADS=256,UNROLL=2,CLUSTER=4,RELOAD=1,MIN_WARPS=16");
+	assert_int_equal(op->prune(&key, &c, 132, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "forward only"));
+	key.n = 32768; /* 4096 vectors: held by default */
+	assert_int_equal(ktune__op_variant_set(op, &key, fwd, NULL), 0);
+	d = op->default_config(&key, 132);
+	assert_string_equal(op->families[d.family].name, "rmsnorm");
+
+	/* the launch: 256 rows of 32768 in clusters of 4, a block's 1024 vectors of h kept; a longer call's not */
+	assert_int_equal(op->prune(&key, &c, 132, why, sizeof(why)), 0);
+	struct ktune_op_call call = { .size = { 256, 32768 }, .ld = { 32768, 0, 32768, 0 }, .scalar = { 1e-5 } };
+	assert_int_equal(op->steps(&key, &c, &call, 132, steps), 1);
+	assert_int_equal(steps[0].entry, 0);
+	assert_int_equal(steps[0].launch.block[0], 256);
+	assert_int_equal(steps[0].launch.grid[0] % 4, 0);
+	assert_int_equal(steps[0].launch.smem, 1024 * 16);
+	call.size[1] = 131072 * 8;
+	op->steps(&key, &c, &call, 132, steps);
+	assert_int_equal(steps[0].launch.smem, 0);
+}
+
 static void test_ops__family_of_one_arch(void **state)
 {
 	const struct ktune_op *op = ktune__op_find("attention");
@@ -981,6 +1033,7 @@ int main(void)
 		cmocka_unit_test(test_ops__ring_in_shared_memory),
 		cmocka_unit_test(test_ops__cross_entropy_stream),
 		cmocka_unit_test(test_ops__softmax_stream),
+		cmocka_unit_test(test_ops__rmsnorm_stream),
 		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
