@@ -377,59 +377,29 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 }
 
 /*
- * The streamed default: 256 threads loading 4 vectors at once; fused, the
- * first read a cp.async into shared memory (RELOAD 2) 2 vectors at once,
- * the second from there, in a cluster of as many blocks (up to 8) as keep
- * a block's chunk within 4096 vectors (64 KiB: three blocks an SM).  What
- * the H200's sweeps picked for vocabularies of 32000 to 262144
+ * Rows of 1024 vectors and more streamed (4 vectors a thread, faster than
+ * a row held in registers on every measured vocabulary), shorter ones held
+ * in registers, several rows a block.  The streamed default: 256 threads
+ * loading 4 vectors at once; fused, the first read a cp.async into shared
+ * memory (RELOAD 2) 2 vectors at once, the second from there, in a cluster
+ * of as many blocks (up to 8) as keep a block's chunk within 4096 vectors
+ * (64 KiB: three blocks an SM); past 262144 bf16 columns, where even 8
+ * blocks' chunks do not fit, the second read from global memory (RELOAD
+ * 0).  What the H200's sweeps picked for vocabularies of 32000 to 262144
  * (bench/results/h200-cross-entropy-sweep.log: RELOAD 2 and UNROLL 2 won
  * all four fused keys).  Fused, registers for 16 warps an SM: the chunks
  * allow no more than 24, and at 32 (64 registers) the variants with
  * smoothing and the cap spill (test-compile-rowwise).
  */
-static struct ktune_config stream_default(const struct ktune_key *key)
-{
-	const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
-	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
-	int fused = pass(key) == FUSED;
-	long cluster = 1;
-	while (fused && cluster < 8 && (vecs + cluster - 1) / cluster > 4096)
-		cluster *= 2;
-	struct ktune_config c = { .family = STREAM };
-	for (int i = 0; sp && i < sp->nparams; i++) {
-		const char *name = sp->params[i].name;
-		long want = !strcmp(name, "THREADS")   ? 256
-			    : !strcmp(name, "UNROLL")  ? (fused ? 2 : 4)
-			    : !strcmp(name, "CLUSTER") ? cluster
-			    : !strcmp(name, "RELOAD")  ? 2 * fused
-							: (fused ? 16 : 32); /* MIN_WARPS */
-		c.v[i] = ktune__space_nearest(sp, i, want);
-	}
-	return c;
-}
-
-/*
- * Rows of 1024 vectors and more streamed (4 vectors a thread, faster than
- * a row held in registers on every measured vocabulary), shorter ones held
- * in registers, several rows a block.  A fused row whose chunk does not
- * fit shared memory even in a cluster of 8 (past 262144 bf16 columns)
- * streams with its second read from global memory (RELOAD 0).
- */
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
-	char why[160];
+	struct ktune_config c;
+	int fused = pass(key) == FUSED;
 	(void)sm_count;
-	if (key->n / (16 / ktune__dtype_size(key->dtype)) >= 1024) {
-		struct ktune_config c = stream_default(key);
-		if (!prune(key, &c, 0, why, sizeof(why)))
-			return c;
-		const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
-		for (int i = 0; sp && i < sp->nparams; i++)
-			if (!strcmp(sp->params[i].name, "RELOAD"))
-				c.v[i] = 0;
-		if (!prune(key, &c, 0, why, sizeof(why)))
-			return c;
-	}
+	if (key->n / (16 / ktune__dtype_size(key->dtype)) >= 1024 &&
+	    !ktune__rw_stream_default(OP, key, STREAM, 256, fused ? 2 : 4, fused ? 4096 : INT64_MAX, 2 * fused,
+				      fused ? 16 : 32, &c))
+		return c;
 	return ktune__rw_default(&ktune__op_cross_entropy, key, 0);
 }
 

@@ -274,44 +274,22 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 }
 
 /*
- * The forward passes' streamed default for rows of 8192 vectors and more
- * (where a held row needs a cluster): 512 threads, 2 vectors at once;
- * without the residual, x copied into shared memory with cp.async (RELOAD
- * 2) in a cluster of as many blocks as keep a chunk within 4096 vectors;
- * with it, h read again from global memory (RELOAD 0), chunks within 8192
- * vectors.  The H200's tunes of 1024 x 32768 and 256 x 131072 ranked these
- * first or within 3% of it (bench/results/h200-rmsnorm-stream.log).
+ * The forward passes stream aligned rows of 8192 vectors and more (where a
+ * held row needs a cluster): 512 threads, 2 vectors at once; without the
+ * residual, x copied into shared memory with cp.async (RELOAD 2) in a
+ * cluster of as many blocks as keep a chunk within 4096 vectors; with it,
+ * h read again from global memory (RELOAD 0), chunks within 8192 vectors.
+ * The H200's tunes of 1024 x 32768 and 256 x 131072 ranked these first or
+ * within 3% of it (bench/results/h200-rmsnorm-stream.log).
  */
-static struct ktune_config stream_default(const struct ktune_key *key)
-{
-	const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
-	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
-	int res = pass(key) == FWD_RESIDUAL;
-	long cluster = 1;
-	while (cluster < 8 && (vecs + cluster - 1) / cluster > (res ? 8192 : 4096))
-		cluster *= 2;
-	struct ktune_config c = { .family = STREAM };
-	for (int i = 0; sp && i < sp->nparams; i++) {
-		const char *name = sp->params[i].name;
-		long want = !strcmp(name, "THREADS")   ? 512
-			    : !strcmp(name, "UNROLL")  ? 2
-			    : !strcmp(name, "CLUSTER") ? cluster
-			    : !strcmp(name, "RELOAD")  ? (res ? 0 : 2)
-							: 16; /* MIN_WARPS */
-		c.v[i] = ktune__space_nearest(sp, i, want);
-	}
-	return c;
-}
-
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
-	char why[160];
+	struct ktune_config c;
+	int res = pass(key) == FWD_RESIDUAL;
 	(void)sm_count;
-	if (pass(key) != BWD && key->aligned && key->n / (16 / ktune__dtype_size(key->dtype)) >= 8192) {
-		struct ktune_config c = stream_default(key);
-		if (!prune(key, &c, 0, why, sizeof(why)))
-			return c;
-	}
+	if (pass(key) != BWD && key->aligned && key->n / (16 / ktune__dtype_size(key->dtype)) >= 8192 &&
+	    !ktune__rw_stream_default(OP, key, STREAM, 512, 2, res ? 8192 : 4096, res ? 0 : 2, 16, &c))
+		return c;
 	return ktune__rw_default(&ktune__op_rmsnorm, key, pass(key) == BWD ? 2 : 0);
 }
 

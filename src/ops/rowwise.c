@@ -244,6 +244,32 @@ int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_key *ke
 	return 0;
 }
 
+int ktune__rw_stream_default(const struct ktune_op *op, const struct ktune_key *key, int family, long threads,
+			     long unroll, int64_t chunk_max, long reload, long min_warps, struct ktune_config *out)
+{
+	const struct ktune_space *sp = ktune__op_space(op, family, NULL);
+	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
+	long cluster = 1;
+	char why[160];
+	while (cluster < 8 && (vecs + cluster - 1) / cluster > chunk_max)
+		cluster *= 2;
+	*out = (struct ktune_config){ .family = family };
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; sp && i < sp->nparams; i++) {
+			const char *name = sp->params[i].name;
+			long want = !strcmp(name, "THREADS")   ? threads
+				    : !strcmp(name, "UNROLL")  ? unroll
+				    : !strcmp(name, "CLUSTER") ? cluster
+				    : !strcmp(name, "RELOAD")  ? (pass ? 0 : reload)
+								: min_warps; /* MIN_WARPS */
+			out->v[i] = ktune__space_nearest(sp, i, want);
+		}
+		if (!op->prune(key, out, 0, why, sizeof(why)))
+			return 0;
+	}
+	return 1;
+}
+
 /* A config of the op's first family with these values (the space's nearest), the rest 0. */
 static struct ktune_config config_of(const struct ktune_space *sp, long vec, long row_threads, long threads,
 				     long cluster, long blocks_per_sm)

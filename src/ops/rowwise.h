@@ -105,6 +105,15 @@ void ktune__rw_stream_launch(const struct ktune_op *op, const struct ktune_confi
 int ktune__rw_stream_prune(const struct ktune_op *op, const struct ktune_key *key, const struct ktune_config *c,
 			   long need, int long_rows, int tensors, char *why, size_t len);
 /*
+ * A stream family's default: `threads` threads loading `unroll` vectors at
+ * once, in a cluster of as many blocks (up to 8) as keep a block's chunk
+ * within `chunk_max` vectors, `reload`, `min_warps`; where the op's prune
+ * refuses it, the same with RELOAD 0 (a chunk past shared memory).  0, or
+ * 1 where neither is admitted.
+ */
+int ktune__rw_stream_default(const struct ktune_op *op, const struct ktune_key *key, int family, long threads,
+			     long unroll, int64_t chunk_max, long reload, long min_warps, struct ktune_config *out);
+/*
  * Bytes of shared memory the ring of a config with RING (rowring.cuh)
  * takes for `tensors` ringed tensors and `floats` per-row floats (a
  * norm's saved mean or rstd); 0 without one.

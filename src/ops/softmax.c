@@ -11,7 +11,6 @@
  * Buffers: forward x -> y; backward y, dy -> dx.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "ops/rowwise-ref.h"
 #include "ops/rowwise.h"
@@ -149,51 +148,23 @@ static void args(const struct ktune_key *key, const struct ktune_op_call *call, 
 }
 
 /*
- * The streamed default for rows of 8192 vectors and more (where a row held
- * in registers needs a cluster): 256 threads, a cluster of as many blocks
- * (up to 8) as keep a block's chunk within 4096 vectors; forward 2 vectors
- * at once, the first read a cp.async into shared memory (RELOAD 2);
- * backward 4 at once, read again from global memory.  The H200's tunes of
- * 1024 x 131072 and 256 x 262144 ranked these first or within 4% of it
+ * Aligned rows of 8192 vectors and more (where a row held in registers
+ * needs a cluster) streamed: 256 threads in a cluster of as many blocks (up
+ * to 8) as keep a chunk within 4096 vectors; forward 2 vectors at once,
+ * the first read a cp.async into shared memory (RELOAD 2), backward 4 at
+ * once, read again from global memory.  The H200's tunes of 1024 x 131072
+ * and 256 x 262144 ranked these first or within 4% of it
  * (bench/results/h200-softmax-stream.log); the register family's best
  * there ran 1.4-1.6x slower or, backward at 262144, had no candidate.
  */
-static struct ktune_config stream_default(const struct ktune_key *key)
-{
-	const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
-	int64_t vecs = key->n / (16 / ktune__dtype_size(key->dtype));
-	int bwd = backward(key);
-	long cluster = 1;
-	while (cluster < 8 && (vecs + cluster - 1) / cluster > 4096)
-		cluster *= 2;
-	struct ktune_config c = { .family = STREAM };
-	for (int i = 0; sp && i < sp->nparams; i++) {
-		const char *name = sp->params[i].name;
-		long want = !strcmp(name, "THREADS")   ? 256
-			    : !strcmp(name, "UNROLL")  ? (bwd ? 4 : 2)
-			    : !strcmp(name, "CLUSTER") ? cluster
-			    : !strcmp(name, "RELOAD")  ? (bwd ? 0 : 2)
-							: 16; /* MIN_WARPS */
-		c.v[i] = ktune__space_nearest(sp, i, want);
-	}
-	return c;
-}
-
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
-	char why[160];
+	struct ktune_config c;
+	int bwd = backward(key);
 	(void)sm_count;
-	if (key->aligned && key->n / (16 / ktune__dtype_size(key->dtype)) >= 8192) {
-		struct ktune_config c = stream_default(key);
-		if (!prune(key, &c, 0, why, sizeof(why)))
-			return c;
-		const struct ktune_space *sp = ktune__op_space(OP, STREAM, NULL);
-		for (int i = 0; sp && i < sp->nparams; i++) /* a chunk past shared memory: read global memory again */
-			if (!strcmp(sp->params[i].name, "RELOAD"))
-				c.v[i] = 0;
-		if (!prune(key, &c, 0, why, sizeof(why)))
-			return c;
-	}
+	if (key->aligned && key->n / (16 / ktune__dtype_size(key->dtype)) >= 8192 &&
+	    !ktune__rw_stream_default(OP, key, STREAM, 256, bwd ? 4 : 2, 4096, bwd ? 0 : 2, 16, &c))
+		return c;
 	return ktune__rw_default(&ktune__op_softmax, key, 0);
 }
 
