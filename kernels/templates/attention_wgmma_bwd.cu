@@ -39,7 +39,13 @@
  *              keys; added to the fp32 accumulators: red.add
  *              (DETERMINISTIC=0) or, DETERMINISTIC=1, as the only writer of
  *              the block's slice (a piece's thread is the same for every
- *              tile and key block: program order, the same bits every run)
+ *              tile and key block: program order, the same bits every run);
+ *              STAGING=1: stored to shared memory as the threads hold it,
+ *              and one thread of the consumer adds each 16 KiB piece with a
+ *              bulk reduce (cp.reduce.async.bulk, the TMA unit's: 8 stores
+ *              a thread instead of 32 red.add, and no wait on the L2), the
+ *              deterministic pass waiting for its last adds before a key
+ *              block adds to the same accumulators again
  *     each warp's lane 0 arrives on q_empty once its warpgroup's wgmma read
  *     the slot (4 CONSUMERS arrivals), on kv_empty after the block's last
  *     (dQ's read K);
@@ -50,9 +56,16 @@
  * consumer's keys.  Two barriers of the consumers a tile: dS whole before
  * dQ, and every consumer's dQ done before the next tile's dS overwrites it.
  *
+ * STAGING=1 also has the producer copy each tile's lse2 and delta (BLOCK_M
+ * floats each, 16 bytes a thread) into its slot, read by the consumers from
+ * shared memory instead of global memory per element; and it changes the
+ * accumulators' order within each 64-row slab to the consumers' (the dq
+ * kernel's reads follow; the pre kernel's zeroing does not care).
+ *
  * Shared memory (dynamic, based 1024-aligned): K, V (BLOCK_N rows each),
  * STAGES Q slots and STAGES dO slots (BLOCK_M rows), dS^T (BLOCK_N rows of
- * BLOCK_M queries, in 64-query panels), then the barriers.  A tile of R rows
+ * BLOCK_M queries, in 64-query panels), STAGING=1: dQ's pieces (16 KiB
+ * each) and each slot's lse2 and delta, then the barriers.  A tile of R rows
  * of HEAD_DIM elements is HEAD_DIM / 64 panels of R rows of 128 bytes,
  * chunk c of row r at chunk (c ^ (r % 8)): attention_wgmma.cu's layout.
  *
@@ -65,9 +78,10 @@
  * attention_wgmma_bwd_kernel in attention_bwd_kernel's place (same
  * arguments), block = (NTHREADS), SMEM_BYTES
  *     = 1024 + (2 BLOCK_N + 2 STAGES BLOCK_M) HEAD_DIM 2 + BLOCK_N BLOCK_M 2 + (2 + 2 STAGES) 8
+ *       (STAGING=1: + BLOCK_M HEAD_DIM 4 + 2 STAGES BLOCK_M 4)
  * (a launch with less traps).  SQ_PAD = Sq rounded up to BLOCK_M.
  *
- * Tunables (NVRTC -D): BLOCK_M, CONSUMERS, STAGES below; from the key:
+ * Tunables (NVRTC -D): BLOCK_M, CONSUMERS, STAGES, STAGING below; from the key:
  * DTYPE_BF16, HEAD_DIM (64 or 128), CAUSAL, DETERMINISTIC.
  *
  * Limits: as attention_bwd.cu's; sm_90a (wgmma, setmaxnreg): compiled with
@@ -87,6 +101,9 @@
 #endif
 #ifndef STAGES
 #define STAGES 2 /* query tiles (Q and dO) in the shared-memory ring */
+#endif
+#ifndef STAGING
+#define STAGING 0 /* 1: lse2 and delta staged with each query tile, dQ added from shared memory by bulk reduce; 0: neither */
 #endif
 #ifndef DTYPE_BF16
 #define DTYPE_BF16 0 /* element type: 0 = f16, 1 = bf16 */
@@ -115,11 +132,17 @@
 #define KV_BYTES (BLOCK_N * HEAD_DIM * 2)     /* K's tile, and V's */
 #define DS_BYTES (BLOCK_N * BLOCK_M * 2)      /* dS^T */
 #define BAR_BYTES ((2 + 2 * STAGES) * 8)      /* kv_full, kv_empty; q_full, q_empty per slot */
-#define SMEM_BYTES (1024 + 2 * KV_BYTES + 2 * STAGES * Q_BYTES + DS_BYTES + BAR_BYTES)
+#define DQ_PIECES ((BLOCK_M / 64) * (HEAD_DIM / 64)) /* 64 x 64 pieces of a tile's dQ */
+#if STAGING
+#define ROW_BYTES (BLOCK_M * 4)               /* a tile's lse2, and its delta */
+#define STAGE_BYTES (DQ_PIECES * 16384 + 2 * STAGES * ROW_BYTES) /* dQ's pieces (fp32); lse2 and delta per slot */
+#else
+#define STAGE_BYTES 0
+#endif
+#define SMEM_BYTES (1024 + 2 * KV_BYTES + 2 * STAGES * Q_BYTES + DS_BYTES + STAGE_BYTES + BAR_BYTES)
 #define S_ACC (BLOCK_M / 2)                   /* fp32 accumulators of S^T (and dP^T) per thread */
 #define KV_ACC (HEAD_DIM / 2)                 /* of dK (and dV) */
 #define P_REGS (BLOCK_M / 4)                  /* 32-bit registers of P^T (and dS^T), rounded */
-#define DQ_PIECES ((BLOCK_M / 64) * (HEAD_DIM / 64)) /* 64 x 64 pieces of a tile's dQ */
 #define WGMMA_SS_N BLOCK_M
 #define WGMMA_RS_N HEAD_DIM
 
@@ -127,9 +150,10 @@
  * As attention_wgmma.cu: within what the block is launched with, NTHREADS x
  * (65536 / NTHREADS, to 8).  The producer keeps more than the forward's
  * (its walk and four tensors' pointers and strides): at 40, ptxas spilled
- * a few bytes in it (nvcc 13.0, one consumer); 56 where that fits.
+ * a few bytes in it (nvcc 13.0, one consumer); 56 where that fits, and 96
+ * for STAGING's copies of lse2 and delta (at 56 it spilled, D = 64).
  */
-#define PRODUCER_REGS (CONSUMERS == 1 ? 56 : 40)
+#define PRODUCER_REGS (CONSUMERS == 1 ? (STAGING ? 96 : 56) : 40)
 #define CONSUMER_REGS (CONSUMERS == 1 ? 240 : 232)
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM is 64 or 128");
@@ -138,6 +162,7 @@ static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
 static_assert(STAGES >= 2 && STAGES <= 3, "STAGES is 2 or 3");
 static_assert(CAUSAL == 0 || CAUSAL == 1, "CAUSAL is 0 or 1");
 static_assert(DETERMINISTIC == 0 || DETERMINISTIC == 1, "DETERMINISTIC is 0 or 1");
+static_assert(STAGING == 0 || STAGING == 1, "STAGING is 0 or 1");
 static_assert(DTYPE_BF16 == 0 || DTYPE_BF16 == 1, "DTYPE_BF16 is 0 or 1");
 static_assert(SMEM_BYTES <= 232448, "227 KiB of shared memory per block on sm_90");
 static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= NTHREADS * ((65536 / NTHREADS) / 8 * 8),
@@ -198,13 +223,30 @@ attention_bwd_dq_kernel(const float *ws, elem *dq, int sq, int sq_pad, int slice
 	if (row >= sq)
 		return;
 	elem *out = dq + batch * dq_sb + row * dq_ss + head * dq_sh;
+#if STAGING
+	/*
+	 * The main kernel's staged order: per 64 rows, 64 x 64 pieces (by
+	 * columns), each 8 runs of its 128 threads' 16 bytes: value (r, x) is
+	 * d[4 j + 2 (r / 8 % 2) + x % 2] of thread 32 (r / 16 % 4) + 4 (r % 8) + x / 2 % 4
+	 * of the piece, j = x / 8 % 8 (the wgmma accumulator layout)
+	 */
+	const int rr = (int)(r % 64);
+	const i64 slab = (r - rr) * HEAD_DIM + 32 * (rr / 16 % 4) * 4 + 4 * (rr % 8) * 4 + 2 * (rr / 8 % 2);
+#endif
 #pragma unroll
 	for (int x = 2 * lane; x < HEAD_DIM; x += 64) {
 		float s0 = 0.0f, s1 = 0.0f;
 		for (int s = 0; s < slices; s++) { /* in slice order: the same sum every run */
+#if STAGING
+			const float *acc = ws + 2 * rows + (i64)s * rows * HEAD_DIM + slab + 4096 * (x / 64) +
+					   (128 * (x / 8 % 8) + x / 2 % 4) * 4;
+			s0 += acc[0];
+			s1 += acc[1];
+#else
 			const float *acc = ws + 2 * rows + ((i64)s * rows + r) * HEAD_DIM;
 			s0 += acc[x];
 			s1 += acc[x + 1];
+#endif
 		}
 		store_u32(out + x, pack_f2(s0 * scale, s1 * scale));
 	}
@@ -226,6 +268,10 @@ struct smem_map {
 	u32 k, v;                /* the block's K and V */
 	u32 q, dout;             /* slot s of Q, of dO at + s * Q_BYTES */
 	u32 ds;                  /* dS^T */
+#if STAGING
+	u32 dq;                  /* dQ's pieces of a tile, 16384 bytes each */
+	u32 rows;                /* slot s's lse2 at + 2 s ROW_BYTES, its delta ROW_BYTES on */
+#endif
 	u32 kv_full, kv_empty;
 	u32 q_full, q_empty;     /* slot s's at + 8 s */
 };
@@ -264,7 +310,8 @@ static __device__ __forceinline__ void load_tile(u32 dst, const elem *src, i64 s
 
 static __device__ __forceinline__ void producer(const smem_map &sm, const walk &w, const elem *qb, i64 q_sh,
 						i64 q_ss, const elem *dob, i64 do_sh, i64 do_ss, const elem *kb,
-						i64 k_ss, const elem *vb, i64 v_ss, int t)
+						i64 k_ss, const elem *vb, i64 v_ss, const float *ws_rows, i64 rows,
+						int sq_pad, int t)
 {
 	int it = 0, kb_i = 0;
 #pragma unroll 1
@@ -282,6 +329,16 @@ static __device__ __forceinline__ void producer(const smem_map &sm, const walk &
 			mbar_wait(sm.q_empty + 8 * slot, ring_parity(it) ^ 1);
 			load_tile<BLOCK_M>(sm.q + slot * Q_BYTES, qb + h * q_sh, q_ss, m0, w.sq, t);
 			load_tile<BLOCK_M>(sm.dout + slot * Q_BYTES, dob + h * do_sh, do_ss, m0, w.sq, t);
+#if STAGING
+			/* the tile's lse2 (threads 0 ..) and delta (BLOCK_M / 4 ..), 16 bytes a thread */
+			if (t < BLOCK_M / 2) {
+				const float *src = ws_rows + (t >= BLOCK_M / 4 ? rows : 0) + (i64)h * sq_pad + m0 +
+						   4 * (t % (BLOCK_M / 4));
+				cp_async_16(sm.rows + slot * 2 * ROW_BYTES + 16 * t, src, 16);
+			}
+#else
+			(void)ws_rows, (void)rows, (void)sq_pad;
+#endif
 			cp_async_arrive_noinc(sm.q_full + 8 * slot);
 		}
 	}
@@ -360,6 +417,14 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			dk[i] = dv[i] = 0.0f;
 		mbar_wait(sm.kv_full, (u32)kb_i & 1);
 		fence_proxy_async();
+#if STAGING && DETERMINISTIC
+		/*
+		 * this key block adds to the same accumulators as the last: after
+		 * its adds, in order (within a key block every tile's are its own)
+		 */
+		if (t == 0)
+			bulk_wait<0>();
+#endif
 		int m_begin, nm;
 		w.tiles(nb, m_begin, nm);
 #pragma unroll 1
@@ -392,7 +457,12 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			const bool need_mask = n0 + BLOCK_N > w.sk || (CAUSAL && n0 + BLOCK_N - 1 - m0 > w.diag);
 			u32 p[P_REGS], ds[P_REGS];
 #pragma unroll
-			for (int j = 0; j < BLOCK_M / 8; j++)
+			for (int j = 0; j < BLOCK_M / 8; j++) {
+#if STAGING
+				float l2[2], dl[2]; /* queries 8 j + 2 t4 and + 1 */
+				ld_shared_f2(sm.rows + slot * 2 * ROW_BYTES + 4 * (8 * j + 2 * t4), l2[0], l2[1]);
+				ld_shared_f2(sm.rows + slot * 2 * ROW_BYTES + ROW_BYTES + 4 * (8 * j + 2 * t4), dl[0], dl[1]);
+#endif
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {
 					float pv[2], dv2[2];
@@ -400,15 +470,24 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 					for (int e = 0; e < 2; e++) {
 						const int qi = 8 * j + 2 * t4 + e, kj = key + 8 * hh;
 						const float sc = s[4 * j + 2 * hh + e];
+#if STAGING
+						float x2 = exp2_approx(fmaf(sc, b.scale_log2, -l2[e]));
+#else
 						float x2 = exp2_approx(fmaf(sc, b.scale_log2, -b.lse2[row0 + qi]));
+#endif
 						if (need_mask && (kj >= w.sk || (CAUSAL && kj - (m0 + qi) > w.diag)))
 							x2 = 0.0f;
 						pv[e] = x2;
+#if STAGING
+						dv2[e] = x2 * (dp[4 * j + 2 * hh + e] - dl[e]);
+#else
 						dv2[e] = x2 * (dp[4 * j + 2 * hh + e] - b.delta[row0 + qi]);
+#endif
 					}
 					p[2 * j + hh] = pack_f2(pv[0], pv[1]);
 					ds[2 * j + hh] = pack_f2(dv2[0], dv2[1]);
 				}
+			}
 
 			/* every consumer's dQ of the last tile is done reading dS^T; this one's rows of it */
 			named_barrier(1, 128 * CONSUMERS);
@@ -427,7 +506,11 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			issue_by_slot(dk, ds, q_slot);
 			wgmma_commit();
 
-			named_barrier(1, 128 * CONSUMERS); /* dS^T whole */
+#if STAGING
+			if (t == 0)
+				bulk_wait_read<0>(); /* the last tile's bulk reduce has read this consumer's dQ pieces */
+#endif
+			named_barrier(1, 128 * CONSUMERS); /* dS^T whole (and, STAGING, the dQ pieces free) */
 			/* unrolled: with one consumer, two pieces of D = 128 in a loop spilled (ptxas, nvcc 13.0) */
 #pragma unroll
 			for (int piece = CI; piece < DQ_PIECES; piece += CONSUMERS) {
@@ -441,6 +524,25 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 				wgmma_commit();
 				wgmma_wait<0>();
 				fence_regs(dq);
+#if STAGING
+				/*
+				 * the piece into shared memory as it is held, 8 runs of the
+				 * warpgroup's 16 bytes a thread (no bank conflict), then added
+				 * by one bulk reduce to the accumulators, whose 64-row slabs
+				 * keep that order (attention_bwd_dq_kernel reads it back)
+				 */
+				const u32 buf = sm.dq + (u32)piece * 16384;
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					st_shared_f4(buf + (u32)(i * 128 + t) * 16, dq[4 * i], dq[4 * i + 1], dq[4 * i + 2],
+						     dq[4 * i + 3]);
+				fence_proxy_async(); /* the stores, before the bulk copy's reads */
+				named_barrier(2 + CI, 128);
+				if (t == 0) {
+					bulk_reduce_add_f32(b.acc_q + (row0 + 64 * mq) * HEAD_DIM + 4096 * dc, buf, 16384);
+					bulk_commit();
+				}
+#else
 				/* dq[4 j + e]: query 64 mq + 16 warp + g + 8 (e / 2), d 64 dc + 8 j + 2 t4 + e % 2 */
 				float *acc = b.acc_q + (row0 + 64 * mq + 16 * warp + g) * HEAD_DIM + 64 * dc + 2 * t4;
 #pragma unroll
@@ -462,6 +564,7 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 					asm volatile("" ::: "memory");
 #endif
 				}
+#endif /* STAGING */
 			}
 			wgmma_wait<0>(); /* dV's and dK's, when this consumer has no piece of dQ */
 			fence_regs(dv);
@@ -492,6 +595,10 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			}
 		}
 	}
+#if STAGING
+	if (t == 0)
+		bulk_wait<0>(); /* no block leaves with its shared memory still being read */
+#endif
 }
 
 /* ----------------------------------------------------------------- kernel */
@@ -512,7 +619,11 @@ attention_wgmma_bwd_kernel(const elem *q, const elem *k, const elem *v, const el
 	sm.q = sm.v + KV_BYTES;
 	sm.dout = sm.q + STAGES * Q_BYTES;
 	sm.ds = sm.dout + STAGES * Q_BYTES;
-	sm.kv_full = sm.ds + DS_BYTES;
+#if STAGING
+	sm.dq = sm.ds + DS_BYTES;
+	sm.rows = sm.dq + DQ_PIECES * 16384;
+#endif
+	sm.kv_full = sm.ds + DS_BYTES + STAGE_BYTES;
 	sm.kv_empty = sm.kv_full + 8;
 	sm.q_full = sm.kv_empty + 8;
 	sm.q_empty = sm.q_full + 8 * STAGES;
@@ -535,8 +646,10 @@ attention_wgmma_bwd_kernel(const elem *q, const elem *k, const elem *v, const el
 	const int warpgroup = warp_uniform((int)(threadIdx.x / 128)), t = threadIdx.x % 128;
 	if (warpgroup == 0) {
 		regs_release<PRODUCER_REGS>();
+		const i64 rows = (i64)gridDim.z * hq * sq_pad;
 		producer(sm, w, q + batch * q_sb, q_sh, q_ss, dout + batch * do_sb, do_sh, do_ss,
-			 k + batch * k_sb + kv_head * k_sh, k_ss, v + batch * v_sb + kv_head * v_sh, v_ss, t);
+			 k + batch * k_sb + kv_head * k_sh, k_ss, v + batch * v_sb + kv_head * v_sh, v_ss,
+			 ws + (i64)batch * hq * sq_pad, rows, sq_pad, t);
 		return;
 	}
 	regs_claim<CONSUMER_REGS>();

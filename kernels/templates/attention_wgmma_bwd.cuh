@@ -7,9 +7,13 @@
  * (the transpose bits, which 16-bit types allow).  A header of its own
  * because attention_wgmma.cuh's hash keys the shipped forward tuning.
  *
+ * Also the shared-memory and bulk-copy helpers of the template's STAGING = 1
+ * (lse2 and delta staged with each query tile; dQ added from shared memory
+ * by the TMA unit).
+ *
  * The including template includes attention_wgmma.cuh first (WG_TYPE, u64).
  * Under ATTENTION_HOST the simulation (tests/unit/attention-sim-wgmma-bwd.inc)
- * gives wgmma_ss_tt instead.
+ * gives these instead.
  *
  * NVRTC gets this file as an in-memory header (src/templates.c); editing it
  * changes the family's cubin cache keys and template hash.
@@ -41,5 +45,52 @@ static __device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], u64 desc_a, u
 static __device__ __forceinline__ void red_add_f32(float *p, float v)
 {
 	asm volatile("red.global.add.f32 [%0], %1;\n" :: "l"(p), "f"(v) : "memory");
+}
+
+/* ------------------------------------------- STAGING: shared-memory staging */
+
+/* Two fp32 values from shared memory (8-byte aligned). */
+static __device__ __forceinline__ void ld_shared_f2(u32 addr, float &x, float &y)
+{
+	asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "r"(addr) : "memory");
+}
+
+/* Four fp32 values to shared memory (16-byte aligned). */
+static __device__ __forceinline__ void st_shared_f4(u32 addr, float x, float y, float z, float w)
+{
+	asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(x), "f"(y), "f"(z), "f"(w)
+		     : "memory");
+}
+
+/*
+ * dst[i] += src[i] for `bytes` / 4 fp32 values, src in shared memory, done
+ * asynchronously by the TMA unit (each element's add atomic, as red's),
+ * in this thread's current bulk group; both addresses 16-byte aligned,
+ * bytes a multiple of 16.  The source must stay unchanged until
+ * bulk_wait_read, and the stores are visible after bulk_wait.
+ */
+static __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes)
+{
+	asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+		     :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void bulk_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* Until at most N of this thread's bulk groups still read their shared-memory sources. */
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read(void)
+{
+	asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+
+/* Until at most N of this thread's bulk groups are not complete (their writes visible). */
+template <int N>
+static __device__ __forceinline__ void bulk_wait(void)
+{
+	asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory");
 }
 #endif /* ATTENTION_HOST */

@@ -132,6 +132,7 @@ struct shape {
 	int block_m, block_n, stages, splits;
 	int swizzle;   /* mma.sync */
 	int consumers; /* wgmma: BLOCK_N = 64 CONSUMERS, a producer warpgroup beside them */
+	int staging;   /* wgmma: lse2 and delta in shared memory, dQ by bulk reduce */
 };
 
 static struct shape shape_of(const struct ktune_config *c)
@@ -146,6 +147,7 @@ static struct shape shape_of(const struct ktune_config *c)
 			.stages = (int)ktune__op_param(op, c, "STAGES", 2),
 			.splits = (int)ktune__op_param(op, c, "SPLITS", 1),
 			.consumers = consumers,
+			.staging = (int)ktune__op_param(op, c, "STAGING", 0),
 		};
 	}
 	return (struct shape){
@@ -160,14 +162,17 @@ static struct shape shape_of(const struct ktune_config *c)
 /*
  * SMEM_BYTES of attention_bwd.cu: K and V, STAGES tiles of Q and of dO,
  * dS^T; of attention_wgmma_bwd.cu the same tiles unpadded, 1024 for
- * aligning them, and the mbarriers.
+ * aligning them, STAGING's fp32 dQ tile and each slot's lse2 and delta,
+ * and the mbarriers.
  */
 static unsigned smem_bytes(const struct ktune_key *key, const struct shape *s)
 {
 	int d = ktune__attn_head_dim(key);
 	if (s->wgmma)
 		return (unsigned)(1024 + (2 * s->block_n + 2 * s->stages * s->block_m) * d * 2 +
-				  s->block_n * s->block_m * 2 + (2 + 2 * s->stages) * 8);
+				  s->block_n * s->block_m * 2 +
+				  (s->staging ? s->block_m * d * 4 + 2 * s->stages * s->block_m * 4 : 0) +
+				  (2 + 2 * s->stages) * 8);
 	int row = d + (s->swizzle ? 0 : 8);
 	return (unsigned)((2 * s->block_n * row + 2 * s->stages * s->block_m * row + s->block_n * (s->block_m + 8)) * 2);
 }
@@ -203,14 +208,15 @@ static int registers(const struct ktune_key *key, const struct shape *s)
  * 240, so the estimate puts it over both.  In the deterministic pass a
  * consumer with more than one 64 x 64 piece of a tile's dQ (one consumer,
  * D = 128) keeps the loaded accumulators of the next beside dK and dV: 16
- * bytes spilled at 240, so 16 more a further piece.
+ * bytes spilled at 240, so 16 more a further piece; STAGING's stores of
+ * the pieces to shared memory the same (20 bytes spilled, atomic pass).
  */
 static int wgmma_registers(const struct ktune_key *key, const struct shape *s)
 {
 	int d = ktune__attn_head_dim(key), pieces = (s->block_m / 64) * (d / 64);
 	int per_consumer = (pieces + s->consumers - 1) / s->consumers;
 	int det = ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET;
-	return d + 3 * s->block_m / 2 + 8 + (det ? 16 * (per_consumer - 1) : 0);
+	return d + 3 * s->block_m / 2 + 8 + (det || s->staging ? 16 * (per_consumer - 1) : 0);
 }
 
 int ktune__attn_bwd_prune(const struct ktune_key *key, const struct ktune_config *c, char *why, size_t len)
@@ -260,7 +266,8 @@ int ktune__attn_bwd_defines(const struct ktune_key *key, const struct ktune_conf
 	if (s.wgmma) {
 		snprintf(opts[5], 48, "-DCONSUMERS=%d", s.consumers);
 		snprintf(opts[6], 48, "-DSTAGES=%d", s.stages);
-		return 7;
+		snprintf(opts[7], 48, "-DSTAGING=%d", s.staging);
+		return 8;
 	}
 	snprintf(opts[5], 48, "-DBLOCK_N=%d", s.block_n);
 	snprintf(opts[6], 48, "-DSTAGES=%d", s.stages);
@@ -397,7 +404,9 @@ struct ktune_config ktune__attn_bwd_default(const struct ktune_key *key)
  * suite chose (db/sm_90/h100.yaml: BLOCK_M 64 and two consumer warpgroups,
  * 128 keys a block, for all 16 bwd and bwd_det keys, both head dims, both
  * masks, S 1024 and 4096; two stages won 10 of them, three the other 6 by
- * no rule of head dim, mask or length), one consumer after it.  The
+ * no rule of head dim, mask or length), one consumer after it; STAGING,
+ * which the H200's sweep chose for all 16 (1.26-2.06 times as fast as
+ * without), where the prune keeps it.  The
  * deterministic pass's SPLITS: the smallest whose grid, SPLITS blocks for
  * each K/V head (one resident a SM at this shared memory), reaches 7/8 of
  * the SMs: 1 for 256 heads, 2 for 64 on the H100's 132 SMs, where the
@@ -409,8 +418,8 @@ struct ktune_config ktune__attn_bwd_default(const struct ktune_key *key)
  */
 int ktune__attn_bwd_wgmma_default(const struct ktune_key *key, int sm_count, struct ktune_config *out)
 {
-	static const char *const names[] = { "BLOCK_M", "CONSUMERS", "STAGES", "SPLITS" };
-	static const long prefs[][3] = { { 64, 2, 2 }, { 64, 1, 2 } };
+	static const char *const names[] = { "BLOCK_M", "CONSUMERS", "STAGES", "STAGING", "SPLITS" };
+	static const long prefs[][4] = { { 64, 2, 2, 1 }, { 64, 1, 2, 1 }, { 64, 1, 2, 0 } };
 	int64_t kv_heads = key->k / ktune__attn_gqa(key) > 1 ? key->k / ktune__attn_gqa(key) : 1;
 	long splits = 1;
 	char why[160];
@@ -420,8 +429,8 @@ int ktune__attn_bwd_wgmma_default(const struct ktune_key *key, int sm_count, str
 		while (splits < 8 && 8 * splits * kv_heads < 7 * (int64_t)sm_count)
 			splits *= 2;
 	for (size_t i = 0; i < sizeof(prefs) / sizeof(prefs[0]); i++) {
-		const long values[] = { prefs[i][0], prefs[i][1], prefs[i][2], splits };
-		struct ktune_config c = ktune__attn_config(KTUNE_ATTN_FAMILY_WGMMA_BWD, names, values, 4);
+		const long values[] = { prefs[i][0], prefs[i][1], prefs[i][2], prefs[i][3], splits };
+		struct ktune_config c = ktune__attn_config(KTUNE_ATTN_FAMILY_WGMMA_BWD, names, values, 5);
 		if (!ktune__attn_bwd_prune(key, &c, why, sizeof(why))) {
 			*out = c;
 			return 1;

@@ -318,8 +318,8 @@ struct bwd_config {
 
 /*
  * The wgmma backward family (attention_wgmma_bwd.cu, sm_90a), on wgmma-sim.h: both
- * head dims and element types, BLOCK_M, consumers, stages, causal, atomic and
- * deterministic.
+ * head dims and element types, BLOCK_M, consumers, stages, staging, causal,
+ * atomic and deterministic.
  */
 #define SIM_NS v0
 #define DTYPE_BF16 0
@@ -329,6 +329,7 @@ struct bwd_config {
 #define BLOCK_M 64
 #define CONSUMERS 1
 #define STAGES 2
+#define STAGING 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v1
@@ -339,6 +340,7 @@ struct bwd_config {
 #define BLOCK_M 64
 #define CONSUMERS 2
 #define STAGES 2
+#define STAGING 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v2
@@ -349,6 +351,7 @@ struct bwd_config {
 #define BLOCK_M 128
 #define CONSUMERS 2
 #define STAGES 2
+#define STAGING 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v3
@@ -359,6 +362,7 @@ struct bwd_config {
 #define BLOCK_M 128
 #define CONSUMERS 1
 #define STAGES 2
+#define STAGING 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v4
@@ -369,6 +373,7 @@ struct bwd_config {
 #define BLOCK_M 64
 #define CONSUMERS 2
 #define STAGES 3
+#define STAGING 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v5
@@ -379,10 +384,58 @@ struct bwd_config {
 #define BLOCK_M 64
 #define CONSUMERS 1
 #define STAGES 2
+#define STAGING 0
 #include "attention-sim-wgmma-bwd.inc"
 
-static const struct bwd_config *const wgmma_bwd_configs[] = { &v0::config, &v1::config, &v2::config,
-							       &v3::config, &v4::config, &v5::config };
+
+/* STAGING = 1: lse2 and delta staged with each tile, dQ by bulk reduce (one and two pieces a consumer) */
+#define SIM_NS v6
+#define DTYPE_BF16 1
+#define HEAD_DIM 128
+#define CAUSAL 1
+#define DETERMINISTIC 0
+#define BLOCK_M 64
+#define CONSUMERS 2
+#define STAGES 2
+#define STAGING 1
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v7
+#define DTYPE_BF16 0
+#define HEAD_DIM 128
+#define CAUSAL 0
+#define DETERMINISTIC 1
+#define BLOCK_M 64
+#define CONSUMERS 2
+#define STAGES 3
+#define STAGING 1
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v8
+#define DTYPE_BF16 1
+#define HEAD_DIM 64
+#define CAUSAL 1
+#define DETERMINISTIC 1
+#define BLOCK_M 128
+#define CONSUMERS 1
+#define STAGES 2
+#define STAGING 1
+#include "attention-sim-wgmma-bwd.inc"
+
+#define SIM_NS v9
+#define DTYPE_BF16 0
+#define HEAD_DIM 128
+#define CAUSAL 1
+#define DETERMINISTIC 0
+#define BLOCK_M 64
+#define CONSUMERS 1
+#define STAGES 2
+#define STAGING 1
+#include "attention-sim-wgmma-bwd.inc"
+
+static const struct bwd_config *const wgmma_bwd_configs[] = { &v0::config, &v1::config, &v2::config, &v3::config,
+							       &v4::config, &v5::config, &v6::config, &v7::config,
+							       &v8::config, &v9::config };
 
 static const struct bwd_config *const bwd_configs[] = { &b0::config, &b1::config, &b2::config, &b3::config,
 							 &b4::config };
