@@ -56,6 +56,12 @@
  * consumer's keys.  Two barriers of the consumers a tile: dS whole before
  * dQ, and every consumer's dQ done before the next tile's dS overwrites it.
  *
+ * OVERLAP=1 (with STAGING) orders a tile's products as FlashAttention-3's
+ * backward does: S^T and dP^T in two groups, P^T computed while dP^T's
+ * runs, dV's issued before dS^T is computed, dK's right after it (the
+ * consumer's softmax under its own products; the H200's sweep: faster at
+ * D = 64, slower for causal D = 128).
+ *
  * STAGING=1 also has the producer copy each tile's lse2 and delta (BLOCK_M
  * floats each, 16 bytes a thread) into its slot, read by the consumers from
  * shared memory instead of global memory per element; and it changes the
@@ -81,7 +87,7 @@
  *       (STAGING=1: + BLOCK_M HEAD_DIM 4 + 2 STAGES BLOCK_M 4)
  * (a launch with less traps).  SQ_PAD = Sq rounded up to BLOCK_M.
  *
- * Tunables (NVRTC -D): BLOCK_M, CONSUMERS, STAGES, STAGING below; from the key:
+ * Tunables (NVRTC -D): BLOCK_M, CONSUMERS, STAGES, STAGING, OVERLAP below; from the key:
  * DTYPE_BF16, HEAD_DIM (64 or 128), CAUSAL, DETERMINISTIC.
  *
  * Limits: as attention_bwd.cu's; sm_90a (wgmma, setmaxnreg): compiled with
@@ -104,6 +110,9 @@
 #endif
 #ifndef STAGING
 #define STAGING 0 /* 1: lse2 and delta staged with each query tile, dQ added from shared memory by bulk reduce; 0: neither */
+#endif
+#ifndef OVERLAP
+#define OVERLAP 0 /* 1 (with STAGING): P^T computed under dP^T's product, dS^T under dV's; 0: after both */
 #endif
 #ifndef DTYPE_BF16
 #define DTYPE_BF16 0 /* element type: 0 = f16, 1 = bf16 */
@@ -163,6 +172,7 @@ static_assert(STAGES >= 2 && STAGES <= 3, "STAGES is 2 or 3");
 static_assert(CAUSAL == 0 || CAUSAL == 1, "CAUSAL is 0 or 1");
 static_assert(DETERMINISTIC == 0 || DETERMINISTIC == 1, "DETERMINISTIC is 0 or 1");
 static_assert(STAGING == 0 || STAGING == 1, "STAGING is 0 or 1");
+static_assert(OVERLAP == 0 || (OVERLAP == 1 && STAGING), "OVERLAP is 0, or 1 with STAGING");
 static_assert(DTYPE_BF16 == 0 || DTYPE_BF16 == 1, "DTYPE_BF16 is 0 or 1");
 static_assert(SMEM_BYTES <= 232448, "227 KiB of shared memory per block on sm_90");
 static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= NTHREADS * ((65536 / NTHREADS) / 8 * 8),
@@ -437,6 +447,65 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			mbar_wait(sm.q_full + 8 * slot, ring_parity(it));
 			fence_proxy_async();
 
+#if OVERLAP
+			/*
+			 * S^T = K Q^T and dP^T = V dO^T in two groups: P^T (into s, and
+			 * rounded into p) while dP^T is computed, then dV += P^T dO issued
+			 * and dS^T computed while it runs, then dK += dS^T Q issued
+			 * (FlashAttention-3's order).  s[4 j + e] is key `key` + 8 (e / 2),
+			 * query m0 + 8 j + 2 t4 + e % 2 (the accumulator layout).
+			 */
+			float s[S_ACC], dp[S_ACC];
+#pragma unroll
+			for (int i = 0; i < S_ACC; i++)
+				s[i] = dp[i] = 0.0f; /* overwritten (scale_d 0); defined for the compiler */
+			wgmma_fence();
+			issue_keys_by_queries(s, k_rows, q_slot);
+			wgmma_commit();
+			issue_keys_by_queries(dp, v_rows, do_slot);
+			wgmma_commit();
+			wgmma_wait<1>();
+			fence_regs(s);
+
+			const bool need_mask = n0 + BLOCK_N > w.sk || (CAUSAL && n0 + BLOCK_N - 1 - m0 > w.diag);
+			const u32 rows_slot = sm.rows + slot * 2 * ROW_BYTES; /* the tile's lse2, then its delta */
+			u32 p[P_REGS], ds[P_REGS];
+#pragma unroll
+			for (int j = 0; j < BLOCK_M / 8; j++) {
+				float l2[2]; /* of queries 8 j + 2 t4 and + 1 */
+				ld_shared_f2(rows_slot + 4 * (8 * j + 2 * t4), l2[0], l2[1]);
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int qi = 8 * j + 2 * t4 + e, kj = key + 8 * hh, i = 4 * j + 2 * hh + e;
+						float x2 = exp2_approx(fmaf(s[i], b.scale_log2, -l2[e]));
+						if (need_mask && (kj >= w.sk || (CAUSAL && kj - (m0 + qi) > w.diag)))
+							x2 = 0.0f;
+						s[i] = x2;
+					}
+					p[2 * j + hh] = pack_f2(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]);
+				}
+			}
+			wgmma_fence();
+			issue_by_slot(dv, p, do_slot);
+			wgmma_commit();
+			wgmma_wait<1>(); /* dP^T's group; dV's may still run */
+			fence_regs(dp);
+#pragma unroll
+			for (int j = 0; j < BLOCK_M / 8; j++) {
+				float dl[2];
+				ld_shared_f2(rows_slot + ROW_BYTES + 4 * (8 * j + 2 * t4), dl[0], dl[1]);
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					const int i = 4 * j + 2 * hh;
+					ds[2 * j + hh] = pack_f2(s[i] * (dp[i] - dl[0]), s[i + 1] * (dp[i + 1] - dl[1]));
+				}
+			}
+			wgmma_fence();
+			issue_by_slot(dk, ds, q_slot);
+			wgmma_commit();
+#else
 			/* S^T = K Q^T and dP^T = V dO^T, one group */
 			float s[S_ACC], dp[S_ACC];
 #pragma unroll
@@ -488,6 +557,7 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 					ds[2 * j + hh] = pack_f2(dv2[0], dv2[1]);
 				}
 			}
+#endif
 
 			/* every consumer's dQ of the last tile is done reading dS^T; this one's rows of it */
 			named_barrier(1, 128 * CONSUMERS);
@@ -500,11 +570,13 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 				}
 			fence_proxy_async(); /* the stores, before the async proxy's reads (wgmma) */
 
+#if !OVERLAP
 			/* dV += P^T dO, dK += dS^T Q */
 			wgmma_fence();
 			issue_by_slot(dv, p, do_slot);
 			issue_by_slot(dk, ds, q_slot);
 			wgmma_commit();
+#endif
 
 #if STAGING
 			if (t == 0)

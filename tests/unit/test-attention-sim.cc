@@ -318,8 +318,8 @@ struct bwd_config {
 
 /*
  * The wgmma backward family (attention_wgmma_bwd.cu, sm_90a), on wgmma-sim.h: both
- * head dims and element types, BLOCK_M, consumers, stages, staging, causal,
- * atomic and deterministic.
+ * head dims and element types, BLOCK_M, consumers, stages, staging, overlap,
+ * causal, atomic and deterministic.
  */
 #define SIM_NS v0
 #define DTYPE_BF16 0
@@ -330,6 +330,7 @@ struct bwd_config {
 #define CONSUMERS 1
 #define STAGES 2
 #define STAGING 0
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v1
@@ -341,6 +342,7 @@ struct bwd_config {
 #define CONSUMERS 2
 #define STAGES 2
 #define STAGING 0
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v2
@@ -352,6 +354,7 @@ struct bwd_config {
 #define CONSUMERS 2
 #define STAGES 2
 #define STAGING 0
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v3
@@ -363,6 +366,7 @@ struct bwd_config {
 #define CONSUMERS 1
 #define STAGES 2
 #define STAGING 0
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v4
@@ -374,6 +378,7 @@ struct bwd_config {
 #define CONSUMERS 2
 #define STAGES 3
 #define STAGING 0
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v5
@@ -385,10 +390,14 @@ struct bwd_config {
 #define CONSUMERS 1
 #define STAGES 2
 #define STAGING 0
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 
-/* STAGING = 1: lse2 and delta staged with each tile, dQ by bulk reduce (one and two pieces a consumer) */
+/*
+ * STAGING = 1: lse2 and delta staged with each tile, dQ by bulk reduce (one
+ * and two pieces a consumer), with and without OVERLAP
+ */
 #define SIM_NS v6
 #define DTYPE_BF16 1
 #define HEAD_DIM 128
@@ -398,6 +407,7 @@ struct bwd_config {
 #define CONSUMERS 2
 #define STAGES 2
 #define STAGING 1
+#define OVERLAP 1
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v7
@@ -409,6 +419,7 @@ struct bwd_config {
 #define CONSUMERS 2
 #define STAGES 3
 #define STAGING 1
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v8
@@ -420,6 +431,7 @@ struct bwd_config {
 #define CONSUMERS 1
 #define STAGES 2
 #define STAGING 1
+#define OVERLAP 1
 #include "attention-sim-wgmma-bwd.inc"
 
 #define SIM_NS v9
@@ -431,6 +443,7 @@ struct bwd_config {
 #define CONSUMERS 1
 #define STAGES 2
 #define STAGING 1
+#define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
 static const struct bwd_config *const wgmma_bwd_configs[] = { &v0::config, &v1::config, &v2::config, &v3::config,
