@@ -289,7 +289,25 @@ struct dims {
 	int64_t batch, hq, hkv, sq, sk, sq_pad, n_blocks, slices, st[8][3], lse_sb, lse_sh;
 };
 
-static struct dims dims_of(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call)
+/*
+ * The deterministic pass's slices: SPLITS, raised (by doubling, to the
+ * key blocks) while its grid, a block a slice of each K/V head, would
+ * leave more than half of the SMs idle.  A config tuned for many heads
+ * then serves a call of few (a neighbour's, at long lengths) without
+ * collapsing: on the H200, B x H 16 at S 16k ran at a quarter of the
+ * atomic pass with SPLITS 2.  The shipped entries keep theirs (256 heads
+ * with 1, 64 with 2 or more).
+ */
+static int64_t det_slices(int64_t splits, int64_t n_blocks, int64_t kv_heads, int sm_count)
+{
+	int64_t slices = splits < n_blocks ? splits : n_blocks;
+	while (slices < n_blocks && 2 * slices * kv_heads < sm_count)
+		slices = 2 * slices < n_blocks ? 2 * slices : n_blocks;
+	return slices;
+}
+
+static struct dims dims_of(const struct ktune_key *key, const struct ktune_config *c, const struct ktune_op_call *call,
+			   int sm_count)
 {
 	struct shape s = shape_of(c);
 	struct dims d = { .sq = call->size[0], .sk = call->size[1] };
@@ -299,7 +317,8 @@ static struct dims dims_of(const struct ktune_key *key, const struct ktune_confi
 	ktune__attn_call_dims(call, KTUNE_ATTN_IARG_Q, 8, tuner, &d.batch, &d.hq, &d.hkv, d.st);
 	d.sq_pad = (d.sq + s.block_m - 1) / s.block_m * s.block_m;
 	d.n_blocks = (d.sk + s.block_n - 1) / s.block_n;
-	d.slices = ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET ? (s.splits < d.n_blocks ? s.splits : d.n_blocks) : 1;
+	d.slices = ktune__attn_pass(key) == KTUNE_ATTN_BWD_DET ? det_slices(s.splits, d.n_blocks, d.batch * d.hkv, sm_count)
+								 : 1;
 	d.lse_sb = call->iarg[KTUNE_ATTN_IARG_HQ] ? d.hq * d.sq : 0; /* the forward's [B, Hq, Sq]; the tuner's one row */
 	d.lse_sh = call->iarg[KTUNE_ATTN_IARG_HQ] ? d.sq : 0;
 	return d;
@@ -308,8 +327,7 @@ static struct dims dims_of(const struct ktune_key *key, const struct ktune_confi
 size_t ktune__attn_bwd_workspace(const struct ktune_key *key, const struct ktune_config *c,
 				 const struct ktune_op_call *call, int sm_count)
 {
-	struct dims d = dims_of(key, c, call);
-	(void)sm_count;
+	struct dims d = dims_of(key, c, call, sm_count);
 	/* lse2 and delta, then the slices of dQ accumulators, fp32, a row per (batch, head, padded query) */
 	return (size_t)(2 + d.slices * ktune__attn_head_dim(key)) * (size_t)(d.batch * d.hq * d.sq_pad) * sizeof(float);
 }
@@ -324,10 +342,9 @@ int ktune__attn_bwd_steps(const struct ktune_key *key, const struct ktune_config
 			  int sm_count, struct ktune_op_step *out)
 {
 	struct shape s = shape_of(c);
-	struct dims d = dims_of(key, c, call);
+	struct dims d = dims_of(key, c, call, sm_count);
 	const double scale = ktune__attn_scale(key, call);
 	struct ktune_op_args *a;
-	(void)sm_count;
 	memset(out, 0, 3 * sizeof(*out));
 
 	/* delta, lse2 and zeroed accumulators */
