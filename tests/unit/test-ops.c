@@ -843,6 +843,44 @@ static void test_ops__rmsnorm_stream(void **state)
 	assert_int_equal(steps[0].launch.smem, 0);
 }
 
+/*
+ * The deterministic backward's slices: SPLITS, doubled at launch while the
+ * grid (slices x K/V heads) would fill under half the SMs, to the key
+ * blocks; the workspace follows.
+ */
+static void test_ops__attention_det_slices(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("attention");
+	const char *det[] = { "bwd_det", "128", "none", "1", NULL, NULL, NULL };
+	struct ktune_key key = sample_key(op);
+	struct ktune_op_step steps[KTUNE_OP_MAX_KERNELS];
+	struct ktune_config c;
+	struct ktune_err e;
+	(void)state;
+	assert_int_equal(ktune__op_variant_set(op, &key, det, NULL), KTUNE_OK);
+	assert_int_equal(ktune__op_config_parse(op, "attention_wgmma_bwd",
+						"BLOCK_M=64,CONSUMERS=2,STAGES=2,SPLITS=2,STAGING=1,OVERLAP=0", &c, &e),
+			 KTUNE_OK);
+	static const struct {
+		int64_t sk, bh, slices;
+	} cases[] = {
+		{ 4096, 64, 2 },   /* as tuned: 128 blocks */
+		{ 4096, 256, 2 },  /* never lowered */
+		{ 16384, 16, 8 },  /* 32 blocks raised to 128 */
+		{ 16384, 32, 4 },
+		{ 384, 4, 3 },     /* to the key blocks (128 keys each) */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ktune_op_call call = { .size = { 1024, cases[i].sk, cases[i].bh } };
+		assert_int_equal(op->steps(&key, &c, &call, 132, steps), 3);
+		assert_int_equal(steps[1].launch.grid[0], cases[i].slices);
+		assert_int_equal(steps[1].launch.grid[1], cases[i].bh);
+		/* lse2, delta and a slice of dQ accumulators (D = 128) per row */
+		assert_int_equal(op->workspace(&key, &c, &call, 132),
+				 (size_t)(2 + cases[i].slices * 128) * (size_t)(cases[i].bh * 1024) * sizeof(float));
+	}
+}
+
 static void test_ops__family_of_one_arch(void **state)
 {
 	const struct ktune_op *op = ktune__op_find("attention");
@@ -1034,6 +1072,7 @@ int main(void)
 		cmocka_unit_test(test_ops__cross_entropy_stream),
 		cmocka_unit_test(test_ops__softmax_stream),
 		cmocka_unit_test(test_ops__rmsnorm_stream),
+		cmocka_unit_test(test_ops__attention_det_slices),
 		cmocka_unit_test(test_ops__family_of_one_arch),
 		cmocka_unit_test(test_ops__defaults_fit_every_size),
 		cmocka_unit_test(test_ops__compute_bound),
