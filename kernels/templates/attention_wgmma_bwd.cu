@@ -4,8 +4,8 @@
  * (FlashAttention-2's, three kernels, the same workspace), with its main
  * kernel's products on wgmma and a producer warpgroup streaming the query
  * tiles through an mbarrier ring, as attention_wgmma.cu does for the
- * forward.  Kept as simple as correct allows (none of FlashAttention-3's
- * backward overlap yet).
+ * forward.  Of FlashAttention-3's backward overlap it has the order of a
+ * tile's own products (OVERLAP, below), none across tiles.
  *
  *   attention_bwd_pre_kernel    attention_bwd.cu's, copied unchanged (that
  *   attention_bwd_dq_kernel     file's hash keys its shipped tuning): delta,
@@ -27,7 +27,8 @@
  *       S^T  = K Q^T, dP^T = V dO^T     SS wgmma m64 n BLOCK_M, K-major both
  *       P^T  = 2^(S^T scale log2(e) - lse2), 0 where masked (keys past Sk,
  *              causal); dS^T = P^T (dP^T - delta); lse2 and delta from the
- *              workspace (+inf lse2 past Sq or for a row that saw no key: P 0)
+ *              workspace, or STAGING=1 the slot (+inf lse2 past Sq or for a
+ *              row that saw no key: P 0)
  *       dV  += P^T dO, dK += dS^T Q     RS wgmma m64 n HEAD_DIM: the
  *              accumulators of P^T and dS^T are, pair for pair, the A
  *              fragment (as P in the forward); dO and Q MN-major
