@@ -448,20 +448,24 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			mbar_wait(sm.q_full + 8 * slot, ring_parity(it));
 			fence_proxy_async();
 
-#if OVERLAP
-			/*
-			 * S^T = K Q^T and dP^T = V dO^T in two groups: P^T (into s, and
-			 * rounded into p) while dP^T is computed, then dV += P^T dO issued
-			 * and dS^T computed while it runs, then dK += dS^T Q issued
-			 * (FlashAttention-3's order).  s[4 j + e] is key `key` + 8 (e / 2),
-			 * query m0 + 8 j + 2 t4 + e % 2 (the accumulator layout).
-			 */
+			/* S^T = K Q^T and dP^T = V dO^T, one group (OVERLAP: two) */
 			float s[S_ACC], dp[S_ACC];
 #pragma unroll
 			for (int i = 0; i < S_ACC; i++)
 				s[i] = dp[i] = 0.0f; /* overwritten (scale_d 0); defined for the compiler */
 			wgmma_fence();
 			issue_keys_by_queries(s, k_rows, q_slot);
+#if STAGING
+			const u32 rows_slot = sm.rows + slot * 2 * ROW_BYTES; /* the tile's lse2, then its delta */
+#endif
+#if OVERLAP
+			/*
+			 * P^T (into s, and rounded into p) while dP^T is computed, then
+			 * dV += P^T dO issued and dS^T computed while it runs, then dK +=
+			 * dS^T Q issued (FlashAttention-3's order).  s[4 j + e] is key
+			 * `key` + 8 (e / 2), query m0 + 8 j + 2 t4 + e % 2 (the
+			 * accumulator layout).
+			 */
 			wgmma_commit();
 			issue_keys_by_queries(dp, v_rows, do_slot);
 			wgmma_commit();
@@ -469,7 +473,6 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			fence_regs(s);
 
 			const bool need_mask = n0 + BLOCK_N > w.sk || (CAUSAL && n0 + BLOCK_N - 1 - m0 > w.diag);
-			const u32 rows_slot = sm.rows + slot * 2 * ROW_BYTES; /* the tile's lse2, then its delta */
 			u32 p[P_REGS], ds[P_REGS];
 #pragma unroll
 			for (int j = 0; j < BLOCK_M / 8; j++) {
@@ -507,13 +510,6 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			issue_by_slot(dk, ds, q_slot);
 			wgmma_commit();
 #else
-			/* S^T = K Q^T and dP^T = V dO^T, one group */
-			float s[S_ACC], dp[S_ACC];
-#pragma unroll
-			for (int i = 0; i < S_ACC; i++)
-				s[i] = dp[i] = 0.0f; /* overwritten (scale_d 0); defined for the compiler */
-			wgmma_fence();
-			issue_keys_by_queries(s, k_rows, q_slot);
 			issue_keys_by_queries(dp, v_rows, do_slot);
 			wgmma_commit();
 			wgmma_wait<0>();
@@ -530,8 +526,8 @@ static __device__ __forceinline__ void consumer(const smem_map &sm, const walk &
 			for (int j = 0; j < BLOCK_M / 8; j++) {
 #if STAGING
 				float l2[2], dl[2]; /* queries 8 j + 2 t4 and + 1 */
-				ld_shared_f2(sm.rows + slot * 2 * ROW_BYTES + 4 * (8 * j + 2 * t4), l2[0], l2[1]);
-				ld_shared_f2(sm.rows + slot * 2 * ROW_BYTES + ROW_BYTES + 4 * (8 * j + 2 * t4), dl[0], dl[1]);
+				ld_shared_f2(rows_slot + 4 * (8 * j + 2 * t4), l2[0], l2[1]);
+				ld_shared_f2(rows_slot + ROW_BYTES + 4 * (8 * j + 2 * t4), dl[0], dl[1]);
 #endif
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {

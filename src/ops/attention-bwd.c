@@ -262,7 +262,7 @@ int ktune__attn_bwd_prune(const struct ktune_key *key, const struct ktune_config
 int ktune__attn_bwd_defines(const struct ktune_key *key, const struct ktune_config *c, char opts[][48], int max)
 {
 	struct shape s = shape_of(c);
-	if (max < 8)
+	if (max < 9)
 		return -1;
 	snprintf(opts[0], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
 	snprintf(opts[1], 48, "-DHEAD_DIM=%d", ktune__attn_head_dim(key));
@@ -273,8 +273,6 @@ int ktune__attn_bwd_defines(const struct ktune_key *key, const struct ktune_conf
 		snprintf(opts[5], 48, "-DCONSUMERS=%d", s.consumers);
 		snprintf(opts[6], 48, "-DSTAGES=%d", s.stages);
 		snprintf(opts[7], 48, "-DSTAGING=%d", s.staging);
-		if (max < 9)
-			return -1;
 		snprintf(opts[8], 48, "-DOVERLAP=%d", s.overlap);
 		return 9;
 	}
