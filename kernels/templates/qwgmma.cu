@@ -10,7 +10,8 @@
  *
  * with w the dequantised packed weight (quant.cuh), fp32 accumulation, one
  * rounding of each dequantised weight to the element type (the wgmma's
- * operand, as qgemm.cu and qmma.cu) and one of the result.
+ * operand, as qgemm.cu and qmma.cu; two where a zero is not an integer:
+ * below) and one of the result.
  *
  * Entry points:
  *     qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros,
@@ -51,11 +52,13 @@
  * The fragments.  Warp w of a warpgroup holds rows 16 w .. + 15 of each of
  * its 64-row slabs; lane (g = lane / 4, t = lane % 4) needs, for k16 step s,
  * codes 16 s + 2t, +1 (a[0] row g, a[1] row g + 8) and 16 s + 2t + 8, +9
- * (a[2], a[3]): two adjacent codes of one word each time, read from the
- * slot, shifted down, and dequantised as quant.cuh's fma(q, mul, add), the
- * second code in place (q 2^BITS, with mul 2^-BITS: exact).  The scales
- * and zeros of the next stage are loaded into registers while this one
- * computes.
+ * (a[2], a[3]): two adjacent codes of one word each time.  A lane reads
+ * its two rows' words of the stage with 16-byte loads and turns each pair
+ * of codes into a pair of 16-bit values at once, by a magic number and
+ * packed arithmetic (PACKED, at "dequantise" below); 8-bit codes in bf16
+ * go through fp32 as quant.cuh's fma(q, mul, add), the second code in
+ * place (q 2^BITS, with mul 2^-BITS: exact).  The scales and zeros of the
+ * next stage are loaded into registers while this one computes.
  *
  * Tunables: BLOCK_M, WGS, SLABS, STAGES, OVERLAP, CLUSTER_K (below); DTYPE, BITS, GROUP, MODE
  * (quant.cuh).
@@ -165,10 +168,17 @@ static __device__ __forceinline__ void load_stage(u32 xs, u32 ws, i64 kt, const 
 	const bool kx = k0 + c.xcol < k, kww = w0 + c.wword < kw; /* k is a multiple of 32: a chunk is in or out */
 	const u32 xdst = xs + c.xr * 128 + (((c.xcol / 8) ^ (c.xr & 7)) * 16);
 	const u32 wdst = ws + c.wr * W_ROW_BYTES + c.wword * 4;
+	if (c.xrows >= BLOCK_M) { /* every row of the tile within m: one test for all, not one a row */
+		const int bytes = kx ? 16 : 0;
 #pragma unroll
-	for (int it = 0; it < BLOCK_M * 8 / NTHREADS; it++) {
-		const bool ok = kx && it * (NTHREADS / 8) < c.xrows;
-		cp_async<16>(xdst + it * (NTHREADS / 8) * 128, c.xsrc + it * (NTHREADS / 8) * lda + k0, ok ? 16 : 0);
+		for (int it = 0; it < BLOCK_M * 8 / NTHREADS; it++)
+			cp_async<16>(xdst + it * (NTHREADS / 8) * 128, c.xsrc + it * (NTHREADS / 8) * lda + k0, bytes);
+	} else {
+#pragma unroll
+		for (int it = 0; it < BLOCK_M * 8 / NTHREADS; it++) {
+			const bool ok = kx && it * (NTHREADS / 8) < c.xrows;
+			cp_async<16>(xdst + it * (NTHREADS / 8) * 128, c.xsrc + it * (NTHREADS / 8) * lda + k0, ok ? 16 : 0);
+		}
 	}
 #pragma unroll
 	for (int it = 0; it < BLOCK_N * W_PER_ROW / NTHREADS; it++) {
@@ -208,19 +218,131 @@ static __device__ __forceinline__ void load_scales(sraw &o, i64 kt, const elem *
 /* ------------------------------------------------------------ dequantise */
 
 /*
+ * PACKED: the codes become 16-bit values by a magic number, two at a time
+ * (all but 8-bit codes in bf16, whose 7 mantissa bits cannot hold them):
+ * the pair of codes (c, c + 1) a fragment register takes, moved to bits 0
+ * and 16 of a word and ORed with the bits of M (128 in bf16, 1024 in f16:
+ * a unit in the last place of 1), is the exact pair (M + q_c, M + q_c+1).
+ * Less M, then the mode's packed arithmetic (quant.cuh's w):
+ *     scale_shift (q - z) s, scale q s, shift q - z, fma q s + z
+ * so a pair costs 2 or 3 integer and 2 or 3 packed instructions where
+ * the fp32 path costs 11.  Each weight is rounded once, as the fp32 path
+ * rounds it (to fp32, then to the element type), except under
+ * scale_shift and shift with a zero that is not an integer, where q - z
+ * may round too.
+ */
+#define PACKED (BITS < 8 || DTYPE == 0)
+#define MAGIC2 (DTYPE == 1 ? 0x43004300u : 0x64006400u) /* M in both halves */
+
+/*
+ * This lane's constant for finding its pair in a word: the prmt selector
+ * of byte t (4 bits) or of the half-word t % 2 with M's high bytes between
+ * (8 bits), the shift of its nibble (2 bits) or bit pair (1 bit).
+ */
+static __device__ __forceinline__ u32 lane_pick(int t)
+{
+	if (BITS == 4)
+		return (u32)t | 0x4440u; /* byte t, zeros above */
+	if (BITS == 8)
+		return (u32)(2 * (t % 2)) | 5u << 4 | (u32)(2 * (t % 2) + 1) << 8 | 7u << 12;
+	return (u32)(2 * t * BITS);
+}
+
+/*
+ * (M + q_c, M + q_c+1) for step s, half `half` of a row whose stage's
+ * words are w (8 bits: the lane's own word of each half step).
+ */
+static __device__ __forceinline__ u32 code_pair(const u32 *w, int s, int half, u32 pick)
+{
+	if (BITS == 4) { /* word 2s + half, byte t: q_c in bits 0-3, q_c+1 in 4-7 */
+		const u32 f = prmt(w[2 * s + half], 0u, pick);
+		return ((f * 0x1001u) & 0x000F000Fu) | MAGIC2; /* f | f << 12: q_c+1 at bit 16 */
+	}
+	if (BITS == 8) /* bytes 2 (t % 2) and + 1 of the lane's word, M's high bytes between */
+		return prmt(w[2 * s + half], MAGIC2, pick);
+	if (BITS == 2) { /* word s, bits 16 half + 4t */
+		const u32 f = (w[s] >> (16 * half + pick)) & 0xFu;
+		return ((f * 0x4001u) & 0x00030003u) | MAGIC2;
+	}
+	/* 1 bit: word s / 2, bits 16 (s % 2) + 8 half + 2t */
+	const u32 f = (w[s / 2] >> (16 * (s % 2) + 8 * half + pick)) & 0x3u;
+	return ((f * 0x8001u) & 0x00010001u) | MAGIC2;
+}
+
+/* A pair of weights from their magic-number codes r; s2, z2: the group's scale and zero in both halves. */
+static __device__ __forceinline__ u32 dequant_pair(u32 r, u32 s2, u32 z2)
+{
+	const u32 q = hsub2(r, MAGIC2); /* exact */
+	if (MODE == 0)
+		return hmul2(hsub2(q, z2), s2);
+	if (MODE == 1)
+		return hmul2(q, s2);
+	if (MODE == 2)
+		return hsub2(q, z2);
+	return hfma2(q, s2, z2);
+}
+
+/* Words of a row's stage a lane reads: all of them, or at 8 bits its own half of them. */
+#define ROW_WORDS (BITS == 8 ? 8 : W_ROW_BYTES / 4)
+
+struct __align__(16) words4 {
+	u32 v[4];
+};
+
+static __device__ __forceinline__ void load_row(u32 (&w)[ROW_WORDS], const unsigned char *row, int tw)
+{
+	if constexpr (BITS == 8) { /* words 4s + 2 half + t / 2 */
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			w[i] = ((const u32 *)row)[2 * i + tw];
+	} else if constexpr (ROW_WORDS >= 4) {
+#pragma unroll
+		for (int i = 0; i < ROW_WORDS / 4; i++) {
+			const words4 x = ((const words4 *)row)[i];
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				w[4 * i + e] = x.v[e];
+		}
+	} else {
+#pragma unroll
+		for (int i = 0; i < ROW_WORDS; i++)
+			w[i] = ((const u32 *)row)[i];
+	}
+}
+
+/*
  * The A fragments of a stage's 4 k16 steps for each slab, from the packed
  * rows in slot ws (wrow: this lane's row g of slab 0, as bytes of the
  * slot).  tw, tb: the word and code within it of this lane's first code of
- * a step past the step's own (2t; a word only at 8 bits).
+ * a step past the step's own (2t; a word only at 8 bits); pick: lane_pick.
  */
 static __device__ __forceinline__ void dequant_stage(u32 (&fa)[SLABS][4][4], const unsigned char *wrow,
-						     const sraw &sc, int tw, int tb)
+						     const sraw &sc, int tw, int tb, u32 pick)
 {
 #pragma unroll
 	for (int sl = 0; sl < SLABS; sl++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			const u32 *row = (const u32 *)(wrow + (sl * 64 + h * 8) * W_ROW_BYTES);
+			const unsigned char *row = wrow + (sl * 64 + h * 8) * W_ROW_BYTES;
+#if PACKED
+			(void)tb;
+			u32 w[ROW_WORDS], s2[GPS], z2[GPS];
+			load_row(w, row, tw);
+#pragma unroll
+			for (int gi = 0; gi < GPS; gi++) {
+				s2[gi] = (u32)sc.s[sl][h][gi] * 0x10001u;
+				z2[gi] = (u32)sc.z[sl][h][gi] * 0x10001u;
+			}
+#pragma unroll
+			for (int s = 0; s < 4; s++)
+#pragma unroll
+				for (int half = 0; half < 2; half++) {
+					const int gi = GPS == 2 ? s / 2 : 0;
+					fa[sl][s][2 * half + h] = dequant_pair(code_pair(w, s, half, pick), s2[gi], z2[gi]);
+				}
+#else
+			(void)pick;
+			const u32 *rw = (const u32 *)row;
 			qparams p[GPS];
 			float mul1[GPS];
 #pragma unroll
@@ -234,12 +356,13 @@ static __device__ __forceinline__ void dequant_stage(u32 (&fa)[SLABS][4][4], con
 				for (int half = 0; half < 2; half++) {
 					const int c0 = 16 * s + 8 * half; /* the code of slot 0 of this half step */
 					const int gi = GPS == 2 ? s / 2 : 0;
-					const u32 x = row[c0 / PER_WORD + tw] >> ((c0 % PER_WORD + tb) * BITS);
+					const u32 x = rw[c0 / PER_WORD + tw] >> ((c0 % PER_WORD + tb) * BITS);
 					const float f0 = code_float(x & QMASK);
 					const float f1 = __uint_as_float((x & (QMASK << BITS)) | 0x4B000000u) - 8388608.0f;
 					fa[sl][s][2 * half + h] = pack_pair(__fmaf_rn(f0, p[gi].mul, p[gi].add),
 									    __fmaf_rn(f1, mul1[gi], p[gi].add));
 				}
+#endif
 		}
 }
 
@@ -250,6 +373,7 @@ struct ctx {
 	const elem *scales, *zeros;
 	i64 m, n, k, lda, kw, rw, groups, m0, n0, row0, kt0;
 	int steps, tw, tb, zero_per_group;
+	u32 pick; /* lane_pick */
 	copier cp;
 	u32 xbase, wbase;
 	const unsigned char *wrow; /* this lane's row g of slab 0 in slot 0 */
@@ -275,7 +399,7 @@ static __device__ __forceinline__ void stage(const ctx &x, int i, float (&acc)[S
 	if (i + 1 < x.steps)
 		load_scales(sc_next, x.kt0 + i + 1, x.scales, x.zeros, x.n, x.groups, x.zero_per_group, x.row0);
 
-	dequant_stage(fa, x.wrow + slot * W_BYTES, sc, x.tw, x.tb);
+	dequant_stage(fa, x.wrow + slot * W_BYTES, sc, x.tw, x.tb, x.pick);
 #pragma unroll
 	for (int sl = 0; sl < SLABS; sl++)
 #pragma unroll
@@ -389,6 +513,7 @@ qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zero
 	x.steps = (int)(n_k * (z + 1) / split - x.kt0);
 	x.tw = PER_WORD >= 8 ? 0 : t / 2;
 	x.tb = (2 * t) % PER_WORD;
+	x.pick = lane_pick(t);
 	x.zero_per_group = zero_per_group;
 	x.xbase = base;
 	x.wbase = base + STAGES * X_BYTES;
