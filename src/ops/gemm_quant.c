@@ -712,6 +712,32 @@ static int arch_default(const struct ktune_key *key, int sm_count, const char *a
 	return 1;
 }
 
+/*
+ * A neighbour's config fitted to this key: its split, a launch parameter
+ * (a power of two in every family's space), halved until the prune keeps
+ * it.  A split tuned where the grid left SMs idle splits a grid that this
+ * key's rows of W may already fill: m = 64 on 28672 x 4096 borrowing 4096
+ * x 4096's SPLIT_K 4.
+ */
+static int fit(const struct ktune_key *key, struct ktune_config *c, int sm_count)
+{
+	const struct ktune_space *sp = ktune__op_space(OP, c->family, NULL);
+	int i = sp ? ktune__space_param_index(sp, "SPLIT_K") : -1;
+	struct ktune_config t;
+	char why[160];
+
+	if (i < 0 || c->v[i] <= 1)
+		return 0;
+	t = *c;
+	do
+		t.v[i] /= 2;
+	while (t.v[i] > 1 && prune(key, &t, sm_count, why, sizeof(why)));
+	if (prune(key, &t, sm_count, why, sizeof(why)))
+		return 0;
+	*c = t;
+	return 1;
+}
+
 /* ------------------------------------------------------------ the op */
 
 const struct ktune_op ktune__op_gemm_quant = {
@@ -747,6 +773,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.default_config = default_config,
 	.arch_default = arch_default,
 	.distance = ktune__ew_distance,
+	.fit = fit,
 };
 
 /* ------------------------------------------------------------ the public function */

@@ -252,6 +252,13 @@ struct ktune_op {
 	int (*arch_default)(const struct ktune_key *key, int sm_count, const char *arch, struct ktune_config *out);
 	/* How far apart two keys of the same op, dtype and variant are, for "nearest". */
 	double (*distance)(const struct ktune_key *a, const struct ktune_key *b);
+	/*
+	 * Optional: a neighbour's config that this key's prune refuses, fitted
+	 * to the key by its launch parameters alone (the same compiled kernel):
+	 * 1 with *c changed and kept by the prune, else 0 with *c as it was.
+	 * Dispatch asks it before passing a neighbour over ("nearest").
+	 */
+	int (*fit)(const struct ktune_key *key, struct ktune_config *c, int sm_count);
 };
 
 /* Largest size of any op's key field. */

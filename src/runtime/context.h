@@ -216,6 +216,7 @@ struct ktune_choice {
 	struct ktune_config cfg; /* ktune's config for the key, also where cuBLAS serves it */
 	const char *source;      /* what serves the key: KTUNE_SRC_* */
 	const char *own;         /* where cfg came from: what would serve the key without cuBLAS */
+	const struct ktune_entry *near; /* own is nearest: the entry cfg was borrowed (and fitted) from */
 };
 
 /*

@@ -88,7 +88,7 @@ struct ktune_dispatch_explain {
 	char source[16];           /* what serves the key: a step's source, "nearest", "model", "cublas", "default" */
 	char own[16];              /* where ktune's config came from (source, unless cuBLAS serves) */
 	char config[256];          /* ktune's config, after dispatch fitted it to the device (cuBLAS: what it replaces) */
-	int borrowed;              /* own is nearest: the entry it came from is known (its config unchanged) */
+	int borrowed;              /* own is nearest: the entry it came from is known (config: as fitted to this key) */
 	struct ktune_key from;     /* that entry's key */
 	struct ktune_dispatch_sources sources;
 };

@@ -320,6 +320,7 @@ static void choose_gemm(ktune_ctx *ctx, const struct ktune_key *key, struct ktun
 	if (near) {
 		*cfg = borrowed;
 		*source = KTUNE_SRC_NEAREST;
+		out->near = near;
 	}
 	out->own = *source;
 	if (!blas_allowed(ctx))
@@ -334,9 +335,10 @@ static void choose_gemm(ktune_ctx *ctx, const struct ktune_key *key, struct ktun
  * An op's key (bucketed): its exact entry, another GPU's, a shipped one, the
  * nearest by the op's distance (same dtype and variant; the same alignment
  * class, since an aligned config's vectors do not serve an unaligned call)
- * that the op's prune keeps for this key -- a config sized for other rows
- * (a row-wise op's registers, an elementwise op's grid cap) is not borrowed
- * -- or the op's default.
+ * that the op's prune keeps for this key, as it is or fitted by the op's
+ * launch parameters (op->fit: a quantized GEMM's split) -- a config sized
+ * for other rows (a row-wise op's registers, an elementwise op's grid cap)
+ * is not borrowed -- or the op's default.
  */
 static void choose_op(ktune_ctx *ctx, const struct ktune_op *op, const struct ktune_key *key,
 		      struct ktune_choice *out)
@@ -344,6 +346,7 @@ static void choose_op(ktune_ctx *ctx, const struct ktune_op *op, const struct kt
 	struct ktune_config *cfg = &out->cfg;
 	const char **source = &out->source;
 	const struct ktune_entry *exact = NULL, *arch = NULL, *shipped = NULL, *nearest = NULL;
+	struct ktune_config near_cfg;
 	double best = INFINITY;
 	char why[160];
 
@@ -362,17 +365,25 @@ static void choose_op(ktune_ctx *ctx, const struct ktune_op *op, const struct kt
 		}
 		double d = op->distance(&ent->key, key) + (ent->same_device ? 0 : 1e-6) +
 			   (ent->shipped ? 2e-6 : 0);
-		if (d < best && (!op->prune || !op->prune(key, &ent->cfg, ctx->id.sm_count, why, sizeof(why)))) {
-			best = d;
-			nearest = ent;
-		}
+		if (d >= best)
+			continue;
+		struct ktune_config c = ent->cfg;
+		if (op->prune && op->prune(key, &c, ctx->id.sm_count, why, sizeof(why)) &&
+		    !(op->fit && op->fit(key, &c, ctx->id.sm_count)))
+			continue;
+		best = d;
+		nearest = ent;
+		near_cfg = c;
 	}
-	const struct ktune_entry *pick = exact ? exact : arch ? arch : shipped ? shipped : nearest;
+	const struct ktune_entry *pick = exact ? exact : arch ? arch : shipped;
 	*source = exact ? KTUNE_SRC_EXACT : arch ? KTUNE_SRC_ARCH : shipped ? KTUNE_SRC_SHIPPED
 		: nearest ? KTUNE_SRC_NEAREST : KTUNE_SRC_DEFAULT;
 	if (pick)
 		*cfg = pick->cfg;
-	else if (!op->arch_default || !op->arch_default(key, ctx->id.sm_count, ctx->id.arch, cfg))
+	else if (nearest) {
+		*cfg = near_cfg;
+		out->near = nearest;
+	} else if (!op->arch_default || !op->arch_default(key, ctx->id.sm_count, ctx->id.arch, cfg))
 		*cfg = op->default_config(key, ctx->id.sm_count);
 	out->own = *source;
 }

@@ -7,7 +7,6 @@
  * that the answer follows dispatch.c's order and fallbacks whatever they
  * become.
  */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,21 +24,6 @@ static void config_text(const struct ktune_key *key, const struct ktune_config *
 		ktune__gemm_config_format(c, buf, len);
 }
 
-/* How far apart two keys of one op are, to name the entry a nearest config came from. */
-static double apart(const struct ktune_op *op, const struct ktune_key *a, const struct ktune_key *b)
-{
-	if (op && op->distance)
-		return op->distance(a, b);
-	double d = 0;
-	for (int i = 0; i < KTUNE_KEY_DIMS; i++) {
-		double x = (double)*ktune__key_dim((struct ktune_key *)a, i);
-		double y = (double)*ktune__key_dim((struct ktune_key *)b, i);
-		if (x > 0 && y > 0)
-			d += (log(x) - log(y)) * (log(x) - log(y));
-	}
-	return d + (a->aligned != b->aligned ? 0.01 : 0);
-}
-
 int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_path, const struct ktune_key *key,
 			    struct ktune_dispatch_explain *out, struct ktune_err *e)
 {
@@ -47,7 +31,6 @@ int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_
 	const struct ktune_op *op = ktune__op_of(key);
 	struct ktune_choice c;
 	ktune_ctx *ctx;
-	char text[256];
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -77,21 +60,9 @@ int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_
 	for (int s = 0; s < 3; s++)
 		out->steps[s].used = out->steps[s].found && !strcmp(out->own, sources[s]) &&
 				     !strcmp(out->steps[s].config, out->config);
-	if (!strcmp(out->own, KTUNE_SRC_NEAREST)) {
-		double best = INFINITY;
-		for (int i = 0; i < ctx->nentries; i++) {
-			const struct ktune_entry *ent = &ctx->entries[i];
-			if (strcmp(ent->key.op, key->op) || ent->key.dtype != key->dtype ||
-			    strcmp(ent->key.variant, key->variant))
-				continue;
-			config_text(&ent->key, &ent->cfg, text, sizeof(text));
-			double d = apart(op, &ent->key, key);
-			if (!strcmp(text, out->config) && d < best) {
-				best = d;
-				out->from = ent->key;
-				out->borrowed = 1;
-			}
-		}
+	if (!strcmp(out->own, KTUNE_SRC_NEAREST) && c.near) {
+		out->from = c.near->key;
+		out->borrowed = 1;
 	}
 	out->sources.from_device = ctx->from_device;
 	out->sources.from_arch = ctx->from_arch;

@@ -633,6 +633,53 @@ static void test_dispatch__op_neighbour_kept_by_prune(void **state)
 }
 
 /*
+ * A quantized GEMM's neighbour whose split the key's prune refuses (m = 64
+ * on 28672 x 4096 from 4096 x 4096's SPLIT_K 4: the grid is full without
+ * it) is borrowed with its split lowered, the same kernel; one refused for
+ * what it compiles in is not.
+ */
+static void test_dispatch__op_neighbour_fitted(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	struct ktune_key tuned = { .op = "gemm_quant", .dtype = KTUNE_BF16, .variant = "4,128,scale_shift,v1",
+				   .m = 64, .n = 4096, .k = 4096, .aligned = 1 };
+	struct ktune_config split4, cfg;
+	struct ktune_choice c;
+	struct ktune_err e;
+	char why[160];
+	(void)state;
+
+	assert_non_null(op);
+	assert_int_equal(ktune__op_config_parse(op, "qwgmma", "BLOCK_M=64,WGS=1,SLABS=1,STAGES=6,OVERLAP=0,"
+						"CLUSTER_K=1,SPLIT_K=4", &split4, &e), 0);
+	struct ktune_entry ents[] = { entry(tuned, split4, 1) };
+	ktune_ctx *ctx = make_ctx_no_blas(ents, 1);
+	struct ktune_key q = tuned;
+	q.n = 28672;
+	assert_int_equal(op->prune(&q, &split4, SMS, why, sizeof(why)), 1);
+	decide(ctx, &q, &c);
+	assert_string_equal(c.source, "nearest");
+	assert_ptr_equal(c.near, &ctx->entries[0]);
+	assert_int_equal(c.cfg.family, split4.family);
+	assert_true(ktune__op_param(op, &c.cfg, "SPLIT_K", 0) < 4);
+	assert_int_equal(op->prune(&q, &c.cfg, SMS, why, sizeof(why)), 0);
+	for (const char *const *p = (const char *const[]){ "BLOCK_M", "WGS", "SLABS", "STAGES", "OVERLAP",
+							  "CLUSTER_K", NULL }; *p; p++)
+		assert_int_equal(ktune__op_param(op, &c.cfg, *p, -1), ktune__op_param(op, &split4, *p, -2));
+	/* its own key keeps the split */
+	assert_string_equal(choose(ctx, tuned, &cfg), "exact");
+	assert_int_equal(ktune__op_param(op, &cfg, "SPLIT_K", 0), 4);
+	/* 16 rows of A: a tile of 64 rows, compiled in, does not fit by a launch parameter */
+	q = tuned;
+	q.m = 16;
+	assert_int_equal(op->prune(&q, &split4, SMS, why, sizeof(why)), 1);
+	decide(ctx, &q, &c);
+	assert_string_equal(c.source, "default");
+	assert_null(c.near);
+	free_ctx(ctx);
+}
+
+/*
  * An attention key nobody tuned: on sm_90 the forward's default is the wgmma
  * family's, kept by the key's prune (D = 256 too); short lengths and other
  * archs keep the mma.sync defaults (the backward's: the test below).
@@ -809,6 +856,7 @@ int main(void)
 		cmocka_unit_test(test_dispatch__never_wgmma_for_unaligned),
 		cmocka_unit_test(test_dispatch__decision_is_pure),
 		cmocka_unit_test(test_dispatch__op_neighbour_kept_by_prune),
+		cmocka_unit_test(test_dispatch__op_neighbour_fitted),
 		cmocka_unit_test(test_dispatch__attention_default_by_arch),
 		cmocka_unit_test(test_dispatch__attention_bwd_default_is_wgmma_on_sm90),
 		cmocka_unit_test(test_dispatch__attention_bwd_default_by_shape),
