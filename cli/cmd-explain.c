@@ -131,6 +131,8 @@ static void print_dispatch(const struct ktune_explain *x)
 		ktune__key_format(&d->from, from, sizeof(from));
 		printf("%-10s %-8s %s%s%s%s%s\n", "", d->own, d->config, mine, d->borrowed ? " (from " : "",
 		       d->borrowed ? from : "", d->borrowed ? ")" : "");
+		if (d->borrowed && strcmp(d->from_config, d->config))
+			printf("%-10s %-8s %s  (as tuned there; fitted to this key)\n", "", "", d->from_config);
 	}
 	if (blas)
 		printf("%-10s %-8s %s\n", "", "cublas", "<- serves");
@@ -393,6 +395,11 @@ static void print_json(const struct ktune_explain *x, const char *from)
 	printf(", \"from\": ");
 	if (d->borrowed)
 		json_key(&d->from);
+	else
+		printf("null");
+	printf(", \"from_config\": ");
+	if (d->borrowed)
+		json_str(d->from_config);
 	else
 		printf("null");
 	printf(", \"entries\": {\"device\": %d, \"arch\": %d, \"shipped\": %d}},\n", d->sources.from_device,

@@ -90,6 +90,7 @@ struct ktune_dispatch_explain {
 	char config[256];          /* ktune's config, after dispatch fitted it to the device (cuBLAS: what it replaces) */
 	int borrowed;              /* own is nearest: the entry it came from is known (config: as fitted to this key) */
 	struct ktune_key from;     /* that entry's key */
+	char from_config[256];     /* and its config as tuned: another where dispatch fitted it (a split lowered) */
 	struct ktune_dispatch_sources sources;
 };
 

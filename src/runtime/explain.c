@@ -63,6 +63,7 @@ int ktune__dispatch_explain(const struct ktune_device_info *dev, const char *db_
 	if (!strcmp(out->own, KTUNE_SRC_NEAREST) && c.near) {
 		out->from = c.near->key;
 		out->borrowed = 1;
+		config_text(&c.near->key, &c.near->cfg, out->from_config, sizeof(out->from_config));
 	}
 	out->sources.from_device = ctx->from_device;
 	out->sources.from_arch = ctx->from_arch;

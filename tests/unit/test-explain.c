@@ -15,6 +15,7 @@
 
 #include "test_tuning.h"
 #include "test_util.h"
+#include "ops/op.h"
 #include "tuner/candidates.h"
 #include "tuner/explain.h"
 #include "tuner/tuner.h"
@@ -172,6 +173,28 @@ static void test_explain__dispatch_chain_without_tuning(void **state)
 	assert_string_equal(x.dispatch.from.op, "gemm");
 	assert_int_equal(x.dispatch.from.m, 16);
 	assert_true(x.space > 0);
+	ktune__explain_free(&x);
+
+	/*
+	 * A quantized GEMM's key nobody tuned, 64 rows on 28672 x 4096: borrowed
+	 * from the shipped 64 x 4096 x 4096 (the H200's), its config as tuned
+	 * there named too, and what dispatch serves kept by this key's prune
+	 * (its split fitted where the neighbour's would split a full grid).
+	 */
+	const struct ktune_op *quant = ktune__op_find("gemm_quant");
+	struct ktune_key q = { "gemm_quant", KTUNE_BF16, "4,128,scale_shift,v1", 64, 28672, 4096, 1 };
+	struct ktune_config served, tuned;
+	char why[160];
+	if (ktune__explain("", &fake, &q, &x, &e))
+		fail_msg("%s", e.msg);
+	assert_string_equal(x.dispatch.own, "nearest");
+	assert_true(x.dispatch.borrowed);
+	assert_int_equal(x.dispatch.from.m, 64);
+	assert_int_equal(x.dispatch.from.n, 4096);
+	assert_int_equal(ktune__op_config_parse(quant, "qwgmma", x.dispatch.config, &served, &e), KTUNE_OK);
+	assert_int_equal(ktune__op_config_parse(quant, "qwgmma", x.dispatch.from_config, &tuned, &e), KTUNE_OK);
+	assert_int_equal(quant->prune(&q, &served, 132, why, sizeof(why)), 0);
+	assert_true(ktune__op_param(quant, &served, "SPLIT_K", 0) <= ktune__op_param(quant, &tuned, "SPLIT_K", 0));
 	ktune__explain_free(&x);
 
 	/* of another M class: the performance model's pick (dispatch.c's regimes) */
