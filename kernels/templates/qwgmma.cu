@@ -10,8 +10,8 @@
  *
  * with w the dequantised packed weight (quant.cuh), fp32 accumulation, one
  * rounding of each dequantised weight to the element type (the wgmma's
- * operand, as qgemm.cu and qmma.cu; two where a zero is not an integer:
- * below) and one of the result.
+ * operand, as qgemm.cu and qmma.cu; two under scale_shift with a zero
+ * that is not an integer: below) and one of the result.
  *
  * Entry points:
  *     qwgmma_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros,
@@ -226,10 +226,10 @@ static __device__ __forceinline__ void load_scales(sraw &o, i64 kt, const elem *
  * Less M, then the mode's packed arithmetic (quant.cuh's w):
  *     scale_shift (q - z) s, scale q s, shift q - z, fma q s + z
  * so a pair costs 2 or 3 integer and 2 or 3 packed instructions where
- * the fp32 path costs 11.  Each weight is rounded once, as the fp32 path
- * rounds it (to fp32, then to the element type), except under
- * scale_shift and shift with a zero that is not an integer, where q - z
- * may round too.
+ * the fp32 path costs 11.  Each weight is rounded once, to the element
+ * type (the fp32 path rounds it to fp32 first), except under scale_shift
+ * with a zero that is not an integer, where q - z may round before the
+ * product does.
  */
 #define PACKED (BITS < 8 || DTYPE == 0)
 #define MAGIC2 (DTYPE == 1 ? 0x43004300u : 0x64006400u) /* M in both halves */
