@@ -723,19 +723,19 @@ static int fit(const struct ktune_key *key, struct ktune_config *c, int sm_count
 {
 	const struct ktune_space *sp = ktune__op_space(OP, c->family, NULL);
 	int i = sp ? ktune__space_param_index(sp, "SPLIT_K") : -1;
-	struct ktune_config t;
+	struct ktune_config t = *c;
 	char why[160];
 
-	if (i < 0 || c->v[i] <= 1)
+	if (i < 0)
 		return 0;
-	t = *c;
-	do
+	while (t.v[i] > 1) {
 		t.v[i] /= 2;
-	while (t.v[i] > 1 && prune(key, &t, sm_count, why, sizeof(why)));
-	if (prune(key, &t, sm_count, why, sizeof(why)))
-		return 0;
-	*c = t;
-	return 1;
+		if (!prune(key, &t, sm_count, why, sizeof(why))) {
+			*c = t;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------ the op */

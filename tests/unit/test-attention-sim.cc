@@ -393,7 +393,6 @@ struct bwd_config {
 #define OVERLAP 0
 #include "attention-sim-wgmma-bwd.inc"
 
-
 /*
  * STAGING = 1: lse2 and delta staged with each tile, dQ by bulk reduce (one
  * and two pieces a consumer), with and without OVERLAP
