@@ -183,7 +183,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 		case 'f': {
 			int f = ktune__gemm_family_from_name(optarg);
 			if (f < 0)
-				return cli_usage_error("compile", "--family '%s' is not one of gemm, gemm_wgmma",
+				return cli_usage_error("compile", "--family '%s' is not one of gemm, gemm_wgmma, gemm_gemv",
 						       optarg);
 			family_from = family_to = f;
 			family_given = 1;
@@ -210,7 +210,7 @@ int cmd_compile(int argc, char **argv, struct cli *cli)
 	if (ndtypes == 1 && dtypes[0] == KTUNE_F32)
 		return cli_usage_error("compile", "--dtype f32: GEMM takes f16 and bf16");
 
-	/* both families' kernels, one list: wgmma's only where it runs (sm_90) */
+	/* every family's kernels, one list: wgmma's only where it runs (sm_90), gemv's aligned only */
 	struct ktune_config *kernels = NULL;
 	int nkernels = 0;
 	for (int f = family_from; f <= family_to; f++) {

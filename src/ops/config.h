@@ -13,8 +13,8 @@
 #include "search/space.h"
 
 /*
- * Fields a GEMM family does not have are 0 (warps_* for wgmma, consumers
- * and cluster_m for mma.sync), so that positional initialisers of mma.sync
+ * Fields a GEMM family does not have are 0 (warps_* for wgmma, consumers,
+ * cluster_m and warps_k for mma.sync, BLOCK_K and the wgmma's for gemv), so that positional initialisers of mma.sync
  * configs stay valid.
  */
 struct ktune_config {
@@ -26,6 +26,7 @@ struct ktune_config {
 	int family;                    /* the op's family: an index into its families (GEMM: enum ktune_gemm_family) */
 	int consumers;                 /* GEMM: compiled in; wgmma only: consumer warpgroups, 1..3 */
 	int cluster_m;                 /* GEMM: compiled in; wgmma only: blocks per cluster, 1 or 2 */
+	int warps_k;                   /* GEMM: compiled in; gemv only: warps along K */
 	long v[KTUNE_SPACE_MAX_PARAMS]; /* every other op: its family's parameters, in space order */
 };
 

@@ -28,6 +28,10 @@ static const struct field wgmma_fields[] = {
 	FIELD("STAGES", stages),       FIELD("CONSUMERS", consumers), FIELD("CLUSTER_M", cluster_m),
 	FIELD("GROUP_SIZE", group_size), FIELD("SPLIT_K", split_k),
 };
+static const struct field gemv_fields[] = {
+	FIELD("BLOCK_M", block_m), FIELD("BLOCK_N", block_n), FIELD("WARPS_N", warps_n),
+	FIELD("WARPS_K", warps_k), FIELD("STAGES", stages),   FIELD("SPLIT_K", split_k),
+};
 #define NFIELDS_MAX 8
 
 struct family {
@@ -45,12 +49,14 @@ static const struct family families[KTUNE_GEMM_NFAMILIES] = {
 	  (int)(sizeof(mma_fields) / sizeof(mma_fields[0])) },
 	{ "gemm_wgmma", "wgmma", KTUNE_GEMM_WGMMA_SOURCE, KTUNE_GEMM_WGMMA_SPACE,
 	  "gemm_wgmma_kernel", wgmma_fields, (int)(sizeof(wgmma_fields) / sizeof(wgmma_fields[0])) },
+	{ "gemm_gemv", "gemv", KTUNE_GEMM_GEMV_SOURCE, KTUNE_GEMM_GEMV_SPACE, "gemv_kernel",
+	  gemv_fields, (int)(sizeof(gemv_fields) / sizeof(gemv_fields[0])) },
 };
 
 /* The family of a config; an out-of-range value (a corrupt struct) reads as mma.sync. */
 static const struct family *family_of(const struct ktune_config *c)
 {
-	return &families[c->family == KTUNE_GEMM_WGMMA ? KTUNE_GEMM_WGMMA : KTUNE_GEMM_MMA];
+	return &families[c->family > 0 && c->family < KTUNE_GEMM_NFAMILIES ? c->family : KTUNE_GEMM_MMA];
 }
 
 static int *field_ptr(struct ktune_config *c, const struct field *f)
@@ -110,6 +116,8 @@ int ktune__gemm_family_runs(int family, const char *arch, int aligned)
 {
 	if (family == KTUNE_GEMM_MMA)
 		return 1;
+	if (family == KTUNE_GEMM_GEMV) /* 16-byte loads of the operands straight into registers */
+		return aligned;
 	/* wgmma and setmaxnreg exist on sm_90a alone, not on later archs */
 	return family == KTUNE_GEMM_WGMMA && aligned && is_sm90(arch);
 }
@@ -298,7 +306,7 @@ const struct ktune_space *ktune__gemm_space(struct ktune_err *e)
 int ktune__gemm_config_admitted(const struct ktune_config *c, struct ktune_err *e)
 {
 	long values[KTUNE_SPACE_MAX_PARAMS];
-	if (c->family != KTUNE_GEMM_MMA && c->family != KTUNE_GEMM_WGMMA) {
+	if (c->family < 0 || c->family >= KTUNE_GEMM_NFAMILIES) {
 		ktune__fail(e, KTUNE_ERR_PARSE, "no GEMM family %d", c->family);
 		return 0;
 	}
@@ -313,13 +321,16 @@ int ktune__gemm_same_kernel(const struct ktune_config *a, const struct ktune_con
 	return a->family == b->family && a->block_m == b->block_m && a->block_n == b->block_n &&
 	       a->block_k == b->block_k && a->warps_m == b->warps_m &&
 	       a->warps_n == b->warps_n && a->stages == b->stages &&
-	       a->consumers == b->consumers && a->cluster_m == b->cluster_m;
+	       a->consumers == b->consumers && a->cluster_m == b->cluster_m &&
+	       a->warps_k == b->warps_k;
 }
 
 int ktune__gemm_threads(const struct ktune_config *c)
 {
 	if (c->family == KTUNE_GEMM_WGMMA)
 		return (c->consumers + 1) * 128; /* a producer warpgroup and the consumers */
+	if (c->family == KTUNE_GEMM_GEMV)
+		return c->warps_n * c->warps_k * 32;
 	return c->warps_m * c->warps_n * 32;
 }
 
@@ -327,9 +338,12 @@ int ktune__gemm_threads(const struct ktune_config *c)
  * wgmma: SMEM_BYTES of gemm_wgmma.cu, the same for every layout: 1024 to
  * align the ring for the 128-byte swizzle, the stages, two 64 x 64 staging
  * chunks of C per consumer, two mbarriers a stage.
- * mma.sync: tiles keep their contiguous dimension padded by 8 elements (16 bytes): see gemm.cu. */
+ * mma.sync: tiles keep their contiguous dimension padded by 8 elements (16 bytes): see gemm.cu.
+ * gemv: SMEM_BYTES of gemv.cu, the warps along K's sums and the split-K flag. */
 size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_config *c)
 {
+	if (c->family == KTUNE_GEMM_GEMV)
+		return (size_t)(c->warps_k - 1) * (size_t)c->block_n * (size_t)c->block_m * 4 + 16;
 	if (c->family == KTUNE_GEMM_WGMMA)
 		return 1024 + (size_t)c->stages * (size_t)(c->block_m + c->block_n) * c->block_k * 2 +
 		       (size_t)c->consumers * 2 * 64 * 64 * 2 + (size_t)c->stages * 16;
@@ -343,6 +357,11 @@ size_t ktune__gemm_smem_bytes(const struct ktune_key *key, const struct ktune_co
 static int64_t cdiv(int64_t a, int64_t b)
 {
 	return (a + b - 1) / b;
+}
+
+int ktune__gemv_kstep(const struct ktune_key *key)
+{
+	return key->variant[1] == 't' ? 32 : 16; /* KSTEP of gemv.cu */
 }
 
 /* Blocks that share a tile: CLUSTER_M for wgmma, else one. */
@@ -419,8 +438,8 @@ size_t ktune__gemm_counters(const struct ktune_key *key, const struct ktune_conf
 void ktune__gemm_read_once(const struct ktune_key *key, const struct ktune_config *c,
 			   int *a, int *b)
 {
-	if (c->family == KTUNE_GEMM_WGMMA) {
-		*a = *b = 0; /* TMA loads have no such variant */
+	if (c->family != KTUNE_GEMM_MMA) {
+		*a = *b = 0; /* TMA loads have no such variant; gemv streams B always */
 		return;
 	}
 	*a = key->n > 0 && key->n <= c->block_n;
@@ -441,6 +460,18 @@ int ktune__gemm_defines(const struct ktune_key *key, const struct ktune_config *
 		snprintf(opts[n++], 48, "-DSTAGES=%d", c->stages);
 		snprintf(opts[n++], 48, "-DCONSUMERS=%d", c->consumers);
 		snprintf(opts[n++], 48, "-DCLUSTER_M=%d", c->cluster_m);
+		snprintf(opts[n++], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
+		snprintf(opts[n++], 48, "-DTRANS_A=%d", key->variant[0] == 't');
+		snprintf(opts[n++], 48, "-DTRANS_B=%d", key->variant[1] == 't');
+		return n;
+	}
+	if (c->family == KTUNE_GEMM_GEMV) {
+		/* no ALIGNED: the family serves aligned keys only */
+		snprintf(opts[n++], 48, "-DBLOCK_M=%d", c->block_m);
+		snprintf(opts[n++], 48, "-DBLOCK_N=%d", c->block_n);
+		snprintf(opts[n++], 48, "-DWARPS_N=%d", c->warps_n);
+		snprintf(opts[n++], 48, "-DWARPS_K=%d", c->warps_k);
+		snprintf(opts[n++], 48, "-DSTAGES=%d", c->stages);
 		snprintf(opts[n++], 48, "-DDTYPE_BF16=%d", key->dtype == KTUNE_BF16);
 		snprintf(opts[n++], 48, "-DTRANS_A=%d", key->variant[0] == 't');
 		snprintf(opts[n++], 48, "-DTRANS_B=%d", key->variant[1] == 't');
@@ -548,12 +579,52 @@ static int prune_wgmma(const struct ktune_key *key, const struct ktune_config *c
 	return prune_split_k(key, c, sm_count, why, len);
 }
 
+/*
+ * gemv: a tile holds every row of A, or each row of tiles reads B again;
+ * its warps along K each want a whole batch of steps, and a split what a
+ * block's warps take.
+ */
+static int prune_gemv(const struct ktune_key *key, const struct ktune_config *c, int sm_count,
+		      char *why, size_t len)
+{
+	if (key->m > c->block_m) {
+		snprintf(why, len, "BLOCK_M=%d under M=%lld: each row of tiles reads B again", c->block_m,
+			 (long long)key->m);
+		return 1;
+	}
+	if (c->block_m > 8 && key->m <= 8) {
+		snprintf(why, len, "BLOCK_M=%d for M=%lld: a second mma of padding", c->block_m, (long long)key->m);
+		return 1;
+	}
+	if (c->block_n > 32 && c->block_n >= 2 * pow2_ceil(key->n)) {
+		snprintf(why, len, "BLOCK_N=%d is more than twice N=%lld", c->block_n, (long long)key->n);
+		return 1;
+	}
+	int64_t steps = cdiv(key->k, ktune__gemv_kstep(key)), t = tiles(key, c);
+	int64_t batch = (int64_t)c->warps_k * c->stages;
+	if (cdiv(steps, c->split_k) < batch) {
+		snprintf(why, len, "%lld steps of K a block for WARPS_K=%d x STAGES=%d", (long long)cdiv(steps, c->split_k),
+			 c->warps_k, c->stages);
+		return 1;
+	}
+	if (c->split_k > 1 && t * c->split_k > 8L * sm_count) {
+		snprintf(why, len, "SPLIT_K=%d makes %lld blocks for %d SMs", c->split_k,
+			 (long long)(t * c->split_k), sm_count);
+		return 1;
+	}
+	return 0;
+}
+
 int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_config *c,
 		      int sm_count, int smem_limit, char *why, size_t len)
 {
 	size_t smem = ktune__gemm_smem_bytes(key, c);
 	if (c->family == KTUNE_GEMM_WGMMA && !key->aligned) {
 		snprintf(why, len, "the wgmma family needs 16-byte aligned operands (TMA)");
+		return 1;
+	}
+	if (c->family == KTUNE_GEMM_GEMV && !key->aligned) {
+		snprintf(why, len, "the gemv family needs 16-byte aligned operands");
 		return 1;
 	}
 	if (smem_limit > 0 && smem > (size_t)smem_limit) {
@@ -563,6 +634,8 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_config *c,
 	}
 	if (c->family == KTUNE_GEMM_WGMMA)
 		return prune_wgmma(key, c, sm_count, why, len);
+	if (c->family == KTUNE_GEMM_GEMV)
+		return prune_gemv(key, c, sm_count, why, len);
 	/* A tile much taller or wider than the matrix computes mostly padding. */
 	if (c->block_m > 16 && c->block_m >= 2 * pow2_ceil(key->m)) {
 		snprintf(why, len, "BLOCK_M=%d is more than twice M=%lld", c->block_m, (long long)key->m);
@@ -698,6 +771,7 @@ static const struct ktune_op_field op_fields[] = {
 static const struct ktune_family op_families[KTUNE_GEMM_NFAMILIES] = {
 	{ "gemm", KTUNE_GEMM_SOURCE, KTUNE_GEMM_SPACE, { "gemm_kernel" } },
 	{ "gemm_wgmma", KTUNE_GEMM_WGMMA_SOURCE, KTUNE_GEMM_WGMMA_SPACE, { "gemm_wgmma_kernel" } },
+	{ "gemm_gemv", KTUNE_GEMM_GEMV_SOURCE, KTUNE_GEMM_GEMV_SPACE, { "gemv_kernel" } },
 };
 
 static const ktune_dtype op_dtypes[] = { KTUNE_F16, KTUNE_BF16 };

@@ -138,6 +138,9 @@ int ktune__gemm_launch(ktune_ctx *ctx, struct ktune_kernel *kernel, const struct
 
 	if (cfg->family == KTUNE_GEMM_WGMMA)
 		return launch_wgmma(ctx, kernel, key, cfg, alpha, a, lda, b, ldb, beta, c, ldc, stream, e);
+	/* gemv's 16-byte loads: dispatch never sends other keys here */
+	if (cfg->family == KTUNE_GEMM_GEMV && !key->aligned)
+		return ktune__fail(e, KTUNE_ERR_INVALID, "the gemv family needs aligned operands");
 	if ((rc = split_workspace(ctx, key, cfg, 0, stream, &partials, &counters, e)))
 		return rc;
 	ktune__gemm_grid(key, cfg, grid);

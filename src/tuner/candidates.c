@@ -83,13 +83,16 @@ int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm
 			   struct ktune_config **out, int *n, int *npruned, struct ktune_err *e)
 {
 	struct collect c[KTUNE_GEMM_NFAMILIES];
-	int nfam = arch && ktune__gemm_family_runs(KTUNE_GEMM_WGMMA, arch, key->aligned) ? 2 : 1;
 	int rc = KTUNE_OK;
 
 	*out = NULL;
 	*n = 0;
 	memset(c, 0, sizeof(c));
-	for (int f = 0; f < nfam; f++) {
+	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++) {
+		/* without an arch, the families that need none: mma.sync, and gemv for aligned keys */
+		if (f == KTUNE_GEMM_WGMMA ? !arch || !ktune__gemm_family_runs(f, arch, key->aligned)
+					  : !ktune__gemm_family_runs(f, arch ? arch : "", key->aligned))
+			continue;
 		c[f] = (struct collect){ ktune__gemm_family_space(f, e), key, sm_count, smem_limit,
 					 NULL, 0, 0, 0, 0, e };
 		if (!c[f].space) {
@@ -103,27 +106,41 @@ int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm
 			goto out;
 		}
 	}
-	if (budget > 0 && c[0].n + c[1].n > budget) {
-		int w = nfam > 1 ? wgmma_share(budget, c[0].n, c[1].n) : 0;
-		sample(&c[0], budget - w, seed);
-		if (nfam > 1)
-			sample(&c[1], w, seed);
-	}
-	/* mma.sync first, then wgmma, each in space order (or sample order) */
-	if (nfam > 1 && c[1].n) {
-		struct ktune_config *all = realloc(c[0].cfgs, (size_t)(c[0].n + c[1].n) * sizeof(*all));
+	/* gemv's configs join mma.sync's: the budget's share of wgmma is as it was */
+	struct collect *m = &c[KTUNE_GEMM_MMA], *g = &c[KTUNE_GEMM_GEMV], *w = &c[KTUNE_GEMM_WGMMA];
+	m->pruned += g->pruned;
+	if (g->n) {
+		struct ktune_config *all = realloc(m->cfgs, (size_t)(m->n + g->n) * sizeof(*all));
 		if (!all) {
 			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
 			goto out;
 		}
-		memcpy(all + c[0].n, c[1].cfgs, (size_t)c[1].n * sizeof(*all));
-		c[0].cfgs = all;
+		memcpy(all + m->n, g->cfgs, (size_t)g->n * sizeof(*all));
+		m->cfgs = all;
+		m->n += g->n;
+		g->n = 0;
 	}
-	*out = c[0].cfgs;
-	*n = c[0].n + c[1].n;
-	c[0].cfgs = NULL;
+	if (budget > 0 && m->n + w->n > budget) {
+		int share = w->space ? wgmma_share(budget, m->n, w->n) : 0;
+		sample(m, budget - share, seed);
+		if (w->space)
+			sample(w, share, seed);
+	}
+	/* mma.sync and gemv first, then wgmma, each in space order (or sample order) */
+	if (w->n) {
+		struct ktune_config *all = realloc(m->cfgs, (size_t)(m->n + w->n) * sizeof(*all));
+		if (!all) {
+			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(all + m->n, w->cfgs, (size_t)w->n * sizeof(*all));
+		m->cfgs = all;
+	}
+	*out = m->cfgs;
+	*n = m->n + w->n;
+	m->cfgs = NULL;
 	if (npruned)
-		*npruned = c[0].pruned + c[1].pruned;
+		*npruned = m->pruned + w->pruned;
 out:
 	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
 		free(c[f].cfgs);
@@ -217,7 +234,8 @@ static int add_kernel(const long *values, void *arg)
 		k->cfg = grown;
 		k->cap = cap;
 	}
-	cfg.group_size = 1;
+	if (cfg.group_size) /* gemv has none */
+		cfg.group_size = 1;
 	cfg.split_k = 1;
 	k->cfg[k->n++] = cfg;
 	return 0;

@@ -12,11 +12,12 @@
 /*
  * Every admitted configuration of the GEMM spaces that ktune__gemm_prune
  * keeps for the key (sm_count/smem_limit 0: no device checks): the mma.sync
- * family's in space order, then, when the wgmma family runs for the key on
- * `arch` (aligned keys on sm_90; NULL: no device, mma.sync only), the wgmma
- * family's.  With budget > 0 and more candidates than that, a random sample
- * of `budget` of them (seeded, so a rerun picks the same ones), drawn from
- * each family separately: wgmma gets its proportional share but at least a
+ * family's in space order, the gemv family's for aligned keys, then, when
+ * the wgmma family runs for the key on `arch` (aligned keys on sm_90; NULL:
+ * no device, no wgmma), the wgmma family's.  With budget > 0 and more
+ * candidates than that, a random sample of `budget` of them (seeded, so a
+ * rerun picks the same ones), drawn from mma.sync and gemv together and
+ * from wgmma apart: wgmma gets its proportional share but at least a
  * quarter of the budget when it has that many (candidates.c, wgmma_share).
  */
 int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,

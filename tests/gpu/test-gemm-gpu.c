@@ -2,7 +2,8 @@
  * test-gemm-gpu.c - the GEMM kernels on a GPU: the reference against a
  * float64 CPU result, every configuration of the space on awkward shapes,
  * and split-K with beta != 0; on sm_90, every kernel of the wgmma family in
- * every layout on awkward and large shapes.  Skipped where no GPU is present.
+ * every layout on awkward and large shapes; every kernel of the gemv family
+ * in every layout on few rows of A.  Skipped where no GPU is present.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -305,6 +306,83 @@ static void test_gpu__every_wgmma_kernel(void **state)
 	assert_int_equal(failures, 0);
 }
 
+/*
+ * Every kernel of the gemv family, each in all four layouts (the dtype
+ * alternating), with padded aligned leading dimensions: M from 1 to
+ * BLOCK_M and one M of several tiles, N and K from {1, 7, 33, 127, 1000}
+ * and one LLM weight with an odd K; beta != 0 on every other run, SPLIT_K
+ * cycling through 1, 2, 3, 4, 8 and 16 (splits with no steps of K write
+ * zeros), the split-K counters reused by a second launch.
+ */
+static void test_gpu__every_gemv_kernel(void **state)
+{
+	static const int splits[] = { 1, 2, 3, 4, 8, 16 };
+	static const int large[][3] = { { 1, 4096, 4097 }, { 16, 4104, 1536 }, { 5, 2000, 4096 } };
+	struct ktune_config *cfgs;
+	int nk, failures = 0, runs = 0;
+	struct ktune_err e;
+	(void)state;
+
+	assert_int_equal(ktune__gemm_space_kernels(KTUNE_GEMM_GEMV, &cfgs, &nk, &e), KTUNE_OK);
+	assert_true(nk >= 50);
+	int njobs = nk * 4;
+	struct ktune_compile_job *jobs = calloc((size_t)njobs, sizeof(*jobs));
+	assert_non_null(jobs);
+	for (int i = 0; i < njobs; i++) {
+		int kernel = i / 4, layout = i % 4;
+		jobs[i].key = (struct ktune_key){ .op = "gemm",
+						  .dtype = (kernel + layout) % 2 ? KTUNE_BF16 : KTUNE_F16,
+						  .variant[0] = layout & 1 ? 't' : 'n',
+						  .variant[1] = layout & 2 ? 't' : 'n', .aligned = 1 };
+		jobs[i].cfg = cfgs[kernel];
+	}
+	ktune__compile_jobs(jobs, njobs, ctx->id.arch, ctx->cache_dir, 0);
+
+	for (int i = 0; i < njobs; i++) {
+		if (jobs[i].status) {
+			fprintf(stderr, "compile failed: %s\n", jobs[i].log);
+			failures++;
+			continue;
+		}
+		for (int s = 0; s < 6; s++) {
+			int idx = (7 * i + 41 * s) % 25;
+			struct ktune_config cfg = jobs[i].cfg;
+			cfg.split_k = splits[(i + s) % 6];
+			struct ktune_problem p = {
+				.key = jobs[i].key, .alpha = s % 2 ? 0.75f : 1.0f,
+				.beta = (i + s) % 2 ? -0.5f : 0.0f, .seed = (unsigned)(i * 6 + s + 2000),
+			};
+			if (s < 4) {
+				p.key.m = 1 + (i + s) % cfg.block_m;
+				p.key.n = awkward[idx / 5];
+				p.key.k = awkward[idx % 5];
+			} else if (s == 4) {
+				p.key.m = 2 * cfg.block_m + 3; /* three rows of tiles */
+				p.key.n = awkward[idx / 5];
+				p.key.k = awkward[idx % 5];
+			} else {
+				p.key.m = large[i % 3][0];
+				p.key.n = large[i % 3][1];
+				p.key.k = large[i % 3][2];
+			}
+			/* aligned leading dimensions: rounded up to 8, padded by 8 on every other run */
+			int pad = (i + s) % 2 ? 8 : 0;
+			p.lda = ((p.key.variant[0] == 't' ? p.key.m : p.key.k) + 7) / 8 * 8 + pad;
+			p.ldb = ((p.key.variant[1] == 't' ? p.key.k : p.key.n) + 7) / 8 * 8 + pad;
+			p.ldc = (p.key.n + 7) / 8 * 8 + pad;
+			failures += !verify_one(&p, &cfg, &jobs[i].cubin, 1);
+			if (cfg.split_k > 1) /* the counters were left at zero for this launch */
+				failures += !verify_one(&p, &cfg, &jobs[i].cubin, 1);
+			runs++;
+		}
+	}
+	printf("gemv: %d runs over %d kernels x 4 layouts, %d failures\n", runs, nk, failures);
+	ktune__compile_jobs_free(jobs, njobs);
+	free(jobs);
+	free(cfgs);
+	assert_int_equal(failures, 0);
+}
+
 /* Large shapes and split-K with beta != 0 on the shapes where split-K matters. */
 static void test_gpu__large_and_split_k_with_beta(void **state)
 {
@@ -382,6 +460,7 @@ int main(void)
 		cmocka_unit_test(test_gpu__large_and_split_k_with_beta),
 		cmocka_unit_test(test_gpu__every_config_on_awkward_shapes),
 		cmocka_unit_test(test_gpu__every_wgmma_kernel),
+		cmocka_unit_test(test_gpu__every_gemv_kernel),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

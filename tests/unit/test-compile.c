@@ -37,6 +37,8 @@
 #define NKERNELS 411
 /* The wgmma space: 17 tile shapes x 2 cluster sizes, one ring depth each (gemm_wgmma.yaml). */
 #define NKERNELS_WGMMA 34
+/* Kernels of the gemv family (gemv.yaml): compiled-in combinations. */
+#define NKERNELS_GEMV 119
 
 static char tmp_dir[4096];
 
@@ -304,6 +306,68 @@ static void test_compile__every_wgmma_kernel(void **state)
 	assert_int_equal(ktune__kernel_compile(&key, &kernels[0], "sm_100a", cache, &cubin, &e),
 			 KTUNE_ERR_UNSUPPORTED);
 	assert_non_null(strstr(e.msg, "sm_90a only"));
+	free(jobs);
+	free(kernels);
+}
+
+/*
+ * The gemv family (aligned keys only, every arch from sm_80): a seeded
+ * sample of its kernels, each in one of the 8 dtype x layout variants in
+ * turn (every kernel in every variant with KTUNE_TEST_FULL=1), and the
+ * kernels of shipped entries: each compiles to a CUBIN with gemv_kernel;
+ * shipped ones spill nothing, and at most one in fifty of the rest does.
+ */
+static void test_compile__every_gemv_kernel(void **state)
+{
+	static const char *const layouts[4] = { "nn", "nt", "tn", "tt" };
+	struct ktune_config *kernels;
+	int nkernels;
+	struct ktune_err e;
+	char cache[4200];
+	(void)state;
+
+	if (ktune__gemm_space_kernels(KTUNE_GEMM_GEMV, &kernels, &nkernels, &e))
+		fail_msg("gemv kernels: %s", e.msg);
+	assert_int_equal(nkernels, NKERNELS_GEMV);
+	int cap = nkernels * 8 + 512, njobs = 0;
+	struct ktune_compile_job *jobs = calloc((size_t)cap, sizeof(*jobs));
+	assert_non_null(jobs);
+	for (int i = 0; i < nkernels * 8; i++) {
+		int v = i % 8;
+		if (!full_compile() && (v != (i / 8) % 8 || !sampled((unsigned)(i / 8), 4)))
+			continue;
+		struct ktune_key key = { .op = "gemm", .m = 1, .n = 4096, .k = 4096,
+					 .dtype = v & 1 ? KTUNE_BF16 : KTUNE_F16, .aligned = 1 };
+		assert_int_equal(ktune__layout_parse(layouts[v >> 1], &key), 0);
+		add_job(jobs, &njobs, &key, &kernels[i / 8]);
+	}
+	int nshipped = add_shipped(KTUNE_GEMM_GEMV, jobs, &njobs, cap);
+	fresh_dir("cubin-gemv", cache, sizeof(cache));
+	double t0 = ktune__now();
+	ktune__compile_jobs(jobs, njobs, ARCH, cache, 0);
+	double took = ktune__now() - t0;
+	int nspill = 0;
+	for (int i = 0; i < njobs; i++) {
+		struct ktune_compile_job *j = &jobs[i];
+		char cfg[256], key[128];
+		check_compiled(j, "gemv_kernel", key, cfg);
+		int spills = j->cubin.res.spill_stores || j->cubin.res.spill_loads || j->cubin.res.stack;
+		nspill += spills;
+		/* the tuner drops a kernel that spills (4 of the 952 do), so no entry may have one */
+		if (spills && i >= njobs - nshipped)
+			fail_msg("shipped %s / %s: spills %d + %d bytes, stack %d", key, cfg,
+				 j->cubin.res.spill_stores, j->cubin.res.spill_loads, j->cubin.res.stack);
+	}
+	print_message("%d gemv kernels (%s of %d x 8 variants, and %d more of shipped entries) for %s: %.1f s; "
+		      "%d spill\n", njobs, full_compile() ? "all" : "a sample", nkernels, nshipped, ARCH, took, nspill);
+	assert_true(nspill * 50 <= njobs);
+	/* an unaligned key is refused before it reaches a launch */
+	struct ktune_key key = { .op = "gemm", .dtype = KTUNE_BF16, .variant = "nt", .m = 1, .n = 64,
+				 .k = 64, .aligned = 0 };
+	char why[256];
+	assert_int_equal(ktune__gemm_prune(&key, &kernels[0], 132, 0, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "aligned"));
+	ktune__compile_jobs_free(jobs, njobs);
 	free(jobs);
 	free(kernels);
 }
@@ -598,6 +662,7 @@ int main(void)
 		cmocka_unit_test(test_compile__cache_keys_on_options),
 		cmocka_unit_test(test_compile__every_gemm_kernel_then_cache),
 		cmocka_unit_test(test_compile__every_wgmma_kernel),
+		cmocka_unit_test(test_compile__every_gemv_kernel),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -38,7 +38,8 @@ static int config_equal(const struct ktune_config *a, const struct ktune_config 
 	return a->block_m == b->block_m && a->block_n == b->block_n && a->block_k == b->block_k &&
 	       a->warps_m == b->warps_m && a->warps_n == b->warps_n && a->stages == b->stages &&
 	       a->group_size == b->group_size && a->split_k == b->split_k &&
-	       a->family == b->family && a->consumers == b->consumers && a->cluster_m == b->cluster_m;
+	       a->family == b->family && a->consumers == b->consumers && a->cluster_m == b->cluster_m &&
+	       a->warps_k == b->warps_k;
 }
 
 static void assert_config_equal(const struct ktune_config *a, const struct ktune_config *b)
@@ -548,7 +549,9 @@ static void test_gemm_op__candidates(void **state)
 	char why[256];
 	(void)state;
 
-	const long total = ktune__space_count(ktune__gemm_space(NULL));
+	/* an aligned key: gemv's space is drawn from too, all of it pruned at M = 4096 */
+	const long total = ktune__space_count(ktune__gemm_space(NULL)) +
+			   ktune__space_count(ktune__gemm_family_space(KTUNE_GEMM_GEMV, NULL));
 	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 0, 1, &all, &nall, &pall, &e),
 			 KTUNE_OK);
 	assert_true(nall > 10);
@@ -925,6 +928,127 @@ static void test_gemm_op__wgmma_prune(void **state)
 	}
 }
 
+/* The gemv family: its text, space, launch contract, pruning and place among the candidates. */
+static void test_gemm_op__gemv_family(void **state)
+{
+	const struct ktune_config gv = { .block_m = 8, .block_n = 64, .warps_n = 2, .warps_k = 4,
+					 .stages = 4, .split_k = 4, .family = KTUNE_GEMM_GEMV };
+	struct ktune_config c;
+	char text[256], why[256];
+	struct ktune_err e;
+	(void)state;
+
+	ktune__gemm_config_format(&gv, text, sizeof(text));
+	assert_string_equal(text, "FAMILY=gemv,BLOCK_M=8,BLOCK_N=64,WARPS_N=2,WARPS_K=4,STAGES=4,SPLIT_K=4");
+	assert_int_equal(ktune__gemm_config_parse(text, &c, &e), KTUNE_OK);
+	assert_config_equal(&c, &gv);
+	assert_true(ktune__gemm_config_admitted(&c, &e));
+	/* another family's field is refused */
+	assert_int_equal(ktune__gemm_config_parse("FAMILY=gemv,BLOCK_M=8,BLOCK_N=64,WARPS_N=2,WARPS_K=4,"
+						  "STAGES=4,SPLIT_K=4,BLOCK_K=32", &c, &e), KTUNE_ERR_PARSE);
+	assert_non_null(strstr(e.msg, "BLOCK_K"));
+	/* a warp owns whole 32-column groups */
+	c = gv;
+	c.warps_n = 4;
+	assert_false(ktune__gemm_config_admitted(&c, &e));
+
+	struct ktune_config *k;
+	int n;
+	assert_int_equal(ktune__gemm_space_kernels(KTUNE_GEMM_GEMV, &k, &n, &e), KTUNE_OK);
+	assert_int_equal(n, 119);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(k[i].family, KTUNE_GEMM_GEMV);
+		ktune__gemm_config_format(&k[i], text, sizeof(text));
+		assert_int_equal(ktune__gemm_config_parse(text, &c, &e), KTUNE_OK);
+		assert_config_equal(&c, &k[i]);
+		/* what the space admits, the kernel's static_asserts accept */
+		assert_true(c.block_m == 8 || c.block_m == 16);
+		assert_int_equal(c.block_n % (c.warps_n * 32), 0);
+		assert_true(ktune__gemm_smem_bytes(NULL, &c) <= 64 * 1024 + 16);
+	}
+	free(k);
+
+	/* the contract: gemm.cu's grid and scratch, its own block and shared memory */
+	struct ktune_key key = make_key(KTUNE_BF16, "nt", 3, 4096, 4096);
+	unsigned grid[3];
+	ktune__gemm_grid(&key, &gv, grid);
+	assert_int_equal(grid[0], 64);
+	assert_int_equal(grid[2], 4);
+	assert_int_equal(ktune__gemm_threads(&gv), 256);
+	assert_int_equal(ktune__gemm_smem_bytes(&key, &gv), 3 * 64 * 8 * 4 + 16);
+	assert_int_equal(ktune__gemm_partials_bytes(&key, &gv, 0), 4 * 3 * 4096 * 4);
+	assert_int_equal(ktune__gemm_counters(&key, &gv, 0), 64);
+	char opts[16][48];
+	assert_int_equal(ktune__gemm_defines(&key, &gv, opts, 16), 8);
+	assert_string_equal(opts[3], "-DWARPS_K=4");
+	assert_string_equal(opts[7], "-DTRANS_B=1");
+	assert_string_equal(ktune__gemm_entry(KTUNE_GEMM_GEMV), "gemv_kernel");
+	assert_string_equal(ktune__gemm_family_name(KTUNE_GEMM_GEMV), "gemm_gemv");
+	assert_string_equal(ktune__gemm_compile_arch(KTUNE_GEMM_GEMV, "sm_90"), "sm_90");
+	assert_true(ktune__gemm_family_runs(KTUNE_GEMM_GEMV, "sm_80", 1));
+	assert_false(ktune__gemm_family_runs(KTUNE_GEMM_GEMV, "sm_90", 0));
+	assert_true(ktune__gemm_same_kernel(&gv, &(struct ktune_config){ .block_m = 8, .block_n = 64,
+		.warps_n = 2, .warps_k = 4, .stages = 4, .split_k = 1, .family = KTUNE_GEMM_GEMV }));
+	c = gv;
+	c.warps_k = 2;
+	assert_false(ktune__gemm_same_kernel(&gv, &c));
+	assert_int_equal(ktune__gemv_kstep(&key), 32);
+
+	/* pruning */
+	assert_int_equal(ktune__gemm_prune(&key, &gv, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	struct ktune_key tall = make_key(KTUNE_BF16, "nt", 9, 4096, 4096);
+	assert_int_equal(ktune__gemm_prune(&tall, &gv, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "reads B again"));
+	c = gv;
+	c.block_m = 16;
+	assert_int_equal(ktune__gemm_prune(&key, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "padding"));
+	assert_int_equal(ktune__gemm_prune(&tall, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 0);
+	struct ktune_key shallow = make_key(KTUNE_BF16, "nn", 1, 4096, 512); /* 32 steps of 16 */
+	assert_int_equal(ktune__gemm_prune(&shallow, &gv, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "steps of K"));
+	c = gv;
+	c.split_k = 16;
+	c.block_n = 32;
+	c.warps_n = 1;
+	struct ktune_key wide = make_key(KTUNE_BF16, "nt", 1, 28672, 65536);
+	assert_int_equal(ktune__gemm_prune(&wide, &c, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "blocks"));
+	key.aligned = 0;
+	assert_int_equal(ktune__gemm_prune(&key, &gv, SMS, SMEM_LIMIT, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "aligned"));
+	key.aligned = 1;
+
+	/* candidates: mma.sync, then gemv (aligned keys of few rows), then wgmma */
+	struct ktune_config *cfgs;
+	int total, first_gemv = -1, first_wgmma = -1, pruned;
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", SMS, SMEM_LIMIT, 0, 1, &cfgs, &total,
+						&pruned, &e), KTUNE_OK);
+	for (int i = 0; i < total; i++) {
+		if (cfgs[i].family == KTUNE_GEMM_GEMV && first_gemv < 0)
+			first_gemv = i;
+		if (cfgs[i].family == KTUNE_GEMM_WGMMA && first_wgmma < 0)
+			first_wgmma = i;
+		if (first_gemv >= 0)
+			assert_int_not_equal(cfgs[i].family, KTUNE_GEMM_MMA);
+		if (first_wgmma >= 0)
+			assert_int_equal(cfgs[i].family, KTUNE_GEMM_WGMMA);
+	}
+	assert_true(first_gemv > 0 && first_wgmma > first_gemv + 20);
+	free(cfgs);
+	/* no device: mma.sync and gemv */
+	assert_int_equal(ktune__gemm_candidates(&key, NULL, SMS, SMEM_LIMIT, 0, 1, &cfgs, &n, &pruned, &e),
+			 KTUNE_OK);
+	assert_int_equal(n, first_wgmma);
+	free(cfgs);
+	key.aligned = 0;
+	assert_int_equal(ktune__gemm_candidates(&key, "sm_90", SMS, SMEM_LIMIT, 0, 1, &cfgs, &n, &pruned, &e),
+			 KTUNE_OK);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(cfgs[i].family, KTUNE_GEMM_MMA);
+	free(cfgs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -943,6 +1067,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_op__wgmma_parse_is_strict),
 		cmocka_unit_test(test_gemm_op__wgmma_same_kernel_and_contract),
 		cmocka_unit_test(test_gemm_op__wgmma_prune),
+		cmocka_unit_test(test_gemm_op__gemv_family),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
