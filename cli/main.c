@@ -44,7 +44,7 @@ const struct cmd cli_commands[] = {
 	  "\n" COMMON },
 	{ "compile", cmd_compile, "compile an op's configurations with NVRTC (no GPU needed)",
 	  "usage: ktune compile [--op gemm] [--arch sm_90] [--dtype D] [--layout L] [--aligned 0|1]\n"
-	  "                     [--family gemm|gemm_wgmma] [--jobs N] [--format table|csv]\n"
+	  "                     [--family gemm|gemm_wgmma|gemm_gemv] [--jobs N] [--format table|csv]\n"
 	  "       ktune compile --op OP [--arch sm_90] [--dtype D] [--aligned 0|1] [--jobs N]\n"
 	  "                     [--format table|csv]\n\n"
 	  "GEMM (the default): compiles every configuration that the GEMM search spaces\n"

@@ -1,12 +1,14 @@
 /*
  * gemm_quant.c - the op "gemm_quant": C[M, N] = A[M, K] * dequant(Wq)[N, K]^T
  * (+ bias), weights packed at 8, 4, 2 or 1 bits with gemlite's four
- * dequantisation modes (src/ops/quant.h, docs/quant.md).  Four families:
+ * dequantisation modes (src/ops/quant.h, docs/quant.md).  Six families:
  * a split-K GEMV for few rows of A (kernels/templates/qgemv.cu), a tiled
  * mma.sync kernel (qgemm.cu), a register-streamed mma.sync kernel for M
  * of 1 to 128 (qmma.cu), and one for few rows of A that puts the codes
- * themselves on the tensor cores (qcode.cu), and on sm_90 one on the
- * warpgroup MMA for the M where the tensor cores set the time (qwgmma.cu);
+ * themselves on the tensor cores (qcode.cu), one for few rows of A that
+ * puts the weights on the mma's 16-row side and dequantises them in pairs
+ * of the element type (qfrag.cu), and on sm_90 one on the warpgroup MMA
+ * for the M where the tensor cores set the time (qwgmma.cu);
  * a split call adds its fp32 partials in order with a second kernel
  * (quant.cuh's quant_reduce_kernel; qwgmma's, quant_sum.cuh's
  * quant_sum_kernel: the same sums, four columns a thread).
@@ -28,7 +30,7 @@
 #include "ops/quant-ref.h"
 #include "runtime/op_run.h"
 
-enum { GEMV, MMA, QMMA, QCODE, QWGMMA };
+enum { GEMV, MMA, QMMA, QCODE, QWGMMA, QFRAG };
 enum { BUF_A, BUF_WQ, BUF_SCALES, BUF_ZEROS, BUF_BIAS, BUF_C };
 
 static const char *const bits_choices[] = { "4", "8", "2", "1", NULL };
@@ -53,6 +55,7 @@ static const struct ktune_family families[] = {
 	{ "qmma", "qmma.cu", "qmma.yaml", { "qmma_kernel", "quant_reduce_kernel" } },
 	{ "qcode", "qcode.cu", "qcode.yaml", { "qcode_kernel", "quant_reduce_kernel" } },
 	{ "qwgmma", "qwgmma.cu", "qwgmma.yaml", { "qwgmma_kernel", "quant_sum_kernel" }, "sm_90a" },
+	{ "qfrag", "qfrag.cu", "qfrag.yaml", { "qfrag_kernel", "quant_reduce_kernel" } },
 };
 
 static const ktune_dtype dtypes[] = { KTUNE_BF16, KTUNE_F16 };
@@ -445,6 +448,44 @@ static int qwgmma_prune(const struct ktune_key *key, const struct ktune_quant_sh
 	return k_split_prune(1, split > cluster ? split : cluster, stages, blocks, sms, why, len);
 }
 
+/*
+ * qfrag: few rows of A (it holds MAX_M <= 16 of them at a time); a lane's
+ * chunk of CH = VEC x PER_WORD weights must lie in k and inside one group
+ * (qfrag.cu); the activations of a chunk take CH / 2 registers for each 8
+ * rows of A.
+ */
+static int qfrag_prune(const struct ktune_key *key, const struct ktune_quant_shape *s, const struct ktune_config *c,
+		       int sms, char *why, size_t len)
+{
+	long ch = param(c, "VEC", 4) * s->per_word, wk = param(c, "WARPS_K", 8), stages = param(c, "STAGES", 2);
+	long split = param(c, "SPLIT_K", 1), rt = param(c, "ROW_TILES", 1), mtiles = (gemv_max_m(key) + 7) / 8;
+	int64_t steps = cdiv(key->k, 4 * ch), blocks = cdiv(key->n, 16 * rt) * cdiv(key->m, gemv_max_m(key));
+	if (key->m > GEMV_MAX_M) {
+		snprintf(why, len, "%lld rows of A: qfrag holds %d at a time (the tiled families')", (long long)key->m,
+			 GEMV_MAX_M);
+		return 1;
+	}
+	if (key->k % ch || (!s->channel && ch > s->group)) {
+		snprintf(why, len, "a lane's %ld weights are not inside one group of %lld and k = %lld", ch,
+			 (long long)s->group, (long long)key->k);
+		return 1;
+	}
+	if (ch / 2 * mtiles > 32) {
+		snprintf(why, len, "%ld registers of activations a lane", ch / 2 * mtiles);
+		return 1;
+	}
+	if (wk * stages > 1 && cdiv(steps, split) < wk * stages) {
+		snprintf(why, len, "%lld steps of k a block for WARPS_K %ld x STAGES %ld", (long long)cdiv(steps, split),
+			 wk, stages);
+		return 1;
+	}
+	if (split > 1 && blocks * split > 8L * sms) {
+		snprintf(why, len, "split %ld over %lld blocks", split, (long long)blocks);
+		return 1;
+	}
+	return 0;
+}
+
 static int prune(const struct ktune_key *key, const struct ktune_config *c, int sm_count, char *why, size_t len)
 {
 	struct ktune_quant_shape s;
@@ -491,6 +532,8 @@ static int prune(const struct ktune_key *key, const struct ktune_config *c, int 
 		return qcode_prune(key, &s, c, sms, why, len);
 	if (c->family == QWGMMA)
 		return qwgmma_prune(key, &s, c, sms, why, len);
+	if (c->family == QFRAG)
+		return qfrag_prune(key, &s, c, sms, why, len);
 	long bm = param(c, "BLOCK_M", 16), bn = param(c, "BLOCK_N", 64), bk = param(c, "BLOCK_K", 64);
 	long smem = qgemm_smem(&s, c);
 	int64_t tiles = cdiv(key->n, bn) * cdiv(key->m, bm), k_tiles = cdiv(key->k, bk);
@@ -527,7 +570,7 @@ static int defines(const struct ktune_key *key, const struct ktune_config *c, ch
 	snprintf(opts[n++], 48, "-DBITS=%d", s.bits);
 	snprintf(opts[n++], 48, "-DGROUP=%lld", s.channel ? 0LL : (long long)s.group);
 	snprintf(opts[n++], 48, "-DMODE=%d", (int)s.mode);
-	if (c->family == GEMV || c->family == QCODE)
+	if (c->family == GEMV || c->family == QCODE || c->family == QFRAG)
 		snprintf(opts[n++], 48, "-DMAX_M=%d", gemv_max_m(key));
 	for (int i = 0; i < sp->nparams; i++)
 		if (strcmp(sp->params[i].name, "SPLIT_K"))
@@ -560,6 +603,11 @@ static int steps(const struct ktune_key *key, const struct ktune_config *c, cons
 		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, rows), (unsigned)split,
 						 (unsigned)(mblocks < 65535 ? mblocks : 65535) },
 					       { (unsigned)threads, 1, 1 }, 0 };
+	} else if (c->family == QFRAG) {
+		int64_t mblocks = cdiv(m, gemv_max_m(key));
+		*l = (struct ktune_op_launch){ { (unsigned)cdiv(n, 16 * param(c, "ROW_TILES", 1)), (unsigned)split,
+						 (unsigned)(mblocks < 65535 ? mblocks : 65535) },
+					       { (unsigned)(32 * param(c, "WARPS_K", 8)), 1, 1 }, 0 };
 	} else if (c->family == QCODE) {
 		long threads = 32 * param(c, "WARPS_N", 1) * param(c, "WARPS_K", 4);
 		int64_t passes = cdiv(m, qcode_tokens(key));
@@ -746,7 +794,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.fields = fields,
 	.nfields = 7,
 	.families = families,
-	.nfamilies = 5,
+	.nfamilies = 6,
 	.dtypes = dtypes,
 	.ndtypes = 2,
 	.suite = "dtypes: [bf16]\n"

@@ -1,6 +1,6 @@
 /*
  * test-quant-gpu.c - the weight-quantized GEMM (gemm_quant: qgemv.cu,
- * qgemm.cu, qmma.cu, qcode.cu, qwgmma.cu and the split-K sum) on a GPU against its float64 reference
+ * qgemm.cu, qmma.cu, qcode.cu, qwgmma.cu, qfrag.cu and the split-K sum) on a GPU against its float64 reference
  * (src/ops/quant-ref.c).  Skipped where no GPU is present.
  *
  * Every config: through the tuner's own problem (src/tuner/worker-op.c:
@@ -19,7 +19,8 @@
  *     {8, 4104}, k = 3 groups and 4096: a seeded sample of
  *     KTUNE_TEST_QMMA_SAMPLE (default 8) of its candidates a key, all of
  *     them with KTUNE_TEST_QMMA_SAMPLE=0 (or KTUNE_TEST_FULL=1);
- *   - the qcode family alone the same way (KTUNE_TEST_QCODE_SAMPLE), and
+ *   - the qcode family alone the same way (KTUNE_TEST_QCODE_SAMPLE), the
+ *     qfrag family on m in {1, 3, 8, 16} (KTUNE_TEST_QFRAG_SAMPLE), and
  *     the qwgmma family on m in {33, 64, 128, 200}
  *     (KTUNE_TEST_QWGMMA_SAMPLE; sm_90 only: elsewhere it has no
  *     candidate and the test says so).
@@ -242,6 +243,14 @@ static void test_quant_gpu__qcode_every_format(void **state)
 {
 	(void)state;
 	one_family_every_format("qcode", "KTUNE_TEST_QCODE_SAMPLE", few_and_many, 5);
+}
+
+/* qfrag: its k-permutation of pairs, chunks past k, clamped rows of W, passes of rows of A. */
+static void test_quant_gpu__qfrag_every_format(void **state)
+{
+	(void)state;
+	static const int64_t few[] = { 1, 3, 8, 16 }; /* it holds 16 rows of A at most */
+	one_family_every_format("qfrag", "KTUNE_TEST_QFRAG_SAMPLE", few, 4);
 }
 
 /* ------------------------------------------------------------ the public API */
@@ -474,6 +483,7 @@ int main(void)
 		cmocka_unit_test(test_quant_gpu__every_candidate),
 		cmocka_unit_test(test_quant_gpu__qmma_every_format),
 		cmocka_unit_test(test_quant_gpu__qcode_every_format),
+		cmocka_unit_test(test_quant_gpu__qfrag_every_format),
 		cmocka_unit_test(test_quant_gpu__qwgmma_every_format),
 		cmocka_unit_test(test_quant_gpu__every_format_awkward_shapes),
 	};

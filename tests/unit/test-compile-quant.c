@@ -185,7 +185,7 @@ static void test_compile_quant__formats_and_suite(void **state)
 		ktune__sample_configs(w.cfgs, w.n, keep, 3);
 		for (int i = 0; i < w.n && taken < keep && njobs < cap; i++) {
 			int f = (i * 37 + fam) % 64;
-			int few = fam == 0 || !strcmp(op->families[fam].name, "qcode"); /* the families of few rows */
+			int few = fam == 0 || !strcmp(op->families[fam].name, "qcode") || !strcmp(op->families[fam].name, "qfrag"); /* the families of few rows */
 			int64_t rows = few ? gemv_m[i % 5] : mma_m[i % 2];
 			struct ktune_key key = format_key(op, i % 3 ? KTUNE_BF16 : KTUNE_F16, f / 16, (f / 4) % 4, f % 4, rows);
 			if (!fits(op, &key, &w.cfgs[i]))
