@@ -13,9 +13,10 @@
 #include "search/space.h"
 
 /*
- * Fields a GEMM family does not have are 0 (warps_* for wgmma, consumers,
- * cluster_m and warps_k for mma.sync, BLOCK_K and the wgmma's for gemv), so that positional initialisers of mma.sync
- * configs stay valid.
+ * Fields a GEMM family does not have are 0 (warps_* for wgmma; consumers,
+ * cluster_m and warps_k for mma.sync; block_k, warps_m, group_size and the
+ * wgmma's for gemv), so that positional initialisers of mma.sync configs
+ * stay valid.
  */
 struct ktune_config {
 	int block_m, block_n, block_k; /* GEMM: compiled in; BLOCK_K is 64 for wgmma */

@@ -308,11 +308,12 @@ static void model_gemv(const struct ktune_key *key, const struct ktune_config *c
 	/* a lane's registers: B and A of the steps in flight, the accumulators, ~40 of addresses */
 	int regs = c->stages * (warp_n * kstep / 64 + c->block_m / 2) + warp_n * c->block_m / 32 + 40;
 	int warp_regs = ((regs + 7) / 8 * 8 * 32 + 255) / 256 * 256;
+	int by_smem = d->smem_sm / (int)(ktune__gemm_smem_bytes(key, c) + 1024);
 	int occ = 2048 / (warps * 32);
 	if (occ > 65536 / (warp_regs * warps))
 		occ = 65536 / (warp_regs * warps);
-	if (occ > d->smem_sm / (int)(ktune__gemm_smem_bytes(key, c) + 1024))
-		occ = d->smem_sm / (int)(ktune__gemm_smem_bytes(key, c) + 1024);
+	if (occ > by_smem)
+		occ = by_smem;
 	occ = occ < 1 ? 1 : occ > 32 ? 32 : occ;
 
 	int64_t resident = blocks < (int64_t)d->sms * occ ? blocks : (int64_t)d->sms * occ;

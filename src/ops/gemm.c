@@ -619,12 +619,9 @@ int ktune__gemm_prune(const struct ktune_key *key, const struct ktune_config *c,
 		      int sm_count, int smem_limit, char *why, size_t len)
 {
 	size_t smem = ktune__gemm_smem_bytes(key, c);
-	if (c->family == KTUNE_GEMM_WGMMA && !key->aligned) {
-		snprintf(why, len, "the wgmma family needs 16-byte aligned operands (TMA)");
-		return 1;
-	}
-	if (c->family == KTUNE_GEMM_GEMV && !key->aligned) {
-		snprintf(why, len, "the gemv family needs 16-byte aligned operands");
+	if (c->family != KTUNE_GEMM_MMA && !key->aligned) {
+		snprintf(why, len, "the %s family needs 16-byte aligned operands (%s)", family_of(c)->tag,
+			 c->family == KTUNE_GEMM_WGMMA ? "TMA" : "its loads go straight to registers");
 		return 1;
 	}
 	if (smem_limit > 0 && smem > (size_t)smem_limit) {

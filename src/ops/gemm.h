@@ -3,8 +3,8 @@
  * template families (kernels/templates/gemm.cu, mma.sync, any GPU from sm_80;
  * kernels/templates/gemm_wgmma.cu, TMA + wgmma, sm_90a and aligned keys
  * only; kernels/templates/gemv.cu, B streamed into mma.sync fragments for few
- * rows of A, aligned keys only), the problem-dependent pruning, the built-in default, FLOP and byte
- * counts and the verification tolerance.
+ * rows of A, aligned keys only), the problem-dependent pruning, the built-in
+ * default, FLOP and byte counts and the verification tolerance.
  */
 #ifndef KTUNE_GEMM_H
 #define KTUNE_GEMM_H

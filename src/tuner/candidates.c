@@ -78,6 +78,23 @@ static int wgmma_share(int budget, int nm, int nw)
 	return w;
 }
 
+/* Moves from's configs (and its pruned count) to the end of to's. */
+static int append(struct collect *to, struct collect *from)
+{
+	to->pruned += from->pruned;
+	from->pruned = 0;
+	if (!from->n)
+		return KTUNE_OK;
+	struct ktune_config *all = realloc(to->cfgs, (size_t)(to->n + from->n) * sizeof(*all));
+	if (!all)
+		return ktune__fail(to->e, KTUNE_ERR_NOMEM, "out of memory");
+	memcpy(all + to->n, from->cfgs, (size_t)from->n * sizeof(*all));
+	to->cfgs = all;
+	to->n += from->n;
+	from->n = 0;
+	return KTUNE_OK;
+}
+
 int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm_count,
 			   int smem_limit, int budget, unsigned seed,
 			   struct ktune_config **out, int *n, int *npruned, struct ktune_err *e)
@@ -107,19 +124,9 @@ int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm
 		}
 	}
 	/* gemv's configs join mma.sync's: the budget's share of wgmma is as it was */
-	struct collect *m = &c[KTUNE_GEMM_MMA], *g = &c[KTUNE_GEMM_GEMV], *w = &c[KTUNE_GEMM_WGMMA];
-	m->pruned += g->pruned;
-	if (g->n) {
-		struct ktune_config *all = realloc(m->cfgs, (size_t)(m->n + g->n) * sizeof(*all));
-		if (!all) {
-			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
-			goto out;
-		}
-		memcpy(all + m->n, g->cfgs, (size_t)g->n * sizeof(*all));
-		m->cfgs = all;
-		m->n += g->n;
-		g->n = 0;
-	}
+	struct collect *m = &c[KTUNE_GEMM_MMA], *w = &c[KTUNE_GEMM_WGMMA];
+	if ((rc = append(m, &c[KTUNE_GEMM_GEMV])))
+		goto out;
 	if (budget > 0 && m->n + w->n > budget) {
 		int share = w->space ? wgmma_share(budget, m->n, w->n) : 0;
 		sample(m, budget - share, seed);
@@ -127,20 +134,13 @@ int ktune__gemm_candidates(const struct ktune_key *key, const char *arch, int sm
 			sample(w, share, seed);
 	}
 	/* mma.sync and gemv first, then wgmma, each in space order (or sample order) */
-	if (w->n) {
-		struct ktune_config *all = realloc(m->cfgs, (size_t)(m->n + w->n) * sizeof(*all));
-		if (!all) {
-			rc = ktune__fail(e, KTUNE_ERR_NOMEM, "out of memory");
-			goto out;
-		}
-		memcpy(all + m->n, w->cfgs, (size_t)w->n * sizeof(*all));
-		m->cfgs = all;
-	}
+	if ((rc = append(m, w)))
+		goto out;
 	*out = m->cfgs;
-	*n = m->n + w->n;
+	*n = m->n;
 	m->cfgs = NULL;
 	if (npruned)
-		*npruned = m->pruned + w->pruned;
+		*npruned = m->pruned;
 out:
 	for (int f = 0; f < KTUNE_GEMM_NFAMILIES; f++)
 		free(c[f].cfgs);
