@@ -703,16 +703,56 @@ static long split_for(int64_t blocks, int sm_count, long most)
 }
 
 /*
- * Up to 4 rows of A: the GEMV, 4 rows of W a block, 128-bit loads, two in
- * flight a row (one at 2 and 1 bits, or for a short row), split until the
- * grid fills the GPU twice.  More: the tiled
- * kernel, its tile grown with M, split likewise.
+ * Up to 16 rows of A: qfrag, which won 32 of the 33 keys of 4, 2 and 1
+ * bits at m <= 16 that the H200's sweeps tried, the other by 0.4%
+ * (bench/results/h200-qfrag-sweep.log, h200-quant-qfrag-*-sweep.log):
+ * one step in flight, a block of 16 rows of W (32 from 9 rows of A on a
+ * weight of 2^25 elements or more, where the grid stays full), warps along
+ * K until the GPU holds about 32 an SM, split only where the blocks are
+ * fewer than half the SMs; 128-bit loads, fewer words where the activations'
+ * registers, the group or k want it, and fewer warps or splits where k
+ * holds too few steps for them.  0 where no such config passes the prune
+ * (k of one or two chunks).
+ */
+static int qfrag_default(const struct ktune_key *key, int sm_count, struct ktune_config *out)
+{
+	static const char *const names[] = { "ROW_TILES", "WARPS_K", "STAGES", "VEC", "SPLIT_K" };
+	long sms = sm_count > 0 ? sm_count : 132, wk0 = 16, split0 = 1;
+	long rt = key->m > 8 && key->n * key->k >= (1LL << 25) ? 2 : 1;
+	int64_t blocks = cdiv(key->n, 16 * rt) * cdiv(key->m, gemv_max_m(key));
+	char why[160];
+
+	while (wk0 > 2 && cdiv(key->n, 16) * wk0 > 32 * sms)
+		wk0 /= 2;
+	while (split0 < 8 && 2 * blocks * split0 < sms)
+		split0 *= 2;
+	for (long vec = 4; vec >= 1; vec /= 2)
+		for (long split = split0; split >= 1; split /= 2)
+			for (long wk = wk0; wk >= 2; wk /= 2) {
+				const long values[] = { rt, wk, 1, vec, split };
+				struct ktune_config c = config_of(QFRAG, names, values, 5);
+				if (!prune(key, &c, sm_count, why, sizeof(why))) {
+					*out = c;
+					return 1;
+				}
+			}
+	return 0;
+}
+
+/*
+ * Up to 16 rows of A, qfrag's default above.  Else, up to 4 rows: the
+ * GEMV, 4 rows of W a block, 128-bit loads, two in flight a row (one at 2
+ * and 1 bits, or for a short row), split until the grid fills the GPU
+ * twice.  More: the tiled kernel, its tile grown with M, split likewise.
  */
 static struct ktune_config default_config(const struct ktune_key *key, int sm_count)
 {
 	struct ktune_quant_shape s;
+	struct ktune_config c;
 	if (key_shape(key, &s, NULL))
 		s = (struct ktune_quant_shape){ .bits = 4, .per_word = 8, .group = 128, .k = key->k };
+	else if (key->m <= GEMV_MAX_M && qfrag_default(key, sm_count, &c))
+		return c;
 	if (key->m <= 4) {
 		static const char *const names[] = { "THREADS", "ROWS", "VEC", "UNROLL", "CACHE", "MIN_WARPS", "SPLIT_K" };
 		int64_t blocks = cdiv(key->n, 4) * cdiv(key->m, gemv_max_m(key));
@@ -786,6 +826,21 @@ static int fit(const struct ktune_key *key, struct ktune_config *c, int sm_count
 	return 0;
 }
 
+/*
+ * The elementwise ops' distance, but an entry of other rows of A is not
+ * borrowed where either side has 16 or fewer: the families of few rows
+ * compile MAX_M in, and their best config moves with it (W8's GEMV tuned
+ * at m = 1 served m = 2 and 4 on the H200 at 0.63 and 0.51 of its own
+ * bandwidth, bench/results/h200-quant-nearest.log), while the
+ * default there is qfrag's, the config most of its sweeps picked.
+ */
+static double distance(const struct ktune_key *a, const struct ktune_key *b)
+{
+	if (a->m != b->m && (a->m <= GEMV_MAX_M || b->m <= GEMV_MAX_M))
+		return INFINITY;
+	return ktune__ew_distance(a, b);
+}
+
 /* ------------------------------------------------------------ the op */
 
 const struct ktune_op ktune__op_gemm_quant = {
@@ -820,7 +875,7 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.workspace = workspace,
 	.default_config = default_config,
 	.arch_default = arch_default,
-	.distance = ktune__ew_distance,
+	.distance = distance,
 	.fit = fit,
 };
 

@@ -9,6 +9,9 @@
  *   - every candidate the prune keeps, with the default, for three keys of
  *     4-bit, group-128 weights: m = 1 (the GEMV's), 16 and 128 (the tiled
  *     kernel's) on a 4104 x 4096 weight (4104 x 384 at m = 128);
+ *   - the default alone, every bits x mode x group, bf16 and f16 in
+ *     turns, m in {1, 3, 8, 16, 33} on n = 8 (k = three groups) and 4104
+ *     (k = 4096);
  *   - every bits x mode x group in bf16, a quarter of them in f16 too, on
  *     m in {1, 3, 16, 33, 128} x n in {1, 8, 4104}, k = three groups (160
  *     per channel): the default and a seeded sample of 2 candidates each.
@@ -73,8 +76,8 @@ static void compile_job(int i, void *arg)
 }
 
 /*
- * One key's problem, and `budget` of its candidates (0: all) with the
- * default, each run and checked; family >= 0: only that family's
+ * One key's problem, and `budget` of its candidates (0: all, -1: none)
+ * with the default, each run and checked; family >= 0: only that family's
  * candidates (a seeded sample of `budget` of them), without the default.
  */
 static void run_key_family(struct ktune_key key, int budget, int family)
@@ -90,8 +93,9 @@ static void run_key_family(struct ktune_key key, int budget, int family)
 	if (ktune__op_problem_open(ctx, &key, 1, 0, &p, &e))
 		fail_msg("%s: %s", what, e.msg);
 	key = p->key;
-	assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, family >= 0 ? 0 : budget, 7, &cfgs, &n,
-					      &npruned, &e), 0);
+	if (budget >= 0)
+		assert_int_equal(ktune__op_candidates(op, &key, ctx->id.arch, sm_count, family >= 0 ? 0 : budget, 7, &cfgs,
+						      &n, &npruned, &e), 0);
 	if (family >= 0) {
 		int kept = 0;
 		for (int i = 0; i < n; i++)
@@ -187,6 +191,30 @@ static void test_quant_gpu__every_format_awkward_shapes(void **state)
 							run_key(quant_key(d ? KTUNE_F16 : KTUNE_BF16, b, g, mode, ms[mi], ns[ni], k),
 								full ? 0 : 2);
 						}
+	assert_int_equal(failures, 0);
+}
+
+/*
+ * The untuned default alone (qfrag's up to 16 rows of A, where k holds its
+ * steps): every bits x mode x group, bf16 and f16 in turns, m in {1, 3, 8,
+ * 16, 33} on n = 8 with k of three groups (160 per channel) and n = 4104
+ * with k = 4096.
+ */
+static void test_quant_gpu__default_every_format(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = { 1, 3, 8, 16, 33 };
+	int f = 0;
+	failures = 0;
+	for (int b = 0; b < 4; b++)
+		for (int g = 0; g < 4; g++)
+			for (int mode = 0; mode < 4; mode++, f++)
+				for (int mi = 0; mi < 5; mi++)
+					for (int big = 0; big < 2; big++) {
+						int64_t k = big ? 4096 : group_sizes[g] ? 3 * group_sizes[g] : 160;
+						run_key(quant_key(f % 2 ? KTUNE_F16 : KTUNE_BF16, b, g, mode, ms[mi], big ? 4104 : 8, k),
+							-1);
+					}
 	assert_int_equal(failures, 0);
 }
 
@@ -481,6 +509,7 @@ int main(void)
 		cmocka_unit_test(test_quant_gpu__bad_arguments),
 		cmocka_unit_test(test_quant_gpu__packed_on_the_host_every_mode),
 		cmocka_unit_test(test_quant_gpu__every_candidate),
+		cmocka_unit_test(test_quant_gpu__default_every_format),
 		cmocka_unit_test(test_quant_gpu__qmma_every_format),
 		cmocka_unit_test(test_quant_gpu__qcode_every_format),
 		cmocka_unit_test(test_quant_gpu__qfrag_every_format),

@@ -680,6 +680,44 @@ static void test_dispatch__op_neighbour_fitted(void **state)
 }
 
 /*
+ * A quantized GEMM of few rows of A borrows only from its own bucket of
+ * rows: W8's GEMV tuned at m = 1 serves m = 1 on another weight, but m = 2
+ * gets the default (qfrag's); m = 128 still borrows from m = 128.
+ */
+static void test_dispatch__quant_neighbour_same_rows(void **state)
+{
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	struct ktune_key one = { .op = "gemm_quant", .dtype = KTUNE_BF16, .variant = "8,chan,scale_shift,v1", .m = 1,
+				 .n = 4096, .k = 4096, .aligned = 1 };
+	struct ktune_key many = one;
+	struct ktune_config gemv, wide, cfg;
+	struct ktune_err e;
+	(void)state;
+
+	many.m = 128;
+	assert_int_equal(ktune__op_config_parse(op, "qgemv", "THREADS=128,ROWS=8,VEC=4,UNROLL=1,CACHE=0,MIN_WARPS=0,"
+						"SPLIT_K=1", &gemv, &e), 0);
+	assert_int_equal(ktune__op_config_parse(op, "qwgmma", "BLOCK_M=128,WGS=1,SLABS=1,STAGES=6,OVERLAP=0,"
+						"CLUSTER_K=1,SPLIT_K=1", &wide, &e), 0);
+	struct ktune_entry ents[] = { entry(one, gemv, 1), entry(many, wide, 1) };
+	ktune_ctx *ctx = make_ctx_no_blas(ents, 2);
+	struct ktune_key q = one;
+	q.n = 6144;
+	assert_string_equal(choose(ctx, q, &cfg), "nearest");
+	assert_string_equal(op->families[cfg.family].name, "qgemv");
+	q.m = 2;
+	assert_string_equal(choose(ctx, q, &cfg), "default");
+	assert_string_equal(op->families[cfg.family].name, "qfrag");
+	q.m = 16;
+	assert_string_equal(choose(ctx, q, &cfg), "default");
+	q = many;
+	q.n = 6144;
+	assert_string_equal(choose(ctx, q, &cfg), "nearest");
+	assert_string_equal(op->families[cfg.family].name, "qwgmma");
+	free_ctx(ctx);
+}
+
+/*
  * An attention key nobody tuned: on sm_90 the forward's default is the wgmma
  * family's, kept by the key's prune (D = 256 too); short lengths and other
  * archs keep the mma.sync defaults (the backward's: the test below).
@@ -857,6 +895,7 @@ int main(void)
 		cmocka_unit_test(test_dispatch__decision_is_pure),
 		cmocka_unit_test(test_dispatch__op_neighbour_kept_by_prune),
 		cmocka_unit_test(test_dispatch__op_neighbour_fitted),
+		cmocka_unit_test(test_dispatch__quant_neighbour_same_rows),
 		cmocka_unit_test(test_dispatch__attention_default_by_arch),
 		cmocka_unit_test(test_dispatch__attention_bwd_default_is_wgmma_on_sm90),
 		cmocka_unit_test(test_dispatch__attention_bwd_default_by_shape),

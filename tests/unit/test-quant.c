@@ -744,6 +744,76 @@ static void test_quant__prune(void **state)
 	}
 }
 
+/*
+ * The untuned default of every format, on awkward shapes and the LLM
+ * weights: always a config the prune admits, qfrag's on m <= 16 wherever k
+ * holds its steps, and on the H200's swept keys the config they picked or
+ * its near kin (docs/quant.md).
+ */
+static void test_quant__default_every_format(void **state)
+{
+	(void)state;
+	const struct ktune_op *op = ktune__op_find("gemm_quant");
+	static const char *const bits[] = { "8", "4", "2", "1" }, *const groups[] = { "32", "64", "128", "chan" };
+	static const int64_t ms[] = { 1, 3, 8, 16, 33, 128 }, ns[] = { 1, 8, 4104, 28672 }, ks[] = { 96, 384, 4096 };
+	struct ktune_err e;
+	int qfrag = 0, small = 0;
+	for (int b = 0; b < 4; b++)
+		for (int g = 0; g < 4; g++)
+			for (int i = 0; i < 6; i++)
+				for (int j = 0; j < 4; j++)
+					for (int l = 0; l < 3; l++) {
+						int64_t k = ks[l];
+						struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = ms[i],
+									 .n = ns[j], .k = k, .aligned = 1 };
+						const char *values[] = { bits[b], groups[g], "scale_shift", NULL, NULL, NULL, NULL };
+						char text[256], why[256];
+						if (g < 3 && k % atoi(groups[g]))
+							continue;
+						assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
+						op->key_bucket(&key);
+						struct ktune_config d = op->default_config(&key, 132);
+						assert_int_equal(ktune__op_config_format(op, &d, text, sizeof(text)), 0);
+						if (op->prune(&key, &d, 132, why, sizeof(why)))
+							fail_msg("%s bits, group %s, %lldx%lldx%lld: default %s pruned: %s",
+								 bits[b], groups[g], (long long)key.m, (long long)key.n,
+								 (long long)k, text, why);
+						int is_qfrag = !strcmp(op->families[d.family].name, "qfrag");
+						if (ms[i] > 16)
+							assert_false(is_qfrag);
+						if (ms[i] <= 16 && k == 4096) {
+							small++;
+							qfrag += is_qfrag;
+						}
+					}
+	assert_int_equal(qfrag, small); /* k = 4096 holds every format's steps */
+	/* the H200's picks (bench/results/h200-qfrag-sweep.log, -formats-sweep.log) */
+	static const struct {
+		int64_t m, n, k;
+		const char *want;
+	} picks[] = {
+		{ 1, 4096, 4096, "ROW_TILES=1,WARPS_K=16,STAGES=1,VEC=4,SPLIT_K=1" },
+		{ 8, 6144, 4096, "ROW_TILES=1,WARPS_K=8,STAGES=1,VEC=4,SPLIT_K=1" },
+		{ 4, 14336, 4096, "ROW_TILES=1,WARPS_K=4,STAGES=1,VEC=4,SPLIT_K=1" },
+		{ 16, 14336, 4096, "ROW_TILES=2,WARPS_K=4,STAGES=1,VEC=4,SPLIT_K=1" },
+		{ 16, 28672, 4096, "ROW_TILES=2,WARPS_K=2,STAGES=1,VEC=4,SPLIT_K=1" },
+		{ 2, 4096, 14336, "ROW_TILES=1,WARPS_K=16,STAGES=1,VEC=4,SPLIT_K=1" },
+		{ 16, 4096, 14336, "ROW_TILES=2,WARPS_K=16,STAGES=1,VEC=4,SPLIT_K=1" },
+	};
+	for (size_t i = 0; i < sizeof(picks) / sizeof(picks[0]); i++) {
+		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = picks[i].m, .n = picks[i].n,
+					 .k = picks[i].k, .aligned = 1 };
+		const char *values[] = { "4", "128", "scale_shift", NULL, NULL, NULL, NULL };
+		char text[256];
+		assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
+		op->key_bucket(&key);
+		struct ktune_config d = op->default_config(&key, 132);
+		assert_int_equal(ktune__op_config_format(op, &d, text, sizeof(text)), 0);
+		assert_string_equal(op->families[d.family].name, "qfrag");
+		assert_string_equal(text, picks[i].want);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -761,6 +831,7 @@ int main(void)
 		cmocka_unit_test(test_quant__key_check_and_bucket),
 		cmocka_unit_test(test_quant__steps_and_workspace),
 		cmocka_unit_test(test_quant__prune),
+		cmocka_unit_test(test_quant__default_every_format),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
