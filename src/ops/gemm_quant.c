@@ -852,15 +852,35 @@ const struct ktune_op ktune__op_gemm_quant = {
 	.nfamilies = 6,
 	.dtypes = dtypes,
 	.ndtypes = 2,
-	.suite = "dtypes: [bf16]\n"
-		 "bits: [4, 8]\n"
-		 "group: [128]\n"
-		 "mode: [scale_shift]\n"
-		 "shapes:\n"
-		 "  - {m: [1, 2, 4, 8, 16, 32, 64, 128], n: 4096, k: 4096}\n"
-		 "  - {m: 1, n: 14336, k: 4096}\n"
-		 "  - {m: 128, n: [6144, 14336, 28672], k: 4096}\n"
-		 "  - {m: 128, n: 4096, k: 14336}\n",
+	/* W4 and W8 on the square weight and at M = 128; W4 at decode's M on the other LLM weights; the other formats */
+	.suite = "- dtypes: [bf16]\n"
+		 "  bits: [4, 8]\n"
+		 "  group: [128]\n"
+		 "  mode: [scale_shift]\n"
+		 "  shapes:\n"
+		 "    - {m: [1, 2, 4, 8, 16, 32, 64, 128], n: 4096, k: 4096}\n"
+		 "    - {m: 1, n: 14336, k: 4096}\n"
+		 "    - {m: 128, n: [6144, 14336, 28672], k: 4096}\n"
+		 "    - {m: 128, n: 4096, k: 14336}\n"
+		 "- dtypes: [bf16]\n"
+		 "  bits: [4]\n"
+		 "  group: [128]\n"
+		 "  mode: [scale_shift]\n"
+		 "  shapes:\n"
+		 "    - {m: [1, 2, 4, 8, 16], n: [6144, 14336, 28672], k: 4096}\n"
+		 "    - {m: [1, 2, 4, 8, 16], n: 4096, k: 14336}\n"
+		 "- dtypes: [bf16]\n"
+		 "  bits: [8]\n"
+		 "  group: [chan]\n"
+		 "  mode: [scale_shift]\n"
+		 "  shapes:\n"
+		 "    - {m: [1, 16], n: [4096, 14336], k: 4096}\n"
+		 "- dtypes: [bf16]\n"
+		 "  bits: [2, 1]\n"
+		 "  group: [128]\n"
+		 "  mode: [scale_shift]\n"
+		 "  shapes:\n"
+		 "    - {m: [1, 16], n: [4096, 14336], k: 4096}\n",
 	.key_check = key_check,
 	.key_bucket = key_bucket,
 	.bytes = bytes,

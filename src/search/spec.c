@@ -732,6 +732,30 @@ out:
 	return rc;
 }
 
+/*
+ * An op's section, or a list of them (the union of their keys, repeats
+ * dropped): each a cross product, so a list serves keys that one product
+ * would overreach, as 4-bit weights on more shapes than 8-bit ones.
+ */
+static int parse_op_sections(struct ktune_spec *out, const struct ktune_op *op, yaml_document_t *doc,
+			     const yaml_node_t *n, const char *file, struct ktune_err *e)
+{
+	int start = out->nkeys, rc;
+	long kept;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return parse_op(out, op, doc, n, file, e);
+	if (n->data.sequence.items.start == n->data.sequence.items.top)
+		return ktune__yaml_bad(e, file, n, "%s: an empty list of sections", op->name);
+	for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++)
+		if ((rc = parse_op(out, op, doc, yaml_document_get_node(doc, *it), file, e)))
+			return rc;
+	if ((kept = unique_keys(out->keys + start, out->nkeys - start, e)) < 0)
+		return (int)kept;
+	out->nkeys = start + (int)kept;
+	return 0;
+}
+
 static int parse_budget(struct ktune_spec *out, const yaml_node_t *n, const char *file,
 			struct ktune_err *e)
 {
@@ -817,7 +841,7 @@ int ktune__spec_parse(const char *text, size_t len, const char *filename,
 				rc = append_keys(out, g.keys, g.nkeys, e);
 			free(g.keys);
 		} else {
-			rc = parse_op(out, ktune__ops[i], &doc, sections[i], filename, e);
+			rc = parse_op_sections(out, ktune__ops[i], &doc, sections[i], filename, e);
 		}
 		if (rc)
 			goto out;
@@ -864,7 +888,7 @@ int ktune__spec_default(struct ktune_spec *out, struct ktune_err *e)
 		snprintf(name, sizeof(name), "%s suite", op->name);
 		if ((rc = ktune__yaml_load(&doc, op->suite, strlen(op->suite), name, e)))
 			break;
-		rc = parse_op(out, op, &doc, yaml_document_get_root_node(&doc), name, e);
+		rc = parse_op_sections(out, op, &doc, yaml_document_get_root_node(&doc), name, e);
 		yaml_document_delete(&doc);
 	}
 	if (rc)

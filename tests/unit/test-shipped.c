@@ -97,7 +97,7 @@ static void test_shipped__h100_covers_the_default_suite(void **state)
 }
 
 /*
- * An H200 of its own, the whole suite (96 + 42 + 38 + 24 + 26: gemm_quant
+ * An H200 of its own, the whole suite (96 + 42 + 38 + 24 + 57: gemm_quant
  * too): the runtime prefers the file of the GPU it runs on.
  */
 static void test_shipped__h200_covers_the_default_suite(void **state)

@@ -168,6 +168,27 @@ static void test_spec__drops_duplicates_keeping_first(void **state)
 	ktune__spec_free(&s);
 }
 
+/* An op's section may be a list of sections: the union of their keys in order, repeats dropped. */
+static void test_spec__op_sections_list(void **state)
+{
+	struct ktune_spec s;
+
+	(void)state;
+	parse_ok("gemm_quant:\n"
+		 "  - dtypes: [bf16]\n    bits: [4]\n    shapes:\n      - {m: [1, 2], n: 4096, k: 4096}\n"
+		 "  - dtypes: [bf16]\n    bits: [8, 4]\n    shapes:\n      - {m: 2, n: 4096, k: 4096}\n", &s);
+	assert_int_equal(s.nkeys, 3);
+	assert_string_equal(fmt(&s.keys[0]), "gemm_quant bf16 4,128,scale_shift,v1 1x4096x4096 aligned");
+	assert_string_equal(fmt(&s.keys[1]), "gemm_quant bf16 4,128,scale_shift,v1 2x4096x4096 aligned");
+	assert_string_equal(fmt(&s.keys[2]), "gemm_quant bf16 8,128,scale_shift,v1 2x4096x4096 aligned");
+	ktune__spec_free(&s);
+	expect_error("gemm_quant: []\n", "spec.yaml:1: gemm_quant: an empty list of sections");
+	expect_error("gemm_quant:\n"
+		     "  - dtypes: [bf16]\n    shapes:\n      - {m: 1, n: 4096, k: 4096}\n"
+		     "  - dtypes: [bf16]\n",
+		     "spec.yaml:5: gemm_quant: missing 'shapes'");
+}
+
 static void test_spec__default_suite(void **state)
 {
 	struct ktune_spec s;
@@ -182,10 +203,12 @@ static void test_spec__default_suite(void **state)
 	 * dtypes x 3 sizes), gelu (2 x 2 variants x 3 sizes), glu (6 variants
 	 * x 3 shapes), dropout (3 sizes), softmax (2 directions x 5 shapes),
 	 * rmsnorm (3 passes x 4 shapes), layernorm (2 passes x 4 shapes) and
-	 * cross_entropy (2 passes x 4 shapes), gemm_quant (2 bits x 13 shapes) and
+	 * cross_entropy (2 passes x 4 shapes), gemm_quant (a list of sections: 2
+	 * bits x 13 shapes, 4 bits x 20 shapes less the first's 1 x 14336 x 4096,
+	 * 4 formats x 4 shapes) and
 	 * attention (3 passes x 2 head dims x 2 masks x 2 shapes).
 	 */
-	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12 + 8 + 8 + 26 + 24);
+	assert_int_equal(s.nkeys, 2 * 2 * 24 + 9 + 12 + 18 + 3 + 10 + 12 + 8 + 8 + 57 + 24);
 	assert_int_equal(s.budget, 0);
 	assert_string_equal(fmt(&s.keys[0]), "gemm f16 nn 512x512x512 aligned");
 	assert_string_equal(fmt(&s.keys[4]), "gemm f16 nn 8192x8192x8192 aligned");
@@ -212,10 +235,15 @@ static void test_spec__default_suite(void **state)
 	assert_string_equal(fmt(&s.keys[188]), "gemm_quant bf16 4,128,scale_shift,v1 128x4096x14336 aligned");
 	assert_string_equal(fmt(&s.keys[189]), "gemm_quant bf16 8,128,scale_shift,v1 1x4096x4096 aligned");
 	assert_string_equal(fmt(&s.keys[201]), "gemm_quant bf16 8,128,scale_shift,v1 128x4096x14336 aligned");
-	assert_string_equal(fmt(&s.keys[202]), "attention bf16 fwd,128,none,1 1024x1024x256 aligned");
-	assert_string_equal(fmt(&s.keys[209]), "attention bf16 fwd,64,causal,1 4096x4096x64 aligned");
-	assert_string_equal(fmt(&s.keys[217]), "attention bf16 bwd,64,causal,1 4096x4096x64 aligned");
-	assert_string_equal(fmt(&s.keys[225]), "attention bf16 bwd_det,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[202]), "gemm_quant bf16 4,128,scale_shift,v1 1x6144x4096 aligned");
+	assert_string_equal(fmt(&s.keys[203]), "gemm_quant bf16 4,128,scale_shift,v1 1x28672x4096 aligned");
+	assert_string_equal(fmt(&s.keys[220]), "gemm_quant bf16 4,128,scale_shift,v1 16x4096x14336 aligned");
+	assert_string_equal(fmt(&s.keys[221]), "gemm_quant bf16 8,chan,scale_shift,v1 1x4096x4096 aligned");
+	assert_string_equal(fmt(&s.keys[232]), "gemm_quant bf16 1,128,scale_shift,v1 16x14336x4096 aligned");
+	assert_string_equal(fmt(&s.keys[233]), "attention bf16 fwd,128,none,1 1024x1024x256 aligned");
+	assert_string_equal(fmt(&s.keys[240]), "attention bf16 fwd,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[248]), "attention bf16 bwd,64,causal,1 4096x4096x64 aligned");
+	assert_string_equal(fmt(&s.keys[256]), "attention bf16 bwd_det,64,causal,1 4096x4096x64 aligned");
 	for (i = 0; i < s.nkeys; i++) {
 		for (j = 0; j < i; j++)
 			assert_string_not_equal(fmt(&s.keys[i]), fmt(&s.keys[j]));
@@ -500,6 +528,7 @@ int main(void)
 		cmocka_unit_test(test_spec__range_mul_includes_end_when_reached),
 		cmocka_unit_test(test_spec__mnk_is_square),
 		cmocka_unit_test(test_spec__drops_duplicates_keeping_first),
+		cmocka_unit_test(test_spec__op_sections_list),
 		cmocka_unit_test(test_spec__default_suite),
 		cmocka_unit_test(test_spec__bench_suite_file_is_the_default),
 		cmocka_unit_test(test_spec__key_count_limit),
