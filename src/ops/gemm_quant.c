@@ -749,10 +749,10 @@ static struct ktune_config default_config(const struct ktune_key *key, int sm_co
 {
 	struct ktune_quant_shape s;
 	struct ktune_config c;
+	if (key->m <= GEMV_MAX_M && qfrag_default(key, sm_count, &c)) /* its prune refuses a key that is not one */
+		return c;
 	if (key_shape(key, &s, NULL))
 		s = (struct ktune_quant_shape){ .bits = 4, .per_word = 8, .group = 128, .k = key->k };
-	else if (key->m <= GEMV_MAX_M && qfrag_default(key, sm_count, &c))
-		return c;
 	if (key->m <= 4) {
 		static const char *const names[] = { "THREADS", "ROWS", "VEC", "UNROLL", "CACHE", "MIN_WARPS", "SPLIT_K" };
 		int64_t blocks = cdiv(key->n, 4) * cdiv(key->m, gemv_max_m(key));
