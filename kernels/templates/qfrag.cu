@@ -9,9 +9,10 @@
  *     c[i, j] = sum over l of a[i, l] * w[j, l]  (+ bias[j]),  0 <= i < m, 0 <= j < n
  *
  * with w the dequantised packed weight (quant.cuh), each weight rounded
- * once to the element type (twice for scale_shift and shift with a zero
- * that is not an integer: q - z rounds first), fp32 accumulation, one
- * rounding of the result.
+ * once to the element type, but twice for scale_shift in bf16 (-z s
+ * rounds first, as in quant.cuh's fp32 path) and for f16's scale_shift
+ * and either type's shift with a zero that is not an integer (q - z
+ * rounds first); fp32 accumulation, one rounding of the result.
  *
  * Entry points:
  *     qfrag_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros,
@@ -133,8 +134,17 @@ static __device__ __forceinline__ u32 and_or(u32 x, u32 mask, u32 bits)
 #define ONE2 (DTYPE == 1 ? 0x3F803F80u : 0x3C003C00u)
 #define NEG2 0x80008000u
 
-/* A group's dequantisation of pairs (M + q, M + q'): its zero negated, and the final fma's mul and add. */
+/*
+ * A group's dequantisation of pairs (M + q, M + q'): its zero negated, and
+ * the final fma's mul and add.  In bf16, whose range is fp32's, scale_shift
+ * is one fma past q, q s + (-z s) with -z s rounded once (as quant.cuh's
+ * fp32 path does), and scale is one fma of M + q itself, (M + q) s - M s
+ * (M s exact: M is a power of two).  f16 keeps q - z, then the product: z s
+ * may pass f16's range where (q - z) s does not, and so may M s.
+ */
 #define FP32_PAIRS (DTYPE == 1 && BITS == 8) /* 8-bit codes in bf16: M + q is not exact past 128 */
+#define FUSED_ZERO (DTYPE == 1 && MODE == 0) /* q s + (-z s) */
+#define FUSED_MAGIC (DTYPE == 1 && MODE == 1) /* (M + q) s - M s */
 
 struct gparams {
 #if FP32_PAIRS
@@ -144,15 +154,25 @@ struct gparams {
 #endif
 };
 
+static __device__ __forceinline__ u32 pair_of(elem x)
+{
+	return x | (u32)x << 16;
+}
+
 static __device__ __forceinline__ gparams gparams_of(elem scale, elem zero)
 {
 	gparams p;
 #if FP32_PAIRS
 	p.q = qparams_of(scale, zero);
 #else
-	p.negz = (zero | (u32)zero << 16) ^ NEG2;
-	p.mul = MODE == 2 ? ONE2 : (scale | (u32)scale << 16);
-	p.add = MODE == 3 ? (zero | (u32)zero << 16) : NEG2;
+	p.negz = pair_of(zero) ^ NEG2;
+	p.mul = MODE == 2 ? ONE2 : pair_of(scale);
+	if (FUSED_ZERO)
+		p.add = fma_pair(p.negz, p.mul, NEG2); /* -z s, rounded once */
+	else if (FUSED_MAGIC)
+		p.add = fma_pair(MAGIC2 ^ NEG2, p.mul, NEG2); /* -M s, exact */
+	else
+		p.add = MODE == 3 ? pair_of(zero) : NEG2;
 #endif
 	return p;
 }
@@ -160,7 +180,8 @@ static __device__ __forceinline__ gparams gparams_of(elem scale, elem zero)
 /*
  * The weights of codes e and e + P/2 of word w, as a pair: q exact (M + q
  * less M), then q - z (rounded once: exact for an integer zero), then
- * times the scale, or times the scale plus the zero (fma).
+ * times the scale, or times the scale plus the zero (fma); in bf16 the
+ * fused forms above.
  */
 template <int E>
 static __device__ __forceinline__ u32 weight_pair(u32 w, const gparams &p)
@@ -168,8 +189,11 @@ static __device__ __forceinline__ u32 weight_pair(u32 w, const gparams &p)
 #if FP32_PAIRS
 	return pack_pair(dequant((w >> (E * BITS)) & QMASK, p.q), dequant((w >> (E * BITS + 16)) & QMASK, p.q));
 #else
-	u32 d = fma_pair(and_or(w >> (E * BITS), QMASK2, MAGIC2), ONE2, MAGIC2 ^ NEG2);
-	if (MODE == 0 || MODE == 2)
+	const u32 r = and_or(w >> (E * BITS), QMASK2, MAGIC2);
+	if (FUSED_MAGIC)
+		return fma_pair(r, p.mul, p.add);
+	u32 d = fma_pair(r, ONE2, MAGIC2 ^ NEG2);
+	if (!FUSED_ZERO && (MODE == 0 || MODE == 2))
 		d = fma_pair(d, ONE2, p.negz);
 	return MODE == 2 ? d : fma_pair(d, p.mul, p.add);
 #endif
@@ -239,6 +263,82 @@ static __device__ __forceinline__ void step_mmas(float (&acc)[ROW_TILES][M_TILES
 	}
 }
 
+/* What a lane's batches need: its rows of w, where k and its split end, the rows of a it multiplies. */
+struct lane_ctx {
+	const elem *a;
+	const u32 *wq;
+	const elem *scales, *zeros;
+	i64 rows[ROW_TILES][2]; /* this lane's rows of w (past n: row n - 1, loaded and never stored) */
+	i64 m0, m, lda, k, rw, ngroups, group;
+	int s_end, g, t4, zero_per_group;
+	u64 policy;
+};
+
+/*
+ * The batch of steps st .. st + STAGES - 1 of a warp: every load out
+ * first, then each step's pairs and mmas.  A WHOLE batch lies in k and in
+ * the split, so that nothing is masked; otherwise a chunk past either
+ * (a lane's chunk lies in k or past it whole: k is a multiple of CH) has
+ * zero activations.  Rows of a past m read row m0 and their columns of the
+ * products are never stored.
+ */
+template <bool WHOLE>
+static __device__ __forceinline__ void batch(float (&acc)[ROW_TILES][M_TILES][4], const lane_ctx &l, int st)
+{
+	u32 w[STAGES][ROW_TILES][2][VEC];
+#pragma unroll
+	for (int i = 0; i < STAGES; i++) {
+		const i64 kc = (i64)(st + i) * KB + l.t4 * CH;
+		const bool in = WHOLE || (st + i < l.s_end && kc < l.k);
+#pragma unroll
+		for (int t = 0; t < ROW_TILES; t++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (in)
+					ld_words_stream<VEC>(w[i][t][h], l.wq + l.rows[t][h] * l.rw + kc / PER_WORD, l.policy);
+				else
+#pragma unroll
+					for (int v = 0; v < VEC; v++)
+						w[i][t][h][v] = 0;
+			}
+	}
+#pragma unroll
+	for (int i = 0; i < STAGES; i++) {
+		const i64 kc = (i64)(st + i) * KB + l.t4 * CH;
+		const bool in = WHOLE || (st + i < l.s_end && kc < l.k);
+		const i64 gi = (in ? kc : 0) / l.group;
+		gparams p[ROW_TILES][2];
+#pragma unroll
+		for (int t = 0; t < ROW_TILES; t++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				p[t][h] = gparams_of(HAS_SCALE ? l.scales[l.rows[t][h] * l.ngroups + gi] : (elem)0,
+						     HAS_ZERO ? l.zeros[l.zero_per_group ? l.rows[t][h] * l.ngroups + gi : 0]
+							      : (elem)0);
+		a_chunk x;
+#pragma unroll
+		for (int mt = 0; mt < M_TILES; mt++) {
+			const i64 row = l.m0 + mt * 8 + l.g;
+			const elem *src = l.a + (row < l.m ? row : l.m0) * l.lda + (in ? kc : 0);
+#pragma unroll
+			for (int v = 0; v < CH / 8; v++) {
+				u32 q[4];
+				ld_words<4>(q, src + 8 * v);
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					x.r[mt][4 * v + j] = in ? q[j] : 0u;
+			}
+			if constexpr (CH % 8) { /* 4 elements: 8-bit codes, VEC 1 */
+				u32 q[2];
+				ld_words<2>(q, src);
+				x.r[mt][0] = in ? q[0] : 0u;
+				x.r[mt][1] = in ? q[1] : 0u;
+			}
+		}
+		step_mmas<0>(acc, w[i], p, x);
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(WARPS_K * 32)
 qfrag_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros, const elem *bias, elem *c,
 	     float *partials, long long m, long long n, long long k, long long lda, long long ldc, int zero_per_group)
@@ -254,17 +354,32 @@ qfrag_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 	const int s_end = s_begin + per_split < steps ? s_begin + per_split : steps;
 	const u64 policy = evict_first_policy();
 
-	/* this lane's rows of w (past n: row n - 1, loaded and never stored) */
-	i64 rows[ROW_TILES][2];
+	lane_ctx l;
+	l.a = a;
+	l.wq = wq;
+	l.scales = scales;
+	l.zeros = zeros;
 #pragma unroll
 	for (int t = 0; t < ROW_TILES; t++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			const i64 r = n0 + t * 16 + h * 8 + g;
-			rows[t][h] = r < n ? r : n - 1;
+			l.rows[t][h] = r < n ? r : n - 1;
 		}
+	l.m = m;
+	l.lda = lda;
+	l.k = k;
+	l.rw = rw;
+	l.ngroups = ngroups;
+	l.group = group;
+	l.s_end = s_end;
+	l.g = g;
+	l.t4 = t4;
+	l.zero_per_group = zero_per_group;
+	l.policy = policy;
 
 	for (i64 m0 = (i64)blockIdx.z * MAX_M; m0 < m; m0 += (i64)gridDim.z * MAX_M) {
+		l.m0 = m0;
 		float acc[ROW_TILES][M_TILES][4];
 #pragma unroll
 		for (int t = 0; t < ROW_TILES; t++)
@@ -276,60 +391,10 @@ qfrag_kernel(const elem *a, const u32 *wq, const elem *scales, const elem *zeros
 
 #pragma unroll 1
 		for (int st = s_begin + warp * STAGES; st < s_end; st += WARPS_K * STAGES) {
-			u32 w[STAGES][ROW_TILES][2][VEC];
-			/* a lane's chunk lies in k or past it whole (k is a multiple of CH) */
-#pragma unroll
-			for (int i = 0; i < STAGES; i++) {
-				const i64 kc = (i64)(st + i) * KB + t4 * CH;
-				const bool in = st + i < s_end && kc < k;
-#pragma unroll
-				for (int t = 0; t < ROW_TILES; t++)
-#pragma unroll
-					for (int h = 0; h < 2; h++) {
-						if (in)
-							ld_words_stream<VEC>(w[i][t][h], wq + rows[t][h] * rw + kc / PER_WORD, policy);
-						else
-#pragma unroll
-							for (int v = 0; v < VEC; v++)
-								w[i][t][h][v] = 0;
-					}
-			}
-#pragma unroll
-			for (int i = 0; i < STAGES; i++) {
-				const i64 kc = (i64)(st + i) * KB + t4 * CH;
-				const bool in = st + i < s_end && kc < k;
-				const i64 gi = (in ? kc : 0) / group;
-				gparams p[ROW_TILES][2];
-#pragma unroll
-				for (int t = 0; t < ROW_TILES; t++)
-#pragma unroll
-					for (int h = 0; h < 2; h++)
-						p[t][h] = gparams_of(HAS_SCALE ? scales[rows[t][h] * ngroups + gi] : (elem)0,
-								     HAS_ZERO ? zeros[zero_per_group ? rows[t][h] * ngroups + gi : 0]
-									      : (elem)0);
-				a_chunk x;
-#pragma unroll
-				for (int mt = 0; mt < M_TILES; mt++) {
-					const i64 row = m0 + mt * 8 + g;
-					const bool use = in && row < m;
-					const elem *src = a + (use ? row : 0) * lda + (use ? kc : 0);
-#pragma unroll
-					for (int v = 0; v < CH / 8; v++) {
-						u32 q[4];
-						ld_words<4>(q, src + 8 * v);
-#pragma unroll
-						for (int j = 0; j < 4; j++)
-							x.r[mt][4 * v + j] = use ? q[j] : 0u;
-					}
-					if constexpr (CH % 8) { /* 4 elements: 8-bit codes, VEC 1 */
-						u32 q[2];
-						ld_words<2>(q, src);
-						x.r[mt][0] = use ? q[0] : 0u;
-						x.r[mt][1] = use ? q[1] : 0u;
-					}
-				}
-				step_mmas<0>(acc, w[i], p, x);
-			}
+			if (st + STAGES <= s_end && (i64)(st + STAGES) * KB <= k) /* the warp's choice, not a lane's */
+				batch<true>(acc, l, st);
+			else
+				batch<false>(acc, l, st);
 		}
 
 		/* the warps add up in warp order */
