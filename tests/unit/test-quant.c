@@ -744,6 +744,20 @@ static void test_quant__prune(void **state)
 	}
 }
 
+/* The untuned default of a bf16 scale_shift key of the format, as the registry serves it; its text in text. */
+static struct ktune_key default_of(const struct ktune_op *op, const char *bits, const char *group, int64_t m,
+				   int64_t n, int64_t k, struct ktune_config *d, char *text, size_t len)
+{
+	struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = m, .n = n, .k = k, .aligned = 1 };
+	const char *values[] = { bits, group, "scale_shift", NULL, NULL, NULL, NULL };
+	struct ktune_err e;
+	assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
+	op->key_bucket(&key);
+	*d = op->default_config(&key, 132);
+	assert_int_equal(ktune__op_config_format(op, d, text, len), 0);
+	return key;
+}
+
 /*
  * The untuned default of every format, on awkward shapes and the LLM
  * weights: always a config the prune admits, qfrag's on m <= 16 wherever k
@@ -756,7 +770,6 @@ static void test_quant__default_every_format(void **state)
 	const struct ktune_op *op = ktune__op_find("gemm_quant");
 	static const char *const bits[] = { "8", "4", "2", "1" }, *const groups[] = { "32", "64", "128", "chan" };
 	static const int64_t ms[] = { 1, 3, 8, 16, 33, 128 }, ns[] = { 1, 8, 4104, 28672 }, ks[] = { 96, 384, 4096 };
-	struct ktune_err e;
 	int qfrag = 0, small = 0;
 	for (int b = 0; b < 4; b++)
 		for (int g = 0; g < 4; g++)
@@ -764,16 +777,12 @@ static void test_quant__default_every_format(void **state)
 				for (int j = 0; j < 4; j++)
 					for (int l = 0; l < 3; l++) {
 						int64_t k = ks[l];
-						struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = ms[i],
-									 .n = ns[j], .k = k, .aligned = 1 };
-						const char *values[] = { bits[b], groups[g], "scale_shift", NULL, NULL, NULL, NULL };
+						struct ktune_config d;
 						char text[256], why[256];
 						if (g < 3 && k % atoi(groups[g]))
 							continue;
-						assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
-						op->key_bucket(&key);
-						struct ktune_config d = op->default_config(&key, 132);
-						assert_int_equal(ktune__op_config_format(op, &d, text, sizeof(text)), 0);
+						struct ktune_key key = default_of(op, bits[b], groups[g], ms[i], ns[j], k, &d,
+										  text, sizeof(text));
 						if (op->prune(&key, &d, 132, why, sizeof(why)))
 							fail_msg("%s bits, group %s, %lldx%lldx%lld: default %s pruned: %s",
 								 bits[b], groups[g], (long long)key.m, (long long)key.n,
@@ -801,14 +810,9 @@ static void test_quant__default_every_format(void **state)
 		{ 16, 4096, 14336, "ROW_TILES=2,WARPS_K=16,STAGES=1,VEC=4,SPLIT_K=1" },
 	};
 	for (size_t i = 0; i < sizeof(picks) / sizeof(picks[0]); i++) {
-		struct ktune_key key = { .op = "gemm_quant", .dtype = KTUNE_BF16, .m = picks[i].m, .n = picks[i].n,
-					 .k = picks[i].k, .aligned = 1 };
-		const char *values[] = { "4", "128", "scale_shift", NULL, NULL, NULL, NULL };
+		struct ktune_config d;
 		char text[256];
-		assert_int_equal(ktune__op_variant_set(op, &key, values, &e), KTUNE_OK);
-		op->key_bucket(&key);
-		struct ktune_config d = op->default_config(&key, 132);
-		assert_int_equal(ktune__op_config_format(op, &d, text, sizeof(text)), 0);
+		default_of(op, "4", "128", picks[i].m, picks[i].n, picks[i].k, &d, text, sizeof(text));
 		assert_string_equal(op->families[d.family].name, "qfrag");
 		assert_string_equal(text, picks[i].want);
 	}
